@@ -1,0 +1,34 @@
+// Package queue is adaptq's portable queue contract: the Message type, the
+// Queue interface every backend implements, the typed errors callers branch
+// on, optional capability interfaces, and the driver registry behind
+// Open(ctx, url).
+//
+// The semantics are Azure Queue Storage's (seeds 000 and 001), held on every
+// driver by the conformance suite in package queuetest:
+//
+//   - Put stores a message with a time-to-live and an optional initial
+//     visibility delay and returns its id.
+//   - Get returns up to n (1..32) visible messages and hides each of them for
+//     the visibility timeout. Every Get hands out a fresh pop receipt and
+//     increments the message's dequeue count. An empty queue returns no
+//     messages and no error: Get never blocks.
+//   - Delete needs the newest pop receipt of the message. A stale receipt (the
+//     message timed out and was handed to someone else) is ErrReceiptMismatch;
+//     an id that is gone is ErrNotFound. Both are expected events for a
+//     consumer, not failures.
+//   - UpdateVisibility hides a held message for a new duration (0 releases it
+//     at once) and returns a new receipt; the old one is then stale.
+//   - Peek shows visible messages without hiding them or touching receipts
+//     and dequeue counts; Count is the approximate depth (visible and
+//     invisible); Clear removes everything.
+//   - A message past its time-to-live is never returned again.
+//
+// Delivery is therefore at least once: a consumer that crashes, or takes
+// longer than the visibility timeout, lets the message reappear for another
+// consumer. Handlers must be idempotent.
+//
+// Drivers live in their own packages (memory, sqlite, azure …) and register a
+// URL scheme with Register; programs import the driver for its side effect and
+// call Open. The layout follows database/sql and go-cloud's pubsub: a small
+// portable API here, backends elsewhere, and one conformance suite for all.
+package queue

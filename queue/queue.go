@@ -1,0 +1,264 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Limits and defaults shared by every driver. They are Azure Queue Storage's,
+// so that a configuration moves between backends unchanged.
+const (
+	// MaxBatchSize is the most messages one Get may ask for (seed 002: "the
+	// maximum size of the Queue Service API package for a remove from a queue
+	// operation is 32. Exceeding this value will result in a runtime
+	// exception").
+	MaxBatchSize = 32
+
+	// DefaultMaxBodySize is the largest message body a driver accepts unless
+	// it states otherwise: Azure's 64 KiB message limit.
+	DefaultMaxBodySize = 64 * 1024
+
+	// DefaultTTL is how long a message lives when PutOptions.TTL is zero
+	// (seed 000: messages are kept for 7 days).
+	DefaultTTL = 7 * 24 * time.Hour
+
+	// DefaultVisibilityTimeout is the visibility timeout seed 001 gives for a
+	// get that names none ("If not explicitly set, it will default to 30
+	// seconds"). Get itself always takes an explicit timeout; callers use
+	// this constant as their default.
+	DefaultVisibilityTimeout = 30 * time.Second
+
+	// MaxVisibilityTimeout is the longest a message can be hidden by Get or
+	// UpdateVisibility, or delayed by PutOptions.InitialVisibilityDelay
+	// (Azure's 7 days).
+	MaxVisibilityTimeout = 7 * 24 * time.Hour
+
+	// MaxPeek is the most messages one Peek may return (Azure's limit, the
+	// same as MaxBatchSize).
+	MaxPeek = 32
+)
+
+// NoExpiry as PutOptions.TTL keeps a message until it is deleted (Azure's
+// messagettl=-1).
+const NoExpiry time.Duration = -1
+
+// Message is one message as a consumer sees it. Get fills every field; Peek
+// fills all but PopReceipt.
+type Message struct {
+	// ID identifies the message for its whole life, across every delivery.
+	// It is the key for idempotent processing.
+	ID string
+	// PopReceipt proves the holder got the message in the newest Get (or
+	// UpdateVisibility). Delete and UpdateVisibility need it.
+	PopReceipt string
+	// Body holds the bytes exactly as they were put.
+	Body []byte
+	// DequeueCount is how many times the message has been got, this time
+	// included.
+	DequeueCount int
+	// InsertedAt is when the message was put.
+	InsertedAt time.Time
+	// ExpiresAt is when the message's time-to-live ends. A message put with
+	// NoExpiry has the zero time.
+	ExpiresAt time.Time
+	// NextVisibleAt is when the message becomes visible again if it is not
+	// deleted first.
+	NextVisibleAt time.Time
+}
+
+// PutOptions tune one Put. The zero value puts a message that is visible at
+// once and lives for DefaultTTL.
+type PutOptions struct {
+	// TTL is the message's time-to-live: zero means DefaultTTL, NoExpiry
+	// means forever; any other negative value is an error.
+	TTL time.Duration
+	// InitialVisibilityDelay keeps a new message hidden for this long (0 to
+	// MaxVisibilityTimeout, and shorter than TTL).
+	InitialVisibilityDelay time.Duration
+}
+
+// Queue is one named queue on one backend. Implementations are safe for
+// concurrent use by many goroutines.
+type Queue interface {
+	// Name is the queue's name (see ValidateName).
+	Name() string
+
+	// Put adds a message and returns its id. A body larger than the driver's
+	// limit is ErrTooLarge, and nothing is written.
+	Put(ctx context.Context, body []byte, opts PutOptions) (id string, err error)
+
+	// Get returns up to n visible messages (1 ≤ n ≤ MaxBatchSize, else
+	// ErrBatchSize), each now hidden for visibility (0 < visibility ≤
+	// MaxVisibilityTimeout) with a fresh PopReceipt and its DequeueCount
+	// incremented. An empty queue returns no messages and no error.
+	Get(ctx context.Context, n int, visibility time.Duration) ([]*Message, error)
+
+	// Delete removes a message. It succeeds only with the newest receipt;
+	// a stale receipt is ErrReceiptMismatch, an id that is gone ErrNotFound.
+	Delete(ctx context.Context, id, popReceipt string) error
+
+	// UpdateVisibility hides a held message for d from now (0 makes it
+	// visible at once) and returns the new receipt; the old one is stale.
+	UpdateVisibility(ctx context.Context, id, popReceipt string, d time.Duration) (newReceipt string, err error)
+
+	// Peek returns up to n (1..MaxPeek) visible messages without hiding them
+	// or changing their receipts or dequeue counts. PopReceipt is empty.
+	Peek(ctx context.Context, n int) ([]*Message, error)
+
+	// Count is the approximate number of messages, visible or not (Azure's
+	// ApproximateMessagesCount).
+	Count(ctx context.Context) (int, error)
+
+	// Clear deletes every message of the queue.
+	Clear(ctx context.Context) error
+
+	// Close releases what the queue holds. Messages are not affected.
+	Close() error
+}
+
+// Receipt names one held message: what Delete needs.
+type Receipt struct {
+	ID         string
+	PopReceipt string
+}
+
+// BatchDeleter is implemented by drivers that delete many messages in one
+// backend call (one transaction on SQLite). DeleteBatch returns one error
+// per receipt, in order (nil where the message was deleted,
+// ErrReceiptMismatch or ErrNotFound where it was not), and err for a failure
+// of the call itself, in which case nothing was deleted.
+//
+// Callers should use the package function DeleteBatch, which falls back to
+// one Delete per message.
+type BatchDeleter interface {
+	DeleteBatch(ctx context.Context, receipts []Receipt) (results []error, err error)
+}
+
+// MaxBodySizer is implemented by drivers whose body limit is not
+// DefaultMaxBodySize.
+type MaxBodySizer interface {
+	MaxBodySize() int
+}
+
+// Wrapper is implemented by queues that wrap another (the cost meter, fault
+// injectors). Unwrap returns the wrapped queue, so capabilities can be found
+// through wrappers.
+type Wrapper interface {
+	Unwrap() Queue
+}
+
+// MaxBodySize reports q's body limit in bytes.
+func MaxBodySize(q Queue) int {
+	for q != nil {
+		if s, ok := q.(MaxBodySizer); ok {
+			return s.MaxBodySize()
+		}
+		w, ok := q.(Wrapper)
+		if !ok {
+			break
+		}
+		q = w.Unwrap()
+	}
+	return DefaultMaxBodySize
+}
+
+// DeleteBatch deletes the messages named by receipts, with one backend call
+// if q is a BatchDeleter, else with one Delete each. Results are per receipt,
+// in order; err reports a failure of the batch call as a whole.
+func DeleteBatch(ctx context.Context, q Queue, receipts []Receipt) (results []error, err error) {
+	if len(receipts) == 0 {
+		return nil, nil
+	}
+	if bd, ok := q.(BatchDeleter); ok {
+		return bd.DeleteBatch(ctx, receipts)
+	}
+	results = make([]error, len(receipts))
+	for i, r := range receipts {
+		results[i] = q.Delete(ctx, r.ID, r.PopReceipt)
+	}
+	return results, nil
+}
+
+// CheckBatchSize returns ErrBatchSize, naming n, unless 1 ≤ n ≤ MaxBatchSize.
+func CheckBatchSize(n int) error {
+	if n < 1 || n > MaxBatchSize {
+		return fmt.Errorf("%w: %d is outside 1..%d", ErrBatchSize, n, MaxBatchSize)
+	}
+	return nil
+}
+
+// CheckPeekSize returns ErrBatchSize, naming n, unless 1 ≤ n ≤ MaxPeek.
+func CheckPeekSize(n int) error {
+	if n < 1 || n > MaxPeek {
+		return fmt.Errorf("%w: peek of %d is outside 1..%d", ErrBatchSize, n, MaxPeek)
+	}
+	return nil
+}
+
+// CheckVisibility validates the visibility timeout of a Get: it must be
+// positive and at most MaxVisibilityTimeout.
+func CheckVisibility(d time.Duration) error {
+	if d <= 0 || d > MaxVisibilityTimeout {
+		return fmt.Errorf("%w: visibility timeout %s is outside (0, %s]", ErrInvalidArgument, d, MaxVisibilityTimeout)
+	}
+	return nil
+}
+
+// CheckUpdateVisibility validates the duration of an UpdateVisibility:
+// 0 (release now) to MaxVisibilityTimeout.
+func CheckUpdateVisibility(d time.Duration) error {
+	if d < 0 || d > MaxVisibilityTimeout {
+		return fmt.Errorf("%w: visibility timeout %s is outside [0, %s]", ErrInvalidArgument, d, MaxVisibilityTimeout)
+	}
+	return nil
+}
+
+// CheckPut validates a Put against a body limit and returns the effective
+// TTL (DefaultTTL for zero; NoExpiry kept as is).
+func CheckPut(body []byte, opts PutOptions, maxBody int) (ttl time.Duration, err error) {
+	if len(body) > maxBody {
+		return 0, fmt.Errorf("%w: body of %d bytes is over the limit of %d", ErrTooLarge, len(body), maxBody)
+	}
+	ttl = opts.TTL
+	switch {
+	case ttl == 0:
+		ttl = DefaultTTL
+	case ttl < 0 && ttl != NoExpiry:
+		return 0, fmt.Errorf("%w: ttl %s is negative (use queue.NoExpiry to keep a message forever)", ErrInvalidArgument, ttl)
+	}
+	d := opts.InitialVisibilityDelay
+	if d < 0 || d > MaxVisibilityTimeout {
+		return 0, fmt.Errorf("%w: initial visibility delay %s is outside [0, %s]", ErrInvalidArgument, d, MaxVisibilityTimeout)
+	}
+	if ttl != NoExpiry && d >= ttl {
+		return 0, fmt.Errorf("%w: initial visibility delay %s is not shorter than ttl %s", ErrInvalidArgument, d, ttl)
+	}
+	return ttl, nil
+}
+
+// ExpiresAt is now+ttl, the zero time for NoExpiry, saturating far in the
+// future instead of overflowing.
+func ExpiresAt(now time.Time, ttl time.Duration) time.Time {
+	if ttl == NoExpiry {
+		return time.Time{}
+	}
+	t := now.Add(ttl)
+	if t.Before(now) {
+		return time.Time{}
+	}
+	return t
+}
+
+// Clock is the time source a driver reads. Drivers take one as an option so
+// tests and the simulator can run them in virtual time; the default is the
+// wall clock.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the wall clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
