@@ -63,11 +63,13 @@ type Fake struct {
 	changed chan struct{} // closed and replaced when the timer set changes
 }
 
-// NewFake returns a Fake clock set to start. A zero start means 2026-01-01
-// 00:00 UTC, so that times in tests are readable.
+// Epoch is a readable start for fake clocks: 2026-01-01 00:00 UTC.
+var Epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// NewFake returns a Fake clock set to start (Epoch if start is zero).
 func NewFake(start time.Time) *Fake {
 	if start.IsZero() {
-		start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		start = Epoch
 	}
 	return &Fake{now: start, changed: make(chan struct{})}
 }

@@ -1,0 +1,555 @@
+// Package memory is the in-process queue driver: exact Azure semantics held
+// in a heap, safe for concurrent use, on an injectable clock. Tests and the
+// simulator use it; nothing survives the process.
+//
+// Each queue keeps its messages in a binary min-heap ordered by the time
+// they become visible (ties by id, so the queue is FIFO among visible
+// messages) and a map from id to message. Get pops the visible head, hides
+// it and sifts it down: O(log n) per message. Expired messages are dropped
+// when they reach the head, and by Count.
+//
+// Queues live in a Store. The URL memory://NAME opens NAME in the process's
+// Default store, so a producer and a worker in one process share it.
+package memory
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/adaptq/adaptq/queue"
+)
+
+func init() {
+	queue.Register("memory", queue.OpenerFunc(openURL))
+}
+
+// Default is the store behind memory:// URLs.
+var Default = NewStore()
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithClock makes the store read time from c (a fake clock in tests and in
+// the simulator).
+func WithClock(c queue.Clock) Option { return func(s *Store) { s.clock = c } }
+
+// WithMaxBodySize sets the body limit (default queue.DefaultMaxBodySize).
+func WithMaxBodySize(n int) Option { return func(s *Store) { s.maxBody = n } }
+
+// Store holds named queues in memory.
+type Store struct {
+	clock   queue.Clock
+	maxBody int
+
+	mu     sync.Mutex
+	queues map[string]*state
+
+	ids      atomic.Uint64
+	receipts atomic.Uint64
+}
+
+// NewStore returns an empty store.
+func NewStore(opts ...Option) *Store {
+	s := &Store{clock: queue.SystemClock{}, maxBody: queue.DefaultMaxBodySize, queues: map[string]*state{}}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Queue returns a handle on the queue called name, creating the queue on
+// first use. Handles on one name share the messages.
+func (s *Store) Queue(name string) (*Queue, error) {
+	if err := queue.ValidateName(name); err != nil {
+		return nil, fmt.Errorf("memory: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.queues[name]
+	if !ok {
+		st = &state{byID: map[uint64]*entry{}, minExpiry: math.MaxInt64}
+		s.queues[name] = st
+	}
+	return &Queue{s: s, st: st, name: name}, nil
+}
+
+func openURL(_ context.Context, u *url.URL) (queue.Queue, error) {
+	if err := queue.CheckParams(u); err != nil {
+		return nil, fmt.Errorf("memory: %w", err)
+	}
+	name := u.Host
+	if p := strings.TrimPrefix(u.Path, "/"); p != "" {
+		if name != "" {
+			return nil, fmt.Errorf("memory: %w %q: want memory://NAME", queue.ErrInvalidURL, u.String())
+		}
+		name = p
+	}
+	if name == "" {
+		return nil, fmt.Errorf("memory: %w %q: no queue name (want memory://NAME)", queue.ErrInvalidURL, u.String())
+	}
+	return Default.Queue(name)
+}
+
+// entry is one stored message. Times are unix nanoseconds.
+type entry struct {
+	id        uint64
+	idStr     string
+	body      []byte
+	receipt   uint64
+	dequeues  int
+	inserted  int64
+	expires   int64 // math.MaxInt64: never
+	visibleAt int64
+	index     int // position in the heap
+}
+
+func (e *entry) before(o *entry) bool {
+	if e.visibleAt != o.visibleAt {
+		return e.visibleAt < o.visibleAt
+	}
+	return e.id < o.id
+}
+
+// state is one queue's messages.
+type state struct {
+	mu        sync.Mutex
+	heap      []*entry
+	byID      map[uint64]*entry
+	minExpiry int64 // no message expires before this
+}
+
+// Queue is a handle on one queue of a Store. It implements queue.Queue,
+// queue.BatchDeleter and queue.MaxBodySizer.
+type Queue struct {
+	s      *Store
+	st     *state
+	name   string
+	closed atomic.Bool
+}
+
+var (
+	_ queue.Queue        = (*Queue)(nil)
+	_ queue.BatchDeleter = (*Queue)(nil)
+	_ queue.MaxBodySizer = (*Queue)(nil)
+)
+
+// Name returns the queue's name.
+func (q *Queue) Name() string { return q.name }
+
+// MaxBodySize returns the store's body limit.
+func (q *Queue) MaxBodySize() int { return q.s.maxBody }
+
+// Close marks the handle closed; the messages stay in the store.
+func (q *Queue) Close() error {
+	q.closed.Store(true)
+	return nil
+}
+
+func (q *Queue) check(ctx context.Context, op string) error {
+	if q.closed.Load() {
+		return fmt.Errorf("memory: %s %q: %w", op, q.name, queue.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory: %s %q: %w", op, q.name, err)
+	}
+	return nil
+}
+
+func (q *Queue) now() int64 { return q.s.clock.Now().UnixNano() }
+
+// Put stores a copy of body.
+func (q *Queue) Put(ctx context.Context, body []byte, opts queue.PutOptions) (string, error) {
+	if err := q.check(ctx, "put"); err != nil {
+		return "", err
+	}
+	ttl, err := queue.CheckPut(body, opts, q.s.maxBody)
+	if err != nil {
+		return "", fmt.Errorf("memory: put %q: %w", q.name, err)
+	}
+	now := q.now()
+	e := &entry{
+		id:        q.s.ids.Add(1),
+		body:      append([]byte(nil), body...),
+		inserted:  now,
+		expires:   addSat(now, ttl),
+		visibleAt: now + int64(opts.InitialVisibilityDelay),
+	}
+	e.idStr = strconv.FormatUint(e.id, 10)
+	st := q.st
+	st.mu.Lock()
+	st.byID[e.id] = e
+	st.push(e)
+	if e.expires < st.minExpiry {
+		st.minExpiry = e.expires
+	}
+	st.mu.Unlock()
+	return e.idStr, nil
+}
+
+// addSat returns now+d, math.MaxInt64 for queue.NoExpiry or on overflow.
+func addSat(now int64, d time.Duration) int64 {
+	if d == queue.NoExpiry || now > math.MaxInt64-int64(d) {
+		return math.MaxInt64
+	}
+	return now + int64(d)
+}
+
+// Get hides and returns up to n visible messages.
+func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*queue.Message, error) {
+	if err := q.check(ctx, "get"); err != nil {
+		return nil, err
+	}
+	if err := queue.CheckBatchSize(n); err != nil {
+		return nil, fmt.Errorf("memory: get %q: %w", q.name, err)
+	}
+	if err := queue.CheckVisibility(visibility); err != nil {
+		return nil, fmt.Errorf("memory: get %q: %w", q.name, err)
+	}
+	now := q.now()
+	until := now + int64(visibility)
+	var got [queue.MaxBatchSize]*entry
+	k := 0
+	size := 0
+	st := q.st
+	st.mu.Lock()
+	for k < n && len(st.heap) > 0 && st.heap[0].visibleAt <= now {
+		e := st.heap[0]
+		if e.expires <= now {
+			st.remove(0)
+			delete(st.byID, e.id)
+			continue
+		}
+		e.visibleAt = until
+		e.receipt = q.s.receipts.Add(1)
+		e.dequeues++
+		st.down(0)
+		got[k] = e
+		size += len(e.body)
+		k++
+	}
+	if k == 0 {
+		st.mu.Unlock()
+		return nil, nil
+	}
+	// One allocation each for the messages, the bodies and the receipts.
+	ms := make([]queue.Message, k)
+	out := make([]*queue.Message, k)
+	bodies := make([]byte, 0, size)
+	var rb []byte
+	rend := make([]int, k)
+	for i, e := range got[:k] {
+		start := len(bodies)
+		bodies = append(bodies, e.body...)
+		ms[i] = queue.Message{
+			ID:            e.idStr,
+			Body:          bodies[start:len(bodies):len(bodies)],
+			DequeueCount:  e.dequeues,
+			InsertedAt:    time.Unix(0, e.inserted),
+			ExpiresAt:     expiresTime(e.expires),
+			NextVisibleAt: time.Unix(0, until),
+		}
+		rb = strconv.AppendUint(rb, e.receipt, 36)
+		rend[i] = len(rb)
+		out[i] = &ms[i]
+	}
+	st.mu.Unlock()
+	receipts := string(rb)
+	prev := 0
+	for i := range ms {
+		ms[i].PopReceipt = receipts[prev:rend[i]]
+		prev = rend[i]
+	}
+	return out, nil
+}
+
+func expiresTime(ns int64) time.Time {
+	if ns == math.MaxInt64 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+// lookup finds a live message by id and checks its receipt. The caller
+// holds st.mu.
+func (st *state) lookup(id, receipt string, now int64) (*entry, error) {
+	n, err := strconv.ParseUint(id, 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("%w: id %q", queue.ErrNotFound, id)
+	}
+	e, ok := st.byID[n]
+	if !ok {
+		return nil, fmt.Errorf("%w: id %q", queue.ErrNotFound, id)
+	}
+	if e.expires <= now {
+		st.remove(e.index)
+		delete(st.byID, e.id)
+		return nil, fmt.Errorf("%w: id %q expired", queue.ErrNotFound, id)
+	}
+	r, err := strconv.ParseUint(receipt, 36, 64)
+	if err != nil || r != e.receipt || e.receipt == 0 {
+		return nil, fmt.Errorf("%w: id %q", queue.ErrReceiptMismatch, id)
+	}
+	return e, nil
+}
+
+// Delete removes a message held with its newest receipt.
+func (q *Queue) Delete(ctx context.Context, id, popReceipt string) error {
+	if err := q.check(ctx, "delete"); err != nil {
+		return err
+	}
+	now := q.now()
+	st := q.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	e, err := st.lookup(id, popReceipt, now)
+	if err != nil {
+		return fmt.Errorf("memory: delete %q: %w", q.name, err)
+	}
+	st.remove(e.index)
+	delete(st.byID, e.id)
+	return nil
+}
+
+// DeleteBatch deletes many messages under one lock.
+func (q *Queue) DeleteBatch(ctx context.Context, receipts []queue.Receipt) ([]error, error) {
+	if err := q.check(ctx, "delete batch"); err != nil {
+		return nil, err
+	}
+	res := make([]error, len(receipts))
+	now := q.now()
+	st := q.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for i, r := range receipts {
+		e, err := st.lookup(r.ID, r.PopReceipt, now)
+		if err != nil {
+			res[i] = fmt.Errorf("memory: delete %q: %w", q.name, err)
+			continue
+		}
+		st.remove(e.index)
+		delete(st.byID, e.id)
+	}
+	return res, nil
+}
+
+// UpdateVisibility hides a held message for d from now and returns its new
+// receipt.
+func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d time.Duration) (string, error) {
+	if err := q.check(ctx, "update"); err != nil {
+		return "", err
+	}
+	if err := queue.CheckUpdateVisibility(d); err != nil {
+		return "", fmt.Errorf("memory: update %q: %w", q.name, err)
+	}
+	now := q.now()
+	st := q.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	e, err := st.lookup(id, popReceipt, now)
+	if err != nil {
+		return "", fmt.Errorf("memory: update %q: %w", q.name, err)
+	}
+	e.receipt = q.s.receipts.Add(1)
+	e.visibleAt = now + int64(d)
+	st.fix(e.index)
+	return strconv.FormatUint(e.receipt, 36), nil
+}
+
+// Peek returns up to n visible messages, oldest first, changing nothing.
+func (q *Queue) Peek(ctx context.Context, n int) ([]*queue.Message, error) {
+	if err := q.check(ctx, "peek"); err != nil {
+		return nil, err
+	}
+	if err := queue.CheckPeekSize(n); err != nil {
+		return nil, fmt.Errorf("memory: peek %q: %w", q.name, err)
+	}
+	now := q.now()
+	st := q.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	// Walk the heap in order without changing it: a small frontier heap of
+	// candidate positions yields the k smallest in O(k log k).
+	var out []*queue.Message
+	frontier := []int{}
+	push := func(i int) {
+		if i < len(st.heap) && st.heap[i].visibleAt <= now {
+			frontier = append(frontier, i)
+			for j := len(frontier) - 1; j > 0; {
+				p := (j - 1) / 2
+				if !st.heap[frontier[j]].before(st.heap[frontier[p]]) {
+					break
+				}
+				frontier[j], frontier[p] = frontier[p], frontier[j]
+				j = p
+			}
+		}
+	}
+	pop := func() int {
+		top := frontier[0]
+		last := len(frontier) - 1
+		frontier[0] = frontier[last]
+		frontier = frontier[:last]
+		for j := 0; ; {
+			l, r, m := 2*j+1, 2*j+2, j
+			if l < len(frontier) && st.heap[frontier[l]].before(st.heap[frontier[m]]) {
+				m = l
+			}
+			if r < len(frontier) && st.heap[frontier[r]].before(st.heap[frontier[m]]) {
+				m = r
+			}
+			if m == j {
+				break
+			}
+			frontier[j], frontier[m] = frontier[m], frontier[j]
+			j = m
+		}
+		return top
+	}
+	push(0)
+	for len(out) < n && len(frontier) > 0 {
+		i := pop()
+		e := st.heap[i]
+		push(2*i + 1)
+		push(2*i + 2)
+		if e.expires <= now {
+			continue
+		}
+		out = append(out, &queue.Message{
+			ID:            e.idStr,
+			Body:          append([]byte(nil), e.body...),
+			DequeueCount:  e.dequeues,
+			InsertedAt:    time.Unix(0, e.inserted),
+			ExpiresAt:     expiresTime(e.expires),
+			NextVisibleAt: time.Unix(0, e.visibleAt),
+		})
+	}
+	return out, nil
+}
+
+// Count returns the number of unexpired messages, visible or not.
+func (q *Queue) Count(ctx context.Context) (int, error) {
+	if err := q.check(ctx, "count"); err != nil {
+		return 0, err
+	}
+	now := q.now()
+	st := q.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.minExpiry <= now {
+		st.purgeExpired(now)
+	}
+	return len(st.byID), nil
+}
+
+// Clear deletes every message.
+func (q *Queue) Clear(ctx context.Context) error {
+	if err := q.check(ctx, "clear"); err != nil {
+		return err
+	}
+	st := q.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.heap = nil
+	st.byID = map[uint64]*entry{}
+	st.minExpiry = math.MaxInt64
+	return nil
+}
+
+// purgeExpired drops every expired message and rebuilds the heap: O(n),
+// run only when some message may have expired.
+func (st *state) purgeExpired(now int64) {
+	kept := st.heap[:0]
+	st.minExpiry = math.MaxInt64
+	for _, e := range st.heap {
+		if e.expires <= now {
+			delete(st.byID, e.id)
+			continue
+		}
+		if e.expires < st.minExpiry {
+			st.minExpiry = e.expires
+		}
+		e.index = len(kept)
+		kept = append(kept, e)
+	}
+	for i := len(kept); i < len(st.heap); i++ {
+		st.heap[i] = nil
+	}
+	st.heap = kept
+	for i := len(st.heap)/2 - 1; i >= 0; i-- {
+		st.down(i)
+	}
+}
+
+// The heap, by hand to avoid container/heap's interface calls.
+
+func (st *state) push(e *entry) {
+	e.index = len(st.heap)
+	st.heap = append(st.heap, e)
+	st.up(e.index)
+}
+
+func (st *state) remove(i int) {
+	last := len(st.heap) - 1
+	if i != last {
+		st.swap(i, last)
+	}
+	st.heap[last] = nil
+	st.heap = st.heap[:last]
+	if i != last {
+		st.fix(i)
+	}
+}
+
+func (st *state) fix(i int) {
+	if !st.down(i) {
+		st.up(i)
+	}
+}
+
+func (st *state) swap(i, j int) {
+	h := st.heap
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
+}
+
+func (st *state) up(j int) {
+	for j > 0 {
+		i := (j - 1) / 2
+		if !st.heap[j].before(st.heap[i]) {
+			break
+		}
+		st.swap(i, j)
+		j = i
+	}
+}
+
+// down sifts i down and reports whether it moved.
+func (st *state) down(i0 int) bool {
+	h := st.heap
+	n := len(h)
+	i := i0
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		j := l
+		if r := l + 1; r < n && h[r].before(h[l]) {
+			j = r
+		}
+		if !h[j].before(h[i]) {
+			break
+		}
+		st.swap(i, j)
+		i = j
+	}
+	return i > i0
+}

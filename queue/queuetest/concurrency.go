@@ -1,0 +1,255 @@
+package queuetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/adaptq/adaptq/queue"
+	"golang.org/x/sync/errgroup"
+)
+
+const (
+	concurrentConsumers = 8
+	concurrentMessages  = 5000
+)
+
+func (e *env) concurrencyMessages() int {
+	if e.h.ConcurrencyMessages > 0 {
+		return e.h.ConcurrencyMessages
+	}
+	return concurrentMessages
+}
+
+// fill puts n messages with 8 producers and returns their ids.
+func (e *env) fill(t *testing.T, q queue.Queue, n int) map[string]bool {
+	t.Helper()
+	var mu sync.Mutex
+	ids := make(map[string]bool, n)
+	var next atomic.Int64
+	g, ctx := errgroup.WithContext(e.ctx)
+	for p := 0; p < 8; p++ {
+		g.Go(func() error {
+			for {
+				i := next.Add(1)
+				if i > int64(n) {
+					return nil
+				}
+				id, err := q.Put(ctx, []byte(fmt.Sprintf("msg-%d", i)), queue.PutOptions{})
+				if err != nil {
+					return fmt.Errorf("put %d: %w", i, err)
+				}
+				mu.Lock()
+				ids[id] = true
+				mu.Unlock()
+			}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != n {
+		t.Fatalf("%d puts returned %d distinct ids", n, len(ids))
+	}
+	return ids
+}
+
+// holdings records every hold (who got which message, from when until
+// when, by the backend's own clock) and checks afterwards that no two holds
+// of one message overlap: no two consumers inside one visibility window.
+type holdings struct {
+	mu    sync.Mutex
+	holds map[string][]hold
+	slack time.Duration
+}
+
+type hold struct {
+	consumer  int
+	from, end time.Time
+}
+
+func newHoldings(slack time.Duration) *holdings {
+	return &holdings{holds: map[string][]hold{}, slack: slack}
+}
+
+// got records that consumer c got m with visibility vis. The get happened
+// at m.NextVisibleAt-vis by the backend's clock.
+func (h *holdings) got(c int, m *queue.Message, vis time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.holds[m.ID] = append(h.holds[m.ID], hold{consumer: c, from: m.NextVisibleAt.Add(-vis), end: m.NextVisibleAt})
+}
+
+// overlaps lists every pair of overlapping holds.
+func (h *holdings) overlaps() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var bad []string
+	for id, hs := range h.holds {
+		sort.Slice(hs, func(i, j int) bool { return hs[i].from.Before(hs[j].from) })
+		for i := 1; i < len(hs); i++ {
+			if hs[i].from.Add(h.slack).Before(hs[i-1].end) {
+				bad = append(bad, fmt.Sprintf("message %s: consumer %d got it at %s while consumer %d held it until %s",
+					id, hs[i].consumer, hs[i].from.Format(time.RFC3339Nano), hs[i-1].consumer, hs[i-1].end.Format(time.RFC3339Nano)))
+			}
+		}
+	}
+	sort.Strings(bad)
+	return bad
+}
+
+func testConcurrentConsumers(t *testing.T, e *env) {
+	q := e.open(t, "concurrent")
+	n := e.concurrencyMessages()
+	ids := e.fill(t, q, n)
+	// The visibility timeout outlasts the drain, so every message must be got
+	// exactly once.
+	const vis = 10 * time.Minute
+	h := newHoldings(e.h.TimeResolution)
+	var deleted atomic.Int64
+	g, ctx := errgroup.WithContext(e.ctx)
+	for c := 0; c < concurrentConsumers; c++ {
+		g.Go(func() error {
+			for {
+				ms, err := q.Get(ctx, queue.MaxBatchSize, vis)
+				if err != nil {
+					if queue.IsTransient(err) {
+						continue
+					}
+					return fmt.Errorf("consumer %d get: %w", c, err)
+				}
+				if len(ms) == 0 {
+					return nil
+				}
+				rs := make([]queue.Receipt, len(ms))
+				for i, m := range ms {
+					h.got(c, m, vis)
+					rs[i] = queue.Receipt{ID: m.ID, PopReceipt: m.PopReceipt}
+				}
+				res, err := queue.DeleteBatch(ctx, q, rs)
+				if err != nil {
+					return fmt.Errorf("consumer %d delete batch: %w", c, err)
+				}
+				for i, r := range res {
+					if r != nil {
+						return fmt.Errorf("consumer %d delete %s: %w", c, rs[i].ID, r)
+					}
+					deleted.Add(1)
+				}
+			}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range h.overlaps() {
+		t.Error(b)
+	}
+	for id, hs := range h.holds {
+		if !ids[id] {
+			t.Errorf("got unknown id %s", id)
+		}
+		if len(hs) != 1 {
+			t.Errorf("message %s got %d times inside one visibility window", id, len(hs))
+		}
+	}
+	if len(h.holds) != n || deleted.Load() != int64(n) {
+		t.Fatalf("consumers got %d distinct and deleted %d of %d messages", len(h.holds), deleted.Load(), n)
+	}
+	if c := e.count(t, q); c != 0 {
+		t.Fatalf("Count after the drain = %d", c)
+	}
+}
+
+// testConcurrentWithTimeouts drains with consumers that drop a share of the
+// messages they get (as a crashed worker would): those come back after the
+// visibility timeout, and still no two consumers hold a message at once.
+func testConcurrentWithTimeouts(t *testing.T, e *env) {
+	if !e.virtual() {
+		t.Skip("needs an injected clock: the timeouts would take minutes of real time")
+	}
+	q := e.open(t, "concurrent-timeouts")
+	n := e.concurrencyMessages() / 5
+	ids := e.fill(t, q, n)
+	const vis = 5 * time.Second
+	h := newHoldings(0)
+	var deleted atomic.Int64
+	var dropped atomic.Int64
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	// The clock runs while consumers work, so windows end mid-drain.
+	tick := make(chan struct{})
+	go func() {
+		defer close(tick)
+		for ctx.Err() == nil {
+			e.h.Advance(time.Second)
+			time.Sleep(50 * time.Microsecond)
+		}
+	}()
+	g, gctx := errgroup.WithContext(ctx)
+	for c := 0; c < concurrentConsumers; c++ {
+		g.Go(func() error {
+			k := 0
+			for deleted.Load() < int64(n) {
+				ms, err := q.Get(gctx, 8, vis)
+				if err != nil {
+					return fmt.Errorf("consumer %d get: %w", c, err)
+				}
+				for _, m := range ms {
+					h.got(c, m, vis)
+					k++
+					if k%7 == 0 && m.DequeueCount < 3 {
+						dropped.Add(1) // "crash": never delete it
+						continue
+					}
+					switch err := q.Delete(gctx, m.ID, m.PopReceipt); {
+					case err == nil:
+						deleted.Add(1)
+					case errorsIsAny(err, queue.ErrReceiptMismatch, queue.ErrNotFound):
+						// It timed out and someone else has it now: expected.
+					default:
+						return fmt.Errorf("consumer %d delete: %w", c, err)
+					}
+				}
+			}
+			return nil
+		})
+	}
+	err := g.Wait()
+	cancel()
+	<-tick
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range h.overlaps() {
+		t.Error(b)
+	}
+	if len(h.holds) != n {
+		t.Fatalf("got %d distinct of %d messages", len(h.holds), n)
+	}
+	for id := range h.holds {
+		if !ids[id] {
+			t.Errorf("got unknown id %s", id)
+		}
+	}
+	if dropped.Load() == 0 {
+		t.Fatal("no message was dropped: the case did not test redelivery")
+	}
+	if c := e.count(t, q); c != 0 {
+		t.Fatalf("Count after the drain = %d", c)
+	}
+}
+
+func errorsIsAny(err error, targets ...error) bool {
+	for _, t := range targets {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,857 @@
+// Package queuetest is the conformance suite every queue driver runs: one
+// call, Run(t, newHarness), checks each rule of the queue contract (package
+// queue's doc) against the real backend.
+//
+// Time-based cases do not sleep for real timeouts when the driver takes an
+// injected clock: the harness's Advance moves that clock. Drivers whose
+// backend keeps its own time (an emulator over HTTP) leave Advance nil and
+// the suite sleeps for real, in whole seconds.
+package queuetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/adaptq/adaptq/queue"
+)
+
+// Harness is one isolated instance of the backend under test. Run calls the
+// factory once per case, so cases do not share state or clocks.
+type Harness struct {
+	// NewQueue opens the queue called name on the backend, creating it if
+	// needed. It must return an error wrapping queue.ErrInvalidName for a
+	// name that breaks the rules, and create nothing then.
+	NewQueue func(ctx context.Context, name string) (queue.Queue, error)
+
+	// Advance moves the backend's clock forward. Nil means the backend keeps
+	// real time; the suite then sleeps.
+	Advance func(d time.Duration)
+
+	// Reopen, if set, closes everything the harness holds open and opens the
+	// backend again (a process restart for a durable driver). Queues opened
+	// before are closed by it; the suite reopens them with NewQueue.
+	Reopen func(ctx context.Context) error
+
+	// MaxBodySize is the body limit the driver promises; 0 means
+	// queue.DefaultMaxBodySize.
+	MaxBodySize int
+
+	// TimeResolution is the granularity of the backend's timestamps (Azure:
+	// one second). Checks that compare timestamps allow this much slack.
+	TimeResolution time.Duration
+
+	// ApproximateCount is set when Count may include expired messages for a
+	// while (Azure's ApproximateMessagesCount).
+	ApproximateCount bool
+
+	// ConcurrencyMessages overrides the 5,000 messages of the concurrency
+	// case (for slow backends in short mode); 0 means 5,000.
+	ConcurrencyMessages int
+}
+
+// unit is the base duration of time-based cases: long enough for a real
+// backend with one-second timestamps, free for a fake clock.
+const unit = time.Second
+
+// Run runs the whole suite. newHarness is called once per case.
+func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
+	cases := []struct {
+		name string
+		fn   func(*testing.T, *env)
+	}{
+		{"PutGetDelete", testPutGetDelete},
+		{"EmptyGet", testEmptyGet},
+		{"BatchBounds", testBatchBounds},
+		{"BatchGet", testBatchGet},
+		{"VisibilityHidesAndTimesOut", testVisibility},
+		{"StaleReceiptAfterRedelivery", testStaleReceipt},
+		{"ReceiptValidUntilRedelivered", testReceiptValidUntilRedelivered},
+		{"UpdateVisibility", testUpdateVisibility},
+		{"UpdateVisibilityZeroReleases", testUpdateVisibilityZero},
+		{"DequeueCount", testDequeueCount},
+		{"TTLExpiry", testTTL},
+		{"TTLExpiryWhileHidden", testTTLWhileHidden},
+		{"NoExpiry", testNoExpiry},
+		{"InitialVisibilityDelay", testInitialDelay},
+		{"PeekChangesNothing", testPeek},
+		{"Count", testCount},
+		{"Clear", testClear},
+		{"Names", testNames},
+		{"BodySize", testBodySize},
+		{"BodyRoundTrip", testBodyRoundTrip},
+		{"InvalidArguments", testInvalidArguments},
+		{"QueuesAreIsolated", testIsolation},
+		{"DeleteBatch", testDeleteBatch},
+		{"CancelledContext", testCancelledContext},
+		{"Closed", testClosed},
+		{"Restart", testRestart},
+		{"ConcurrentConsumers", testConcurrentConsumers},
+		{"ConcurrentConsumersWithTimeouts", testConcurrentWithTimeouts},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t)
+			if h == nil || h.NewQueue == nil {
+				t.Fatal("queuetest: harness without NewQueue")
+			}
+			c.fn(t, &env{h: h, ctx: context.Background()})
+		})
+	}
+}
+
+// env is one case's view of the harness, with helpers that fail the test.
+type env struct {
+	h   *Harness
+	ctx context.Context
+}
+
+func (e *env) advance(d time.Duration) {
+	if e.h.Advance != nil {
+		e.h.Advance(d)
+		return
+	}
+	time.Sleep(d)
+}
+
+func (e *env) virtual() bool { return e.h.Advance != nil }
+
+func (e *env) maxBody() int {
+	if e.h.MaxBodySize > 0 {
+		return e.h.MaxBodySize
+	}
+	return queue.DefaultMaxBodySize
+}
+
+func (e *env) open(t *testing.T, name string) queue.Queue {
+	t.Helper()
+	q, err := e.h.NewQueue(e.ctx, name)
+	if err != nil {
+		t.Fatalf("NewQueue(%q): %v", name, err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	return q
+}
+
+func (e *env) put(t *testing.T, q queue.Queue, body string, opts queue.PutOptions) string {
+	t.Helper()
+	id, err := q.Put(e.ctx, []byte(body), opts)
+	if err != nil {
+		t.Fatalf("Put(%q): %v", body, err)
+	}
+	if id == "" {
+		t.Fatalf("Put(%q) returned an empty id", body)
+	}
+	return id
+}
+
+func (e *env) get(t *testing.T, q queue.Queue, n int, vis time.Duration) []*queue.Message {
+	t.Helper()
+	ms, err := q.Get(e.ctx, n, vis)
+	if err != nil {
+		t.Fatalf("Get(%d, %s): %v", n, vis, err)
+	}
+	if len(ms) > n {
+		t.Fatalf("Get(%d) returned %d messages", n, len(ms))
+	}
+	return ms
+}
+
+func (e *env) getOne(t *testing.T, q queue.Queue, vis time.Duration) *queue.Message {
+	t.Helper()
+	ms := e.get(t, q, 1, vis)
+	if len(ms) != 1 {
+		t.Fatalf("Get(1) returned %d messages, want 1", len(ms))
+	}
+	return ms[0]
+}
+
+func (e *env) getNone(t *testing.T, q queue.Queue, why string) {
+	t.Helper()
+	if ms := e.get(t, q, queue.MaxBatchSize, 30*unit); len(ms) != 0 {
+		t.Fatalf("%s: Get returned %d messages (first %q), want none", why, len(ms), ms[0].Body)
+	}
+}
+
+func (e *env) count(t *testing.T, q queue.Queue) int {
+	t.Helper()
+	n, err := q.Count(e.ctx)
+	if err != nil {
+		t.Fatalf("Count: %v", err)
+	}
+	return n
+}
+
+func wantErr(t *testing.T, what string, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("%s: error = %v, want %v", what, err, target)
+	}
+}
+
+// near reports whether a and b differ by no more than the backend's
+// timestamp resolution (plus a little for real clocks).
+func (e *env) near(a, b time.Time) bool {
+	slack := e.h.TimeResolution
+	if !e.virtual() {
+		slack += 2 * time.Second
+	}
+	d := a.Sub(b)
+	if d < 0 {
+		d = -d
+	}
+	return d <= slack
+}
+
+func testPutGetDelete(t *testing.T, e *env) {
+	q := e.open(t, "put-get-delete")
+	before := time.Now()
+	id := e.put(t, q, "hello", queue.PutOptions{TTL: time.Hour})
+	m := e.getOne(t, q, 30*unit)
+	if m.ID != id {
+		t.Errorf("ID = %q, want %q", m.ID, id)
+	}
+	if string(m.Body) != "hello" {
+		t.Errorf("Body = %q, want %q", m.Body, "hello")
+	}
+	if m.DequeueCount != 1 {
+		t.Errorf("DequeueCount = %d, want 1", m.DequeueCount)
+	}
+	if m.PopReceipt == "" {
+		t.Error("PopReceipt is empty")
+	}
+	if m.InsertedAt.IsZero() {
+		t.Error("InsertedAt is zero")
+	}
+	if !e.virtual() && !e.near(m.InsertedAt, before) {
+		t.Errorf("InsertedAt = %s, want about %s", m.InsertedAt, before)
+	}
+	if got := m.ExpiresAt.Sub(m.InsertedAt); !e.near(m.InsertedAt.Add(time.Hour), m.ExpiresAt) {
+		t.Errorf("ExpiresAt - InsertedAt = %s, want 1h", got)
+	}
+	if got := m.NextVisibleAt.Sub(m.InsertedAt); !e.near(m.InsertedAt.Add(30*unit), m.NextVisibleAt) {
+		t.Errorf("NextVisibleAt - InsertedAt = %s, want %s", got, 30*unit)
+	}
+	if err := q.Delete(e.ctx, m.ID, m.PopReceipt); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	e.getNone(t, q, "after delete")
+	if n := e.count(t, q); n != 0 {
+		t.Errorf("Count after delete = %d, want 0", n)
+	}
+	wantErr(t, "Delete twice", q.Delete(e.ctx, m.ID, m.PopReceipt), queue.ErrNotFound)
+}
+
+func testEmptyGet(t *testing.T, e *env) {
+	q := e.open(t, "empty-get")
+	for i := 0; i < 3; i++ {
+		ms, err := q.Get(e.ctx, queue.MaxBatchSize, 30*unit)
+		if err != nil || len(ms) != 0 {
+			t.Fatalf("Get on empty queue = %d messages, %v; want 0, nil", len(ms), err)
+		}
+	}
+	ms, err := q.Peek(e.ctx, queue.MaxPeek)
+	if err != nil || len(ms) != 0 {
+		t.Fatalf("Peek on empty queue = %d messages, %v; want 0, nil", len(ms), err)
+	}
+}
+
+func testBatchBounds(t *testing.T, e *env) {
+	q := e.open(t, "batch-bounds")
+	e.put(t, q, "x", queue.PutOptions{})
+	for _, n := range []int{0, -1, queue.MaxBatchSize + 1, 1000} {
+		ms, err := q.Get(e.ctx, n, 30*unit)
+		wantErr(t, fmt.Sprintf("Get(%d)", n), err, queue.ErrBatchSize)
+		if len(ms) != 0 {
+			t.Fatalf("Get(%d) returned messages with its error", n)
+		}
+		if err != nil && !bytes.Contains([]byte(err.Error()), []byte(fmt.Sprint(n))) {
+			t.Errorf("Get(%d) error %q does not name the value", n, err)
+		}
+		_, err = q.Peek(e.ctx, n)
+		wantErr(t, fmt.Sprintf("Peek(%d)", n), err, queue.ErrBatchSize)
+	}
+	// The rejected calls hid nothing.
+	m := e.getOne(t, q, 30*unit)
+	if m.DequeueCount != 1 {
+		t.Errorf("DequeueCount = %d after rejected gets, want 1", m.DequeueCount)
+	}
+	if ms := e.get(t, q, queue.MaxBatchSize, 30*unit); len(ms) != 0 {
+		t.Errorf("Get(32) on a drained queue returned %d", len(ms))
+	}
+}
+
+func testBatchGet(t *testing.T, e *env) {
+	q := e.open(t, "batch-get")
+	const total = 40
+	ids := map[string]bool{}
+	for i := 0; i < total; i++ {
+		ids[e.put(t, q, fmt.Sprintf("m%02d", i), queue.PutOptions{})] = true
+	}
+	if len(ids) != total {
+		t.Fatalf("Put returned %d distinct ids for %d messages", len(ids), total)
+	}
+	first := e.get(t, q, queue.MaxBatchSize, 30*unit)
+	if len(first) != queue.MaxBatchSize {
+		t.Fatalf("first Get(32) = %d messages, want 32", len(first))
+	}
+	second := e.get(t, q, queue.MaxBatchSize, 30*unit)
+	if len(second) != total-queue.MaxBatchSize {
+		t.Fatalf("second Get(32) = %d messages, want %d", len(second), total-queue.MaxBatchSize)
+	}
+	seen := map[string]bool{}
+	for _, m := range append(first, second...) {
+		if seen[m.ID] {
+			t.Fatalf("message %s returned twice while hidden", m.ID)
+		}
+		if !ids[m.ID] {
+			t.Fatalf("unknown id %s", m.ID)
+		}
+		seen[m.ID] = true
+	}
+	e.getNone(t, q, "all hidden")
+	// Oldest first: the first batch holds the first 32 puts.
+	for _, m := range first {
+		var i int
+		if _, err := fmt.Sscanf(string(m.Body), "m%d", &i); err != nil || i >= queue.MaxBatchSize {
+			t.Errorf("first batch holds %q, want one of the first 32 puts", m.Body)
+		}
+	}
+}
+
+func testVisibility(t *testing.T, e *env) {
+	q := e.open(t, "visibility")
+	e.put(t, q, "v", queue.PutOptions{})
+	m1 := e.getOne(t, q, 3*unit)
+	e.getNone(t, q, "hidden right after get")
+	e.advance(unit)
+	e.getNone(t, q, "hidden before the timeout")
+	if n := e.count(t, q); n != 1 {
+		t.Errorf("Count while hidden = %d, want 1", n)
+	}
+	e.advance(3 * unit)
+	m2 := e.getOne(t, q, 30*unit)
+	if m2.ID != m1.ID {
+		t.Fatalf("redelivered %s, want %s", m2.ID, m1.ID)
+	}
+	if m2.PopReceipt == m1.PopReceipt {
+		t.Error("redelivery reused the pop receipt")
+	}
+	if m2.DequeueCount != 2 {
+		t.Errorf("DequeueCount = %d on redelivery, want 2", m2.DequeueCount)
+	}
+}
+
+func testStaleReceipt(t *testing.T, e *env) {
+	q := e.open(t, "stale-receipt")
+	e.put(t, q, "s", queue.PutOptions{})
+	m1 := e.getOne(t, q, unit)
+	e.advance(2 * unit)
+	m2 := e.getOne(t, q, 30*unit)
+	wantErr(t, "Delete with the receipt of the earlier get", q.Delete(e.ctx, m1.ID, m1.PopReceipt), queue.ErrReceiptMismatch)
+	_, err := q.UpdateVisibility(e.ctx, m1.ID, m1.PopReceipt, 10*unit)
+	wantErr(t, "UpdateVisibility with a stale receipt", err, queue.ErrReceiptMismatch)
+	// The failed calls changed nothing: the newest holder still owns it.
+	if err := q.Delete(e.ctx, m2.ID, m2.PopReceipt); err != nil {
+		t.Fatalf("Delete with the newest receipt: %v", err)
+	}
+	wantErr(t, "Delete of a deleted message", q.Delete(e.ctx, m2.ID, m2.PopReceipt), queue.ErrNotFound)
+	_, err = q.UpdateVisibility(e.ctx, m2.ID, m2.PopReceipt, 0)
+	wantErr(t, "UpdateVisibility of a deleted message", err, queue.ErrNotFound)
+	// An id that never existed. Drivers choose their own id format, so a
+	// malformed id may be either ErrNotFound or ErrInvalidArgument.
+	if err := q.Delete(e.ctx, "999999999", "nope"); !errors.Is(err, queue.ErrNotFound) && !errors.Is(err, queue.ErrInvalidArgument) {
+		t.Fatalf("Delete of an unknown id: %v, want ErrNotFound", err)
+	}
+}
+
+func testReceiptValidUntilRedelivered(t *testing.T, e *env) {
+	// Azure keeps a receipt valid after the visibility timeout until the
+	// message is got again: a slow consumer that finishes before anyone
+	// else picked the message up may still delete it.
+	q := e.open(t, "late-delete")
+	e.put(t, q, "late", queue.PutOptions{})
+	m := e.getOne(t, q, unit)
+	e.advance(2 * unit)
+	if err := q.Delete(e.ctx, m.ID, m.PopReceipt); err != nil {
+		t.Fatalf("late Delete before redelivery: %v", err)
+	}
+	e.getNone(t, q, "after late delete")
+}
+
+func testUpdateVisibility(t *testing.T, e *env) {
+	q := e.open(t, "update-visibility")
+	e.put(t, q, "u", queue.PutOptions{})
+	m := e.getOne(t, q, 2*unit)
+	r2, err := q.UpdateVisibility(e.ctx, m.ID, m.PopReceipt, 10*unit)
+	if err != nil {
+		t.Fatalf("UpdateVisibility: %v", err)
+	}
+	if r2 == "" || r2 == m.PopReceipt {
+		t.Fatalf("UpdateVisibility returned receipt %q, want a new one (old %q)", r2, m.PopReceipt)
+	}
+	e.advance(4 * unit)
+	e.getNone(t, q, "the extension outlasts the first timeout")
+	wantErr(t, "Delete with the receipt before the update", q.Delete(e.ctx, m.ID, m.PopReceipt), queue.ErrReceiptMismatch)
+	r3, err := q.UpdateVisibility(e.ctx, m.ID, r2, 10*unit)
+	if err != nil {
+		t.Fatalf("second UpdateVisibility with the newest receipt: %v", err)
+	}
+	if r3 == r2 {
+		t.Fatal("second UpdateVisibility reused the receipt")
+	}
+	if err := q.Delete(e.ctx, m.ID, r3); err != nil {
+		t.Fatalf("Delete with the newest receipt: %v", err)
+	}
+	for _, d := range []time.Duration{-time.Second, queue.MaxVisibilityTimeout + time.Second} {
+		e.put(t, q, "w", queue.PutOptions{})
+		m := e.getOne(t, q, 30*unit)
+		_, err := q.UpdateVisibility(e.ctx, m.ID, m.PopReceipt, d)
+		wantErr(t, fmt.Sprintf("UpdateVisibility(%s)", d), err, queue.ErrInvalidArgument)
+		if err := q.Delete(e.ctx, m.ID, m.PopReceipt); err != nil {
+			t.Fatalf("rejected UpdateVisibility(%s) changed the receipt: %v", d, err)
+		}
+	}
+}
+
+func testUpdateVisibilityZero(t *testing.T, e *env) {
+	q := e.open(t, "release-now")
+	e.put(t, q, "r", queue.PutOptions{})
+	m := e.getOne(t, q, 60*unit)
+	r2, err := q.UpdateVisibility(e.ctx, m.ID, m.PopReceipt, 0)
+	if err != nil {
+		t.Fatalf("UpdateVisibility(0): %v", err)
+	}
+	if r2 == m.PopReceipt {
+		t.Fatal("UpdateVisibility(0) kept the receipt")
+	}
+	m2 := e.getOne(t, q, 30*unit) // at once: no advance
+	if m2.ID != m.ID || m2.DequeueCount != 2 {
+		t.Fatalf("after release got %s with dequeue count %d, want %s with 2", m2.ID, m2.DequeueCount, m.ID)
+	}
+	wantErr(t, "Delete with the release receipt after redelivery", q.Delete(e.ctx, m.ID, r2), queue.ErrReceiptMismatch)
+}
+
+func testDequeueCount(t *testing.T, e *env) {
+	q := e.open(t, "dequeue-count")
+	e.put(t, q, "d", queue.PutOptions{})
+	for want := 1; want <= 4; want++ {
+		if ps, err := q.Peek(e.ctx, 1); err != nil || len(ps) != 1 || ps[0].DequeueCount != want-1 {
+			t.Fatalf("Peek before get %d: %v, %v; want dequeue count %d", want, ps, err, want-1)
+		}
+		m := e.getOne(t, q, unit)
+		if m.DequeueCount != want {
+			t.Fatalf("get %d: DequeueCount = %d", want, m.DequeueCount)
+		}
+		e.advance(2 * unit)
+	}
+}
+
+func testTTL(t *testing.T, e *env) {
+	q := e.open(t, "ttl")
+	id := e.put(t, q, "short", queue.PutOptions{TTL: 3 * unit})
+	e.put(t, q, "long", queue.PutOptions{TTL: time.Hour})
+	e.advance(unit)
+	if ps, err := q.Peek(e.ctx, queue.MaxPeek); err != nil || len(ps) != 2 {
+		t.Fatalf("Peek before expiry = %d messages, %v; want 2", len(ps), err)
+	}
+	e.advance(3 * unit)
+	ps, err := q.Peek(e.ctx, queue.MaxPeek)
+	if err != nil || len(ps) != 1 || string(ps[0].Body) != "long" {
+		t.Fatalf("Peek after expiry = %d messages, %v; want only %q", len(ps), err, "long")
+	}
+	ms := e.get(t, q, queue.MaxBatchSize, 30*unit)
+	if len(ms) != 1 || string(ms[0].Body) != "long" {
+		t.Fatalf("Get after expiry = %d messages; want only %q", len(ms), "long")
+	}
+	if !e.h.ApproximateCount {
+		if n := e.count(t, q); n != 1 {
+			t.Errorf("Count after expiry = %d, want 1", n)
+		}
+	}
+	_, err = q.UpdateVisibility(e.ctx, id, "x", 0)
+	if !errors.Is(err, queue.ErrNotFound) && !errors.Is(err, queue.ErrReceiptMismatch) {
+		t.Errorf("UpdateVisibility of an expired message: %v, want ErrNotFound", err)
+	}
+}
+
+func testTTLWhileHidden(t *testing.T, e *env) {
+	q := e.open(t, "ttl-hidden")
+	e.put(t, q, "x", queue.PutOptions{TTL: 3 * unit})
+	e.put(t, q, "y", queue.PutOptions{TTL: 3 * unit})
+	ms := e.get(t, q, 2, 10*unit)
+	if len(ms) != 2 {
+		t.Fatalf("Get(2) = %d", len(ms))
+	}
+	e.advance(4 * unit)
+	// The holder's receipt dies with the message, before any Get notices.
+	wantErr(t, "Delete of a message expired while held", q.Delete(e.ctx, ms[0].ID, ms[0].PopReceipt), queue.ErrNotFound)
+	_, err := q.UpdateVisibility(e.ctx, ms[1].ID, ms[1].PopReceipt, time.Minute)
+	wantErr(t, "UpdateVisibility of a message expired while held", err, queue.ErrNotFound)
+	e.advance(10 * unit)
+	e.getNone(t, q, "expired while hidden")
+}
+
+func testNoExpiry(t *testing.T, e *env) {
+	q := e.open(t, "no-expiry")
+	e.put(t, q, "forever", queue.PutOptions{TTL: queue.NoExpiry})
+	if e.virtual() {
+		e.advance(30 * 24 * time.Hour)
+	}
+	m := e.getOne(t, q, 30*unit)
+	if !m.ExpiresAt.IsZero() && m.ExpiresAt.Before(m.InsertedAt.AddDate(100, 0, 0)) {
+		t.Errorf("ExpiresAt = %s for a message put with NoExpiry", m.ExpiresAt)
+	}
+}
+
+func testInitialDelay(t *testing.T, e *env) {
+	q := e.open(t, "initial-delay")
+	e.put(t, q, "later", queue.PutOptions{InitialVisibilityDelay: 3 * unit})
+	e.getNone(t, q, "delayed message")
+	if ps, err := q.Peek(e.ctx, 1); err != nil || len(ps) != 0 {
+		t.Fatalf("Peek of a delayed message = %d, %v; want none", len(ps), err)
+	}
+	if n := e.count(t, q); n != 1 {
+		t.Errorf("Count with one delayed message = %d, want 1", n)
+	}
+	e.advance(4 * unit)
+	m := e.getOne(t, q, 30*unit)
+	if string(m.Body) != "later" || m.DequeueCount != 1 {
+		t.Fatalf("got %q with dequeue count %d", m.Body, m.DequeueCount)
+	}
+}
+
+func testPeek(t *testing.T, e *env) {
+	q := e.open(t, "peek")
+	for _, b := range []string{"a", "b", "c"} {
+		e.put(t, q, b, queue.PutOptions{})
+	}
+	for i := 0; i < 2; i++ {
+		ps, err := q.Peek(e.ctx, queue.MaxPeek)
+		if err != nil || len(ps) != 3 {
+			t.Fatalf("Peek = %d, %v; want 3", len(ps), err)
+		}
+		for j, p := range ps {
+			if want := string(rune('a' + j)); string(p.Body) != want {
+				t.Errorf("Peek[%d] = %q, want %q (oldest first)", j, p.Body, want)
+			}
+			if p.PopReceipt != "" || p.DequeueCount != 0 {
+				t.Errorf("Peek[%d]: receipt %q, dequeue count %d; want none and 0", j, p.PopReceipt, p.DequeueCount)
+			}
+		}
+	}
+	if ps, err := q.Peek(e.ctx, 2); err != nil || len(ps) != 2 {
+		t.Fatalf("Peek(2) = %d, %v", len(ps), err)
+	}
+	m := e.getOne(t, q, 30*unit)
+	if string(m.Body) != "a" || m.DequeueCount != 1 {
+		t.Fatalf("Get after peeks = %q with dequeue count %d, want %q with 1", m.Body, m.DequeueCount, "a")
+	}
+	ps, err := q.Peek(e.ctx, queue.MaxPeek)
+	if err != nil || len(ps) != 2 {
+		t.Fatalf("Peek with one hidden = %d, %v; want 2", len(ps), err)
+	}
+	if err := q.Delete(e.ctx, m.ID, m.PopReceipt); err != nil {
+		t.Fatalf("Delete after peek: %v (peek must not change receipts)", err)
+	}
+}
+
+func testCount(t *testing.T, e *env) {
+	q := e.open(t, "count")
+	for i := 0; i < 5; i++ {
+		e.put(t, q, "c", queue.PutOptions{})
+	}
+	if n := e.count(t, q); n != 5 {
+		t.Fatalf("Count = %d, want 5", n)
+	}
+	ms := e.get(t, q, 2, 30*unit)
+	if n := e.count(t, q); n != 5 {
+		t.Fatalf("Count with 2 hidden = %d, want 5 (visible and invisible)", n)
+	}
+	for _, m := range ms {
+		if err := q.Delete(e.ctx, m.ID, m.PopReceipt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := e.count(t, q); n != 3 {
+		t.Fatalf("Count after 2 deletes = %d, want 3", n)
+	}
+}
+
+func testClear(t *testing.T, e *env) {
+	q := e.open(t, "clear")
+	other := e.open(t, "clear-other")
+	for i := 0; i < 10; i++ {
+		e.put(t, q, "x", queue.PutOptions{})
+	}
+	e.put(t, other, "keep", queue.PutOptions{})
+	m := e.getOne(t, q, 30*unit)
+	if err := q.Clear(e.ctx); err != nil {
+		t.Fatalf("Clear: %v", err)
+	}
+	if n := e.count(t, q); n != 0 {
+		t.Fatalf("Count after Clear = %d", n)
+	}
+	e.getNone(t, q, "after Clear")
+	wantErr(t, "Delete after Clear", q.Delete(e.ctx, m.ID, m.PopReceipt), queue.ErrNotFound)
+	if n := e.count(t, other); n != 1 {
+		t.Fatalf("Clear touched another queue: its count is %d", n)
+	}
+	id := e.put(t, q, "after", queue.PutOptions{})
+	if id == m.ID {
+		t.Fatalf("id %s reused after Clear", id)
+	}
+}
+
+func testNames(t *testing.T, e *env) {
+	long := string(bytes.Repeat([]byte("a"), queue.MaxNameLength))
+	for _, name := range []string{"abc", "a-b-c1", "0ab", long} {
+		q, err := e.h.NewQueue(e.ctx, name)
+		if err != nil {
+			t.Errorf("valid name %q rejected: %v", name, err)
+			continue
+		}
+		_ = q.Close()
+	}
+	for _, name := range []string{"", "ab", "-abc", "abc-", "a--b", "Abc", "a_b", "a.b", "a b", long + "a", "émoji"} {
+		q, err := e.h.NewQueue(e.ctx, name)
+		if !errors.Is(err, queue.ErrInvalidName) {
+			if q != nil {
+				_ = q.Close()
+			}
+			t.Errorf("name %q: error = %v, want ErrInvalidName", name, err)
+			continue
+		}
+		if name != "" && !bytes.Contains([]byte(err.Error()), []byte(fmt.Sprintf("%q", name))) {
+			t.Errorf("name %q: error %q does not name it", name, err)
+		}
+	}
+}
+
+func testBodySize(t *testing.T, e *env) {
+	q := e.open(t, "body-size")
+	max := e.maxBody()
+	full := bytes.Repeat([]byte{0xAB}, max)
+	if _, err := q.Put(e.ctx, full, queue.PutOptions{}); err != nil {
+		t.Fatalf("Put of %d bytes (the limit): %v", max, err)
+	}
+	_, err := q.Put(e.ctx, append(full, 1), queue.PutOptions{})
+	wantErr(t, fmt.Sprintf("Put of %d bytes", max+1), err, queue.ErrTooLarge)
+	if err != nil && !bytes.Contains([]byte(err.Error()), []byte(fmt.Sprint(max+1))) {
+		t.Errorf("ErrTooLarge %q does not name the size", err)
+	}
+	if n := e.count(t, q); n != 1 {
+		t.Fatalf("Count = %d after a rejected put, want 1", n)
+	}
+	m := e.getOne(t, q, 30*unit)
+	if !bytes.Equal(m.Body, full) {
+		t.Fatal("body at the limit did not round-trip")
+	}
+}
+
+func testBodyRoundTrip(t *testing.T, e *env) {
+	q := e.open(t, "round-trip")
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	bodies := [][]byte{all, {}, []byte("日本語のメッセージ"), []byte("line1\nline2\r\n\x00end"), []byte(`{"json":true}`)}
+	for _, b := range bodies {
+		if _, err := q.Put(e.ctx, b, queue.PutOptions{}); err != nil {
+			t.Fatalf("Put(%q): %v", b, err)
+		}
+	}
+	ms := e.get(t, q, queue.MaxBatchSize, 30*unit)
+	if len(ms) != len(bodies) {
+		t.Fatalf("Get = %d messages, want %d", len(ms), len(bodies))
+	}
+	for i, m := range ms {
+		if !bytes.Equal(m.Body, bodies[i]) {
+			t.Errorf("body %d = %q, want %q", i, m.Body, bodies[i])
+		}
+	}
+	// The caller may modify what it got without touching the queue.
+	for _, m := range ms {
+		for i := range m.Body {
+			m.Body[i] = 0
+		}
+		if _, err := q.UpdateVisibility(e.ctx, m.ID, m.PopReceipt, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms = e.get(t, q, queue.MaxBatchSize, 30*unit)
+	for i, m := range ms {
+		if !bytes.Equal(m.Body, bodies[i]) {
+			t.Errorf("after the caller overwrote its copy, body %d = %q", i, m.Body)
+		}
+	}
+}
+
+func testInvalidArguments(t *testing.T, e *env) {
+	q := e.open(t, "invalid-args")
+	bad := []queue.PutOptions{
+		{TTL: -5 * time.Second},
+		{InitialVisibilityDelay: -time.Second},
+		{InitialVisibilityDelay: queue.MaxVisibilityTimeout + time.Second},
+		{TTL: time.Minute, InitialVisibilityDelay: time.Minute},
+	}
+	for _, o := range bad {
+		_, err := q.Put(e.ctx, []byte("x"), o)
+		wantErr(t, fmt.Sprintf("Put with %+v", o), err, queue.ErrInvalidArgument)
+	}
+	for _, v := range []time.Duration{0, -time.Second, queue.MaxVisibilityTimeout + time.Second} {
+		_, err := q.Get(e.ctx, 1, v)
+		wantErr(t, fmt.Sprintf("Get with visibility %s", v), err, queue.ErrInvalidArgument)
+	}
+	if n := e.count(t, q); n != 0 {
+		t.Fatalf("rejected puts wrote %d messages", n)
+	}
+}
+
+func testIsolation(t *testing.T, e *env) {
+	a := e.open(t, "iso-a")
+	b := e.open(t, "iso-b")
+	e.put(t, a, "for-a", queue.PutOptions{})
+	e.getNone(t, b, "queue b")
+	if n := e.count(t, b); n != 0 {
+		t.Fatalf("Count(b) = %d", n)
+	}
+	m := e.getOne(t, a, 30*unit)
+	wantErr(t, "Delete through another queue", b.Delete(e.ctx, m.ID, m.PopReceipt), queue.ErrNotFound)
+	// The same name opened twice is the same queue.
+	a2 := e.open(t, "iso-a")
+	if n := e.count(t, a2); n != 1 {
+		t.Fatalf("second handle on iso-a counts %d, want 1", n)
+	}
+	if err := a2.Delete(e.ctx, m.ID, m.PopReceipt); err != nil {
+		t.Fatalf("Delete through a second handle: %v", err)
+	}
+}
+
+func testDeleteBatch(t *testing.T, e *env) {
+	q := e.open(t, "delete-batch")
+	for _, b := range []string{"a", "b", "c"} {
+		e.put(t, q, b, queue.PutOptions{})
+	}
+	first := e.get(t, q, 3, unit)
+	if len(first) != 3 {
+		t.Fatalf("Get(3) = %d", len(first))
+	}
+	e.advance(2 * unit)
+	second := e.get(t, q, 3, 30*unit)
+	if len(second) != 3 {
+		t.Fatalf("redelivery Get(3) = %d", len(second))
+	}
+	byBody := map[string]*queue.Message{}
+	for _, m := range second {
+		byBody[string(m.Body)] = m
+	}
+	stale := map[string]*queue.Message{}
+	for _, m := range first {
+		stale[string(m.Body)] = m
+	}
+	if err := q.Delete(e.ctx, byBody["c"].ID, byBody["c"].PopReceipt); err != nil {
+		t.Fatal(err)
+	}
+	rs := []queue.Receipt{
+		{ID: byBody["a"].ID, PopReceipt: byBody["a"].PopReceipt}, // newest: deleted
+		{ID: stale["b"].ID, PopReceipt: stale["b"].PopReceipt},   // stale
+		{ID: byBody["c"].ID, PopReceipt: byBody["c"].PopReceipt}, // already gone
+	}
+	res, err := queue.DeleteBatch(e.ctx, q, rs)
+	if err != nil {
+		t.Fatalf("DeleteBatch: %v", err)
+	}
+	if len(res) != len(rs) {
+		t.Fatalf("DeleteBatch returned %d results for %d receipts", len(res), len(rs))
+	}
+	if res[0] != nil {
+		t.Errorf("batch result for the newest receipt: %v, want nil", res[0])
+	}
+	wantErr(t, "batch result for a stale receipt", res[1], queue.ErrReceiptMismatch)
+	wantErr(t, "batch result for a deleted message", res[2], queue.ErrNotFound)
+	if n := e.count(t, q); n != 1 {
+		t.Fatalf("Count after batch delete = %d, want 1 (b, whose stale receipt failed)", n)
+	}
+	if err := q.Delete(e.ctx, byBody["b"].ID, byBody["b"].PopReceipt); err != nil {
+		t.Fatalf("the failed batch entry changed b's receipt: %v", err)
+	}
+	if res, err := queue.DeleteBatch(e.ctx, q, nil); err != nil || len(res) != 0 {
+		t.Fatalf("DeleteBatch(nil) = %v, %v", res, err)
+	}
+}
+
+func testCancelledContext(t *testing.T, e *env) {
+	q := e.open(t, "cancelled")
+	ctx, cancel := context.WithCancel(e.ctx)
+	cancel()
+	if _, err := q.Put(ctx, []byte("x"), queue.PutOptions{}); err == nil {
+		t.Fatal("Put with a cancelled context succeeded")
+	} else if queue.IsTransient(err) {
+		t.Errorf("a cancelled context is reported transient: %v", err)
+	}
+	if _, err := q.Get(ctx, 1, 30*unit); err == nil {
+		t.Fatal("Get with a cancelled context succeeded")
+	}
+	if n := e.count(t, q); n != 0 {
+		t.Fatalf("Put with a cancelled context wrote %d messages", n)
+	}
+}
+
+func testClosed(t *testing.T, e *env) {
+	q, err := e.h.NewQueue(e.ctx, "closed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	_, err = q.Put(e.ctx, []byte("x"), queue.PutOptions{})
+	wantErr(t, "Put after Close", err, queue.ErrClosed)
+	_, err = q.Get(e.ctx, 1, 30*unit)
+	wantErr(t, "Get after Close", err, queue.ErrClosed)
+	_ = q.Close() // a second Close is harmless
+}
+
+func testRestart(t *testing.T, e *env) {
+	if e.h.Reopen == nil {
+		t.Skip("backend is not durable across a reopen")
+	}
+	q, err := e.h.NewQueue(e.ctx, "restart")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep := e.put(t, q, "kept", queue.PutOptions{})
+	e.put(t, q, "held", queue.PutOptions{})
+	ms := e.get(t, q, 2, 10*unit)
+	if len(ms) != 2 {
+		t.Fatalf("Get(2) = %d", len(ms))
+	}
+	for _, m := range ms {
+		if string(m.Body) == "kept" {
+			if _, err := q.UpdateVisibility(e.ctx, m.ID, m.PopReceipt, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := e.h.Reopen(e.ctx); err != nil {
+		t.Fatalf("Reopen: %v", err)
+	}
+	q = e.open(t, "restart")
+	if n := e.count(t, q); n != 2 {
+		t.Fatalf("Count after reopen = %d, want 2", n)
+	}
+	m := e.getOne(t, q, 30*unit)
+	if m.ID != keep || m.DequeueCount != 2 {
+		t.Fatalf("after reopen got %s (dequeue count %d), want the released %s with 2", m.ID, m.DequeueCount, keep)
+	}
+	e.getNone(t, q, "the held message stays hidden across the reopen")
+	e.advance(11 * unit)
+	m2 := e.getOne(t, q, 30*unit)
+	if string(m2.Body) != "held" || m2.DequeueCount != 2 {
+		t.Fatalf("after the timeout got %q (dequeue count %d), want %q with 2", m2.Body, m2.DequeueCount, "held")
+	}
+}
