@@ -1,0 +1,338 @@
+// Package meter counts and prices every call adaptq makes to a queue
+// backend. Each call is a billed storage transaction (seed 002: "a store
+// transaction is a request from a user application to add, read, update, or
+// delete store data"), a get that comes back empty included, and a retried
+// call is billed again. Wrap a queue.Queue with a Meter and read Snapshots;
+// the listener, the CLI's stats, and the simulator all read the same
+// numbers.
+package meter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/adaptq/adaptq/queue"
+)
+
+// DefaultPricePer10k is the price of 10,000 storage transactions in US
+// dollars (seed 002: "the cost of storage transactions was $0.01 per 10,000
+// transactions").
+const DefaultPricePer10k = 0.01
+
+// HoursPerMonth is the month the seed prices by: 30 days.
+const HoursPerMonth = 30 * 24
+
+// Kind is the kind of a backend call.
+type Kind int
+
+// The kinds of calls. Get counts gets that returned messages; GetEmpty
+// those that returned none. DeleteBatch is one call that deleted many.
+const (
+	Put Kind = iota
+	Get
+	GetEmpty
+	Delete
+	DeleteBatch
+	Update
+	Peek
+	Count
+	Clear
+	NumKinds
+)
+
+var kindNames = [NumKinds]string{"put", "get", "get_empty", "delete", "delete_batch", "update", "peek", "count", "clear"}
+
+// String is the kind's stable name, as used in logs and reports.
+func (k Kind) String() string {
+	if k >= 0 && k < NumKinds {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", int(k))
+}
+
+// Kinds lists every kind in order.
+func Kinds() []Kind {
+	ks := make([]Kind, NumKinds)
+	for i := range ks {
+		ks[i] = Kind(i)
+	}
+	return ks
+}
+
+// Meter accumulates counts. One Meter may wrap many queues (to total a
+// worker) and is safe for concurrent use.
+type Meter struct {
+	price float64
+	calls [NumKinds]atomic.Int64
+	errs  [NumKinds]atomic.Int64
+	trans atomic.Int64
+	rej   atomic.Int64
+	put   atomic.Int64
+	got   atomic.Int64
+	del   atomic.Int64
+}
+
+// New returns a meter that prices calls at pricePer10k dollars per 10,000
+// (DefaultPricePer10k if pricePer10k is 0).
+func New(pricePer10k float64) *Meter {
+	if pricePer10k == 0 {
+		pricePer10k = DefaultPricePer10k
+	}
+	return &Meter{price: pricePer10k}
+}
+
+// Snapshot is the meter's counts at one moment.
+type Snapshot struct {
+	// Calls counts backend calls by kind, failed ones included.
+	Calls [NumKinds]int64
+	// Errors counts calls that returned an error, by kind.
+	Errors [NumKinds]int64
+	// Transient counts errors that queue.IsTransient classifies as
+	// retryable.
+	Transient int64
+	// Rejected counts calls the driver refused before reaching the backend
+	// (invalid arguments, a closed queue, a cancelled context). They are not
+	// billed and not in Calls.
+	Rejected int64
+	// MessagesPut, MessagesGot and MessagesDeleted count messages, not
+	// calls: one Get may return 32.
+	MessagesPut, MessagesGot, MessagesDeleted int64
+	// PricePer10k is the price the meter was given.
+	PricePer10k float64
+}
+
+// Snapshot reads the counters. Counters are read one by one, so a snapshot
+// taken while calls run may be off by the calls in flight.
+func (m *Meter) Snapshot() Snapshot {
+	s := Snapshot{PricePer10k: m.price}
+	for k := range s.Calls {
+		s.Calls[k] = m.calls[k].Load()
+		s.Errors[k] = m.errs[k].Load()
+	}
+	s.Transient = m.trans.Load()
+	s.Rejected = m.rej.Load()
+	s.MessagesPut = m.put.Load()
+	s.MessagesGot = m.got.Load()
+	s.MessagesDeleted = m.del.Load()
+	return s
+}
+
+// Total is the number of billed calls.
+func (s Snapshot) Total() int64 {
+	var t int64
+	for _, c := range s.Calls {
+		t += c
+	}
+	return t
+}
+
+// Gets is the number of get calls, empty or not.
+func (s Snapshot) Gets() int64 { return s.Calls[Get] + s.Calls[GetEmpty] }
+
+// TotalErrors is the number of calls that failed.
+func (s Snapshot) TotalErrors() int64 {
+	var t int64
+	for _, c := range s.Errors {
+		t += c
+	}
+	return t
+}
+
+// Cost is the price of the calls in dollars.
+func (s Snapshot) Cost() float64 { return CostOf(s.Total(), s.PricePer10k) }
+
+// CallsPerMessage is billed calls per message deleted (processed): seed
+// 002's measure of efficiency. It is NaN before any message was deleted.
+func (s Snapshot) CallsPerMessage() float64 {
+	if s.MessagesDeleted == 0 {
+		return math.NaN()
+	}
+	return float64(s.Total()) / float64(s.MessagesDeleted)
+}
+
+// Sub returns the counts accumulated between o and s (s minus o).
+func (s Snapshot) Sub(o Snapshot) Snapshot {
+	d := s
+	for k := range d.Calls {
+		d.Calls[k] -= o.Calls[k]
+		d.Errors[k] -= o.Errors[k]
+	}
+	d.Transient -= o.Transient
+	d.Rejected -= o.Rejected
+	d.MessagesPut -= o.MessagesPut
+	d.MessagesGot -= o.MessagesGot
+	d.MessagesDeleted -= o.MessagesDeleted
+	return d
+}
+
+// MonthlyCost extrapolates the calls of s, made over d, to a 30-day month.
+func (s Snapshot) MonthlyCost(d time.Duration) float64 {
+	if d <= 0 {
+		return math.NaN()
+	}
+	perHour := float64(s.Total()) / d.Hours()
+	return CostOf(int64(math.Round(perHour*HoursPerMonth)), s.PricePer10k)
+}
+
+// CostOf prices calls at pricePer10k dollars per 10,000.
+func CostOf(calls int64, pricePer10k float64) float64 {
+	return float64(calls) / 10000 * pricePer10k
+}
+
+// Map returns the calls by kind name, leaving out kinds never called; for
+// reports and JSON.
+func (s Snapshot) Map() map[string]int64 {
+	out := map[string]int64{}
+	for k, c := range s.Calls {
+		if c != 0 {
+			out[Kind(k).String()] = c
+		}
+	}
+	return out
+}
+
+// rejected reports whether err says the call never reached the backend.
+func rejected(err error) bool {
+	return errors.Is(err, queue.ErrBatchSize) || errors.Is(err, queue.ErrInvalidArgument) ||
+		errors.Is(err, queue.ErrInvalidName) || errors.Is(err, queue.ErrClosed) ||
+		errors.Is(err, context.Canceled)
+}
+
+func (m *Meter) record(k Kind, err error) {
+	if err != nil && rejected(err) {
+		m.rej.Add(1)
+		return
+	}
+	m.calls[k].Add(1)
+	if err != nil {
+		m.errs[k].Add(1)
+		if queue.IsTransient(err) {
+			m.trans.Add(1)
+		}
+	}
+}
+
+// Wrap returns q with every call counted on m. The result implements
+// queue.BatchDeleter whether or not q does: without the capability a batch
+// becomes one Delete per message, each counted, so the meter shows what the
+// backend really bills.
+func (m *Meter) Wrap(q queue.Queue) *Queue {
+	return &Queue{q: q, m: m}
+}
+
+// Queue is a metered queue.
+type Queue struct {
+	q queue.Queue
+	m *Meter
+}
+
+var (
+	_ queue.Queue        = (*Queue)(nil)
+	_ queue.BatchDeleter = (*Queue)(nil)
+	_ queue.Wrapper      = (*Queue)(nil)
+	_ queue.MaxBodySizer = (*Queue)(nil)
+)
+
+// Meter returns the meter the queue counts on.
+func (q *Queue) Meter() *Meter { return q.m }
+
+// Unwrap returns the wrapped queue.
+func (q *Queue) Unwrap() queue.Queue { return q.q }
+
+// Name returns the wrapped queue's name.
+func (q *Queue) Name() string { return q.q.Name() }
+
+// MaxBodySize returns the wrapped queue's body limit.
+func (q *Queue) MaxBodySize() int { return queue.MaxBodySize(q.q) }
+
+// Close closes the wrapped queue; it is not a backend call.
+func (q *Queue) Close() error { return q.q.Close() }
+
+// Put counts one put.
+func (q *Queue) Put(ctx context.Context, body []byte, opts queue.PutOptions) (string, error) {
+	id, err := q.q.Put(ctx, body, opts)
+	q.m.record(Put, err)
+	if err == nil {
+		q.m.put.Add(1)
+	}
+	return id, err
+}
+
+// Get counts one get, as GetEmpty when it returned no messages.
+func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*queue.Message, error) {
+	ms, err := q.q.Get(ctx, n, visibility)
+	if len(ms) == 0 {
+		q.m.record(GetEmpty, err)
+	} else {
+		q.m.record(Get, err)
+		q.m.got.Add(int64(len(ms)))
+	}
+	return ms, err
+}
+
+// Delete counts one delete.
+func (q *Queue) Delete(ctx context.Context, id, popReceipt string) error {
+	err := q.q.Delete(ctx, id, popReceipt)
+	q.m.record(Delete, err)
+	if err == nil {
+		q.m.del.Add(1)
+	}
+	return err
+}
+
+// DeleteBatch counts one batch call when the backend deletes in batches,
+// else one delete per receipt.
+func (q *Queue) DeleteBatch(ctx context.Context, receipts []queue.Receipt) ([]error, error) {
+	if len(receipts) == 0 {
+		return nil, nil
+	}
+	if bd, ok := q.q.(queue.BatchDeleter); ok {
+		res, err := bd.DeleteBatch(ctx, receipts)
+		q.m.record(DeleteBatch, err)
+		if err == nil {
+			for _, r := range res {
+				if r == nil {
+					q.m.del.Add(1)
+				}
+			}
+		}
+		return res, err
+	}
+	res := make([]error, len(receipts))
+	for i, r := range receipts {
+		res[i] = q.Delete(ctx, r.ID, r.PopReceipt)
+	}
+	return res, nil
+}
+
+// UpdateVisibility counts one update.
+func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d time.Duration) (string, error) {
+	r, err := q.q.UpdateVisibility(ctx, id, popReceipt, d)
+	q.m.record(Update, err)
+	return r, err
+}
+
+// Peek counts one peek.
+func (q *Queue) Peek(ctx context.Context, n int) ([]*queue.Message, error) {
+	ms, err := q.q.Peek(ctx, n)
+	q.m.record(Peek, err)
+	return ms, err
+}
+
+// Count counts one count.
+func (q *Queue) Count(ctx context.Context) (int, error) {
+	n, err := q.q.Count(ctx)
+	q.m.record(Count, err)
+	return n, err
+}
+
+// Clear counts one clear.
+func (q *Queue) Clear(ctx context.Context) error {
+	err := q.q.Clear(ctx)
+	q.m.record(Clear, err)
+	return err
+}
