@@ -14,6 +14,8 @@ import (
 type Clock interface {
 	Now() time.Time
 	NewTimer(d time.Duration) Timer
+	// AfterFunc calls f in its own goroutine after d. The Timer's C is nil.
+	AfterFunc(d time.Duration, f func()) Timer
 }
 
 // Timer is the part of *time.Timer adaptq uses.
@@ -30,6 +32,9 @@ type realClock struct{}
 
 func (realClock) Now() time.Time                 { return time.Now() }
 func (realClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+func (realClock) AfterFunc(d time.Duration, f func()) Timer {
+	return realTimer{time.AfterFunc(d, f)}
+}
 
 type realTimer struct{ t *time.Timer }
 
@@ -95,6 +100,20 @@ func (f *Fake) NewTimer(d time.Duration) Timer {
 	return t
 }
 
+// AfterFunc calls f in a new goroutine when the fake time reaches now+d.
+func (f *Fake) AfterFunc(d time.Duration, fn func()) Timer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := &fakeTimer{f: f, at: f.now.Add(d), fn: fn}
+	if d <= 0 {
+		go fn()
+		return t
+	}
+	f.timers = append(f.timers, t)
+	f.notifyLocked()
+	return t
+}
+
 // Advance moves the time forward by d, firing every timer due on the way,
 // each at its own deadline.
 func (f *Fake) Advance(d time.Duration) {
@@ -117,7 +136,11 @@ func (f *Fake) Set(t time.Time) {
 			f.now = next.at
 		}
 		f.removeLocked(next)
-		next.ch <- f.now
+		if next.fn != nil {
+			go next.fn()
+		} else {
+			next.ch <- f.now
+		}
 	}
 	if t.After(f.now) {
 		f.now = t
@@ -216,6 +239,7 @@ type fakeTimer struct {
 	f  *Fake
 	at time.Time
 	ch chan time.Time
+	fn func()
 }
 
 func (t *fakeTimer) C() <-chan time.Time { return t.ch }

@@ -1,0 +1,62 @@
+// Package listener is adaptq's adaptive queue listener: seed 002's
+// CloudQueueListenerExtension, made Go. It owns the loop between a queue and
+// a handler func: batch gets, parallel dispatch, deletes after success,
+// idle backoff, the QueueEmpty and WorkDetected hooks, pool resizing,
+// visibility renewal and graceful shutdown.
+//
+// # The seed's concepts, by their Go names
+//
+//   - StartListener(threadCount) is Start(ctx, n); Run(ctx) starts
+//     Options.Tasks tasks and returns once everything has shut down.
+//   - DequeueTaskMain is a task: it gets up to BatchSize messages (seed 002:
+//     never more than 32) hidden for VisibilityTimeout, hands them to the
+//     handler, and gets again once no more than NewBatchThreshold of them
+//     are still running (Azure Functions' rule), so one slow message holds
+//     back nothing but itself.
+//   - The QueueEmpty event is Options.QueueEmpty, called after every empty
+//     get with the task's count of empty gets in a row; it returns the sleep
+//     and whether the task stops. The default is the seed's randomized
+//     exponential backoff and stop rule (package scaling). The listener
+//     never lets stops leave fewer than MinTasks, so the last task keeps
+//     polling.
+//   - QueueWorkDetected is Options.WorkDetected, fired once when a task
+//     that was idle finds messages. Wire it to a scaling.Agent, which reads
+//     the depth and calls Resize with GetOptimalDequeueTaskCount's answer.
+//   - QueryState is State: the queue's depth (one billed Count) and the
+//     pool's active, total and idle tasks, messages in flight and counters.
+//   - A push trigger's OnNext is Wake: every sleeping task gets at once.
+//
+// # What a handler can rely on
+//
+// A handler returning nil has its message deleted; the deletes of a batch
+// are coalesced into one call where the driver can delete in batches, and
+// made on a context that shutdown does not cancel. A handler returning an
+// error leaves its message to reappear after the visibility timeout; a
+// permanent error (handler.Permanent) hides it for RetryDelay instead of
+// letting it come straight back. A panic is recovered and counts as a
+// failure. Delivery is at least once: a message can run again after a
+// crash, a timeout or a lost delete, so handlers must be idempotent (key on
+// Message.ID).
+//
+// While a handler runs past half the visibility timeout, its message is
+// hidden again for another timeout (UpdateVisibility), and the newest pop
+// receipt is carried forward to the next renewal and to the delete.
+//
+// # Concurrency and cost
+//
+// Options.Concurrency bounds the messages held by handlers at once. A task
+// waits for a whole batch's worth of free slots before it gets, so every
+// get asks for a full batch (the fewest billed calls) and no fetched
+// message waits for a slot while its visibility timeout runs. Handlers that
+// take microseconds run one after another on one goroutine per batch;
+// slower ones run in parallel; a batch whose sequential run stalls spills
+// its unstarted messages onto parallel runners.
+//
+// # Shutdown
+//
+// When the run's context ends, tasks stop getting at once, messages fetched
+// but not started are released with UpdateVisibility(0) so that another
+// worker can take them now, and running handlers have ShutdownGrace to
+// finish before their context is cancelled. Run returns when all of it has
+// ended: no goroutine outlives the listener.
+package listener

@@ -1,0 +1,457 @@
+package listener
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/adaptq/adaptq/handler"
+	"github.com/adaptq/adaptq/internal/clock"
+	"github.com/adaptq/adaptq/queue"
+)
+
+// ErrRunning is returned by Start and Run on a listener that is already
+// running.
+var ErrRunning = errors.New("listener: already running")
+
+// Listener is seed 002's multi-threaded queue listener: a pool of dequeue
+// tasks feeding one handler func. Create it with New, run it with Run (or
+// Start and Wait), and resize the pool with Resize while it runs.
+type Listener struct {
+	q   queue.Queue
+	h   handler.Func
+	o   Options
+	log *zap.Logger
+	sem *semaphore.Weighted
+
+	// Lifecycle and pool size, guarded by mu.
+	mu         sync.Mutex
+	running    bool
+	stopping   bool
+	group      *errgroup.Group
+	runCtx     context.Context
+	active     int // tasks running
+	stopTokens int // tasks asked to stop that have not yet
+	nextTaskID int
+	resizeCh   chan struct{} // closed and replaced to tell sleeping tasks of a resize
+
+	wakeMu sync.Mutex
+	wakeCh chan struct{} // closed and replaced by Wake
+
+	// Handlers and batches outlive the tasks that fetched them; wg owns
+	// them. Their context ends only when the grace period does.
+	wg            sync.WaitGroup
+	handlerCtx    context.Context
+	handlerCancel context.CancelFunc
+	draining      atomic.Bool
+	fatal         atomic.Pointer[error]
+
+	totalTasks atomic.Int64
+	idleTasks  atomic.Int32
+	inFlight   atomic.Int64
+	ewma       ewma
+	stats      counters
+}
+
+// New returns a listener that feeds messages of q to h. It validates the
+// options and names the first bad field.
+func New(q queue.Queue, h handler.Func, o Options) (*Listener, error) {
+	if q == nil {
+		return nil, errors.New("listener: queue is nil")
+	}
+	if h == nil {
+		return nil, fmt.Errorf("listener: handler for queue %q is nil", q.Name())
+	}
+	o = o.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, fmt.Errorf("%w (queue %q)", err, q.Name())
+	}
+	if o.QueueEmpty == nil {
+		idle := o.Idle
+		o.QueueEmpty = func(l *Listener, k int) (time.Duration, bool) {
+			d := idle.Delay(k)
+			return d, idle.ShouldStop(d, l.ActiveTasks())
+		}
+	}
+	l := &Listener{
+		q:        q,
+		h:        handler.Chain(h, handler.Recover()),
+		o:        o,
+		log:      o.Logger.With(zap.String("queue", q.Name())),
+		sem:      semaphore.NewWeighted(int64(o.Concurrency)),
+		resizeCh: make(chan struct{}),
+		wakeCh:   make(chan struct{}),
+	}
+	l.ewma.init()
+	return l, nil
+}
+
+// Queue returns the queue the listener reads.
+func (l *Listener) Queue() queue.Queue { return l.q }
+
+// Options returns the options in effect, defaults filled in.
+func (l *Listener) Options() Options { return l.o }
+
+// Run starts Options.Tasks dequeue tasks and blocks until ctx ends and
+// everything the listener started has ended: tasks stop fetching at once,
+// fetched messages not yet started are released to other consumers,
+// running handlers get the shutdown grace period, and deletes after
+// success complete. It returns nil after a normal shutdown.
+func (l *Listener) Run(ctx context.Context) error {
+	if err := l.Start(ctx, l.o.Tasks); err != nil {
+		return err
+	}
+	return l.Wait()
+}
+
+// Start starts n dequeue tasks (seed 002's StartListener(threadCount)) and
+// returns. The listener runs until ctx ends; Wait waits for that.
+func (l *Listener) Start(ctx context.Context, n int) error {
+	if n < 1 || n > l.o.MaxTasks {
+		return fmt.Errorf("listener: tasks: %d is outside 1..max_tasks %d", n, l.o.MaxTasks)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.running {
+		return ErrRunning
+	}
+	l.running, l.stopping = true, false
+	l.draining.Store(false)
+	l.fatal.Store(nil)
+	g, gctx := errgroup.WithContext(ctx)
+	l.group, l.runCtx = g, gctx
+	l.handlerCtx, l.handlerCancel = context.WithCancel(context.WithoutCancel(ctx))
+	// The watcher holds the group open until shutdown begins, so that
+	// Resize may add tasks while the pool is momentarily empty.
+	g.Go(func() error {
+		<-gctx.Done()
+		l.beginDrain()
+		return nil
+	})
+	for i := 0; i < n; i++ {
+		l.startTaskLocked()
+	}
+	return nil
+}
+
+// Wait blocks until the listener started by Start has shut down, and
+// returns the first fatal error, if any.
+func (l *Listener) Wait() error {
+	l.mu.Lock()
+	g := l.group
+	l.mu.Unlock()
+	if g == nil {
+		return nil
+	}
+	err := g.Wait()
+	l.wg.Wait() // batches: handlers, deletes, releases
+	l.handlerCancel()
+	l.mu.Lock()
+	l.running, l.group = false, nil
+	l.mu.Unlock()
+	if p := l.fatal.Load(); p != nil {
+		return *p
+	}
+	return err
+}
+
+// beginDrain runs when the run's context ends: no task fetches again, and
+// handlers still running when the grace period ends are cancelled.
+func (l *Listener) beginDrain() {
+	l.mu.Lock()
+	l.stopping = true
+	l.mu.Unlock()
+	l.draining.Store(true)
+	t := l.o.Clock.AfterFunc(l.o.ShutdownGrace, l.handlerCancel)
+	go func() {
+		// Stop the grace timer once everything has ended on its own.
+		l.wg.Wait()
+		t.Stop()
+	}()
+	l.log.Debug("listener: draining", zap.Duration("grace", l.o.ShutdownGrace))
+}
+
+// startTaskLocked starts one task. l.mu is held.
+func (l *Listener) startTaskLocked() {
+	l.active++
+	l.nextTaskID++
+	id := l.nextTaskID
+	l.totalTasks.Add(1)
+	ctx := l.runCtx
+	l.group.Go(func() error { return l.taskMain(ctx, id) })
+}
+
+// Resize makes the pool n tasks, clamped to [MinTasks, MaxTasks]: it starts
+// tasks, or asks the surplus to stop after their current get. It does
+// nothing when the listener is not running.
+func (l *Listener) Resize(n int) {
+	if n < l.o.MinTasks {
+		n = l.o.MinTasks
+	}
+	if n > l.o.MaxTasks {
+		n = l.o.MaxTasks
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.running || l.stopping {
+		return
+	}
+	cur := l.active - l.stopTokens
+	switch {
+	case n > cur:
+		// Withdraw stop requests first: those tasks are still running.
+		add := n - cur
+		w := min(add, l.stopTokens)
+		l.stopTokens -= w
+		for i := 0; i < add-w; i++ {
+			l.startTaskLocked()
+		}
+	case n < cur:
+		l.stopTokens += cur - n
+		close(l.resizeCh)
+		l.resizeCh = make(chan struct{})
+	}
+	if n != cur {
+		l.log.Debug("listener: resized", zap.Int("from", cur), zap.Int("to", n))
+	}
+}
+
+// takeStopToken reports whether the calling task should stop because
+// Resize asked for fewer tasks; if so the task is no longer counted.
+func (l *Listener) takeStopToken() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopTokens == 0 {
+		return false
+	}
+	l.stopTokens--
+	l.active--
+	return true
+}
+
+// tryIdleStop grants a QueueEmpty stop request unless it would leave fewer
+// than MinTasks; if granted the task is no longer counted.
+func (l *Listener) tryIdleStop() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.active-l.stopTokens <= l.o.MinTasks {
+		return false
+	}
+	l.active--
+	return true
+}
+
+// taskEnded uncounts a task that stopped for another reason (shutdown).
+func (l *Listener) taskEnded() {
+	l.mu.Lock()
+	l.active--
+	l.mu.Unlock()
+}
+
+// Wake interrupts the sleep of every idle task, which then gets at once:
+// how a push trigger cuts the polling delay.
+func (l *Listener) Wake() {
+	l.wakeMu.Lock()
+	close(l.wakeCh)
+	l.wakeCh = make(chan struct{})
+	l.wakeMu.Unlock()
+}
+
+func (l *Listener) wakeChan() <-chan struct{} {
+	l.wakeMu.Lock()
+	defer l.wakeMu.Unlock()
+	return l.wakeCh
+}
+
+func (l *Listener) resizeChan() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.resizeCh
+}
+
+// ActiveTasks is the number of dequeue tasks running, not counting those
+// asked to stop.
+func (l *Listener) ActiveTasks() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.active - l.stopTokens
+}
+
+// Depth is the queue's approximate message count: one billed Count call.
+func (l *Listener) Depth(ctx context.Context) (int, error) { return l.q.Count(ctx) }
+
+// State is seed 002's QueryState, with more: the queue's depth and the
+// listener's counters.
+type State struct {
+	// Depth is the queue's approximate count, visible and hidden.
+	Depth int
+	// ActiveTasks are running now; TotalTasks were ever started; IdleTasks
+	// are sleeping after an empty get.
+	ActiveTasks, TotalTasks, IdleTasks int
+	// InFlight is the number of fetched messages not yet finished.
+	InFlight int
+	// HandlerTime is the moving average of one handler call.
+	HandlerTime time.Duration
+	Stats
+}
+
+// Stats are the listener's counters since New.
+type Stats struct {
+	// Processed handler calls returned nil; Failed returned an error
+	// (Panics of them panicked).
+	Processed, Failed, Panics int64
+	// Deleted messages; ReceiptMismatches and NotFound are deletes that
+	// found the message taken by another consumer or gone (expected).
+	Deleted, ReceiptMismatches, NotFound int64
+	// DeleteErrors are deletes that failed otherwise; the message will
+	// reappear and run again.
+	DeleteErrors int64
+	// GetErrors counts failed gets, TransientErrors the retryable ones.
+	GetErrors, TransientErrors int64
+	// EmptyGets counts gets that found nothing.
+	EmptyGets int64
+	// Released messages were handed back unstarted at shutdown; Renewed
+	// counts visibility extensions of held messages; Hidden counts failed
+	// messages hidden by RetryDelay.
+	Released, Renewed, Hidden int64
+	// WorkDetected counts idle→busy edges.
+	WorkDetected int64
+}
+
+type counters struct {
+	processed, failed, panics                      atomic.Int64
+	deleted, mismatches, notFound, deleteErrors    atomic.Int64
+	getErrors, transientErrors, emptyGets          atomic.Int64
+	released, renewed, hidden, workDetected        atomic.Int64
+}
+
+// Stats reads the counters without calling the queue.
+func (l *Listener) Stats() Stats {
+	c := &l.stats
+	return Stats{
+		Processed: c.processed.Load(), Failed: c.failed.Load(), Panics: c.panics.Load(),
+		Deleted: c.deleted.Load(), ReceiptMismatches: c.mismatches.Load(), NotFound: c.notFound.Load(),
+		DeleteErrors: c.deleteErrors.Load(),
+		GetErrors:    c.getErrors.Load(), TransientErrors: c.transientErrors.Load(), EmptyGets: c.emptyGets.Load(),
+		Released: c.released.Load(), Renewed: c.renewed.Load(), Hidden: c.hidden.Load(),
+		WorkDetected: c.workDetected.Load(),
+	}
+}
+
+// State reads the listener's state and the queue's depth (one billed
+// Count call).
+func (l *Listener) State(ctx context.Context) (State, error) {
+	s := l.localState()
+	d, err := l.q.Count(ctx)
+	if err != nil {
+		return s, fmt.Errorf("listener: state of %q: %w", l.q.Name(), err)
+	}
+	s.Depth = d
+	return s, nil
+}
+
+func (l *Listener) localState() State {
+	l.mu.Lock()
+	active := l.active - l.stopTokens
+	l.mu.Unlock()
+	return State{
+		ActiveTasks: active,
+		TotalTasks:  int(l.totalTasks.Load()),
+		IdleTasks:   int(l.idleTasks.Load()),
+		InFlight:    int(l.inFlight.Load()),
+		HandlerTime: l.ewma.get(),
+		Stats:       l.Stats(),
+	}
+}
+
+// setFatal records an error that ends the listener.
+func (l *Listener) setFatal(err error) {
+	l.fatal.CompareAndSwap(nil, &err)
+}
+
+// deleteCtx is the context of deletes and releases: shutdown does not
+// cancel them, a timeout bounds them.
+func (l *Listener) deleteCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(l.handlerCtx), DefaultDeleteTimeout)
+}
+
+// sleepReason says why an idle sleep ended.
+type sleepReason int
+
+const (
+	sleptFull sleepReason = iota
+	sleepWoken
+	sleepCancelled
+	sleepStop
+)
+
+// sleep waits d, ending early for a Wake, for shutdown, or for a Resize
+// that asks this task to stop.
+func (l *Listener) sleep(ctx context.Context, d time.Duration) sleepReason {
+	if d <= 0 {
+		return sleptFull
+	}
+	t := l.o.Clock.NewTimer(d)
+	defer t.Stop()
+	wake := l.wakeChan()
+	for {
+		resize := l.resizeChan()
+		select {
+		case <-t.C():
+			return sleptFull
+		case <-ctx.Done():
+			return sleepCancelled
+		case <-wake:
+			return sleepWoken
+		case <-resize:
+			if l.takeStopToken() {
+				return sleepStop
+			}
+		}
+	}
+}
+
+// ewma is a moving average of handler durations in nanoseconds, updated
+// without locks; -1 until the first sample.
+type ewma struct{ bits atomic.Int64 }
+
+const ewmaAlpha = 0.2
+
+func (e *ewma) init() { e.bits.Store(-1) }
+
+func (e *ewma) add(d time.Duration) {
+	for {
+		old := e.bits.Load()
+		var v int64
+		if old < 0 {
+			v = int64(d)
+		} else {
+			v = old + int64(ewmaAlpha*float64(int64(d)-old))
+		}
+		if e.bits.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
+func (e *ewma) get() time.Duration {
+	v := e.bits.Load()
+	if v < 0 {
+		return 0
+	}
+	return time.Duration(v)
+}
+
+func (e *ewma) known() (time.Duration, bool) {
+	v := e.bits.Load()
+	return time.Duration(v), v >= 0
+}
+
+var _ = clock.Real

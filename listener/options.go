@@ -1,0 +1,200 @@
+package listener
+
+import (
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/adaptq/adaptq/handler"
+	"github.com/adaptq/adaptq/internal/clock"
+	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/scaling"
+)
+
+// Defaults. Each names where its number comes from.
+const (
+	// DefaultBatchSize is how many messages one get asks for: the most a
+	// get may return (seed 002), so each billed get does the most work.
+	DefaultBatchSize = queue.MaxBatchSize
+	// DefaultVisibilityTimeout hides a fetched message for 30 s (seed 001:
+	// Azure's default when none is given).
+	DefaultVisibilityTimeout = queue.DefaultVisibilityTimeout
+	// DefaultConcurrency bounds the handlers a listener runs at once: two
+	// full batches, the one being handled and the next one fetched at the
+	// new-batch threshold (Azure Functions' batchSize + newBatchThreshold
+	// rule, with adaptq's batch of 32).
+	DefaultConcurrency = 2 * DefaultBatchSize
+	// DefaultMaxTasks is the largest pool seed 002's static rules ask for.
+	DefaultMaxTasks = 100
+	// DefaultShutdownGrace is how long running handlers may finish after
+	// shutdown begins (Kubernetes' default terminationGracePeriodSeconds).
+	DefaultShutdownGrace = 30 * time.Second
+	// DefaultPermanentRetryDelay hides a message whose handler failed
+	// permanently for this long, so that it is not retried in a tight loop
+	// when no poison queue takes it.
+	DefaultPermanentRetryDelay = 10 * time.Minute
+	// DefaultErrorBackoffInitial and DefaultErrorBackoffMax bound the
+	// exponential backoff after a failed get (Azure's storage SDK retries
+	// start near one second and cap at one minute).
+	DefaultErrorBackoffInitial = time.Second
+	DefaultErrorBackoffMax     = time.Minute
+	// DefaultDeleteTimeout bounds a delete after success, which shutdown
+	// does not cancel.
+	DefaultDeleteTimeout = 30 * time.Second
+)
+
+// Dispatch selects how a batch's handlers are run.
+type Dispatch int
+
+const (
+	// DispatchAuto runs fast handlers one after another on one goroutine
+	// per batch and slow ones in parallel, measuring as it goes; a batch
+	// whose sequential run stalls spills its remaining messages onto
+	// parallel runners.
+	DispatchAuto Dispatch = iota
+	// DispatchParallel starts every message of a batch on its own
+	// goroutine at once (within the concurrency bound).
+	DispatchParallel
+)
+
+// Options configure a Listener. The zero value uses every default.
+type Options struct {
+	// BatchSize is the n of each get, 1..32.
+	BatchSize int
+	// VisibilityTimeout hides fetched messages; a handler still running at
+	// half of it has its messages' visibility extended.
+	VisibilityTimeout time.Duration
+	// Concurrency bounds the messages held by handlers at once.
+	Concurrency int
+	// NewBatchThreshold: a task fetches its next batch once no more than
+	// this many of its messages are still being handled. 0 means
+	// BatchSize/2 (Azure Functions' default); a negative value waits for
+	// the whole batch.
+	NewBatchThreshold int
+	// Tasks is the number of dequeue tasks Run starts with (default 1).
+	Tasks int
+	// MinTasks is the fewest tasks the idle stop rule leaves (default 1).
+	MinTasks int
+	// MaxTasks is the most tasks Resize starts (default DefaultMaxTasks).
+	MaxTasks int
+
+	// Idle is the backoff the default QueueEmpty hook uses.
+	Idle scaling.IdleBackoff
+	// QueueEmpty is called after each empty get with the task's count of
+	// empty gets in a row; it returns how long the task sleeps and whether
+	// it stops (seed 002's QueueEmpty event). The listener refuses a stop
+	// that would leave fewer than MinTasks. Default: Idle's formula and
+	// stop rule.
+	QueueEmpty func(l *Listener, idleCount int) (delay time.Duration, stop bool)
+	// WorkDetected is called, on the task's goroutine, when a task that
+	// was idle finds messages: once per idle→busy edge (seed 002's
+	// QueueWorkDetected). It must not block.
+	WorkDetected func(l *Listener)
+
+	// RetryDelay says how long to hide a message whose handler failed
+	// (0: leave it; it reappears when its visibility timeout ends).
+	// Default: DefaultPermanentRetryDelay for permanent errors, else 0.
+	RetryDelay func(m *queue.Message, err error) time.Duration
+
+	// ShutdownGrace is how long running handlers may finish after the
+	// run's context ends; then their contexts are cancelled.
+	ShutdownGrace time.Duration
+	// ErrorBackoffInitial and ErrorBackoffMax shape the backoff after a
+	// failed get.
+	ErrorBackoffInitial, ErrorBackoffMax time.Duration
+
+	// Dispatch selects how handlers of a batch run (default DispatchAuto).
+	Dispatch Dispatch
+
+	// Clock drives sleeps, backoff, renewal and the grace period (default
+	// the wall clock; tests and the simulator pass a fake).
+	Clock clock.Clock
+	// Logger receives the listener's logs (default: none).
+	Logger *zap.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.BatchSize == 0 {
+		o.BatchSize = DefaultBatchSize
+	}
+	if o.VisibilityTimeout == 0 {
+		o.VisibilityTimeout = DefaultVisibilityTimeout
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	switch {
+	case o.NewBatchThreshold == 0:
+		o.NewBatchThreshold = o.BatchSize / 2
+	case o.NewBatchThreshold < 0:
+		o.NewBatchThreshold = 0
+	}
+	if o.Tasks == 0 {
+		o.Tasks = 1
+	}
+	if o.MinTasks == 0 {
+		o.MinTasks = 1
+	}
+	if o.MaxTasks == 0 {
+		o.MaxTasks = DefaultMaxTasks
+	}
+	o.Idle = o.Idle.WithDefaults()
+	if o.RetryDelay == nil {
+		o.RetryDelay = defaultRetryDelay
+	}
+	if o.ShutdownGrace == 0 {
+		o.ShutdownGrace = DefaultShutdownGrace
+	}
+	if o.ErrorBackoffInitial == 0 {
+		o.ErrorBackoffInitial = DefaultErrorBackoffInitial
+	}
+	if o.ErrorBackoffMax == 0 {
+		o.ErrorBackoffMax = DefaultErrorBackoffMax
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	return o
+}
+
+func defaultRetryDelay(_ *queue.Message, err error) time.Duration {
+	if handler.IsPermanent(err) {
+		return DefaultPermanentRetryDelay
+	}
+	return 0
+}
+
+// validate names the first bad field and its value.
+func (o Options) validate() error {
+	bad := func(field string, v any, why string) error {
+		return fmt.Errorf("listener: %s: %v %s", field, v, why)
+	}
+	switch {
+	case o.BatchSize < 1 || o.BatchSize > queue.MaxBatchSize:
+		return bad("batch_size", o.BatchSize, fmt.Sprintf("is outside 1..%d", queue.MaxBatchSize))
+	case o.VisibilityTimeout <= 0 || o.VisibilityTimeout > queue.MaxVisibilityTimeout:
+		return bad("visibility_timeout", o.VisibilityTimeout, fmt.Sprintf("is outside (0, %s]", queue.MaxVisibilityTimeout))
+	case o.Concurrency < 1:
+		return bad("concurrency", o.Concurrency, "is below 1")
+	case o.NewBatchThreshold >= o.BatchSize:
+		return bad("new_batch_threshold", o.NewBatchThreshold, fmt.Sprintf("is not below the batch size %d", o.BatchSize))
+	case o.MinTasks < 1:
+		return bad("min_tasks", o.MinTasks, "is below 1")
+	case o.MaxTasks < o.MinTasks:
+		return bad("max_tasks", o.MaxTasks, fmt.Sprintf("is below min_tasks %d", o.MinTasks))
+	case o.Tasks < 1 || o.Tasks > o.MaxTasks:
+		return bad("tasks", o.Tasks, fmt.Sprintf("is outside 1..max_tasks %d", o.MaxTasks))
+	case o.ShutdownGrace < 0:
+		return bad("shutdown_grace", o.ShutdownGrace, "is negative")
+	case o.ErrorBackoffInitial < 0 || o.ErrorBackoffMax < o.ErrorBackoffInitial:
+		return bad("error_backoff", fmt.Sprintf("%s..%s", o.ErrorBackoffInitial, o.ErrorBackoffMax), "is not a valid range")
+	}
+	if err := o.Idle.Validate(); err != nil {
+		return fmt.Errorf("listener: idle: %w", err)
+	}
+	return nil
+}

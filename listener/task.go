@@ -1,0 +1,200 @@
+package listener
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"go.uber.org/zap"
+
+	"github.com/adaptq/adaptq/queue"
+)
+
+// task is one dequeue task: seed 002's DequeueTaskMain.
+type task struct {
+	l  *Listener
+	id int
+	// inFlight counts this task's fetched messages not yet finished; wake
+	// receives when it falls to the new-batch threshold.
+	inFlight atomic.Int32
+	wake     chan struct{}
+}
+
+// taskMain loops get → dispatch, or get → QueueEmpty → sleep, until ctx
+// ends, the QueueEmpty hook stops it, or Resize asks for fewer tasks.
+func (l *Listener) taskMain(ctx context.Context, id int) error {
+	t := &task{l: l, id: id, wake: make(chan struct{}, 1)}
+	log := l.log.With(zap.Int("task", id))
+	idle := 0
+	var errBackoff *backoff.ExponentialBackOff
+	counted := true // whether this task is still counted in l.active
+	defer func() {
+		if counted {
+			l.taskEnded()
+		}
+	}()
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if l.takeStopToken() {
+			counted = false
+			log.Debug("listener: task stopped by resize")
+			return nil
+		}
+		// Fetch again only when few enough of this task's messages remain
+		// (Functions' NewBatchThreshold), so a slow message holds back
+		// nothing but itself.
+		if !t.waitBelow(ctx, l.o.NewBatchThreshold) {
+			return nil
+		}
+		held, ok := l.acquire(ctx, min(l.o.BatchSize, l.o.Concurrency))
+		if !ok {
+			return nil
+		}
+		ms, err := l.q.Get(ctx, held, l.o.VisibilityTimeout)
+		if err != nil {
+			l.sem.Release(int64(held))
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, queue.ErrClosed) {
+				l.setFatal(err)
+				return err
+			}
+			if errBackoff == nil {
+				errBackoff = l.newErrorBackoff()
+			}
+			wait := l.getFailed(log, err, errBackoff)
+			if l.sleep(ctx, wait) == sleepStop {
+				counted = false
+				return nil
+			}
+			continue
+		}
+		if errBackoff != nil {
+			errBackoff.Reset()
+		}
+		if unused := held - len(ms); unused > 0 {
+			l.sem.Release(int64(unused))
+		}
+		if len(ms) == 0 {
+			l.stats.emptyGets.Add(1)
+			idle++
+			delay, stop := l.o.QueueEmpty(l, idle)
+			if stop && l.tryIdleStop() {
+				counted = false
+				log.Debug("listener: idle task stopped", zap.Int("idle_count", idle), zap.Duration("delay", delay))
+				return nil
+			}
+			l.idleTasks.Add(1)
+			r := l.sleep(ctx, delay)
+			l.idleTasks.Add(-1)
+			if r == sleepStop {
+				counted = false
+				return nil
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			// Shutdown began while the get was on its way: hand the
+			// messages straight back.
+			l.releaseAll(ms)
+			l.sem.Release(int64(len(ms)))
+			return nil
+		}
+		if idle > 0 {
+			idle = 0
+			l.stats.workDetected.Add(1)
+			log.Debug("listener: work detected", zap.Int("messages", len(ms)))
+			if l.o.WorkDetected != nil {
+				l.o.WorkDetected(l)
+			}
+		}
+		l.dispatch(t, ms)
+	}
+}
+
+// waitBelow blocks until no more than n of the task's messages are in
+// flight; false if ctx ended first.
+func (t *task) waitBelow(ctx context.Context, n int) bool {
+	for t.inFlight.Load() > int32(n) {
+		select {
+		case <-t.wake:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// finished is called as each of the task's messages finishes.
+func (t *task) finished() {
+	if t.inFlight.Add(-1) == int32(t.l.o.NewBatchThreshold) {
+		select {
+		case t.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// acquire waits for n handler slots. A task takes a whole batch's slots
+// before its get, so every get asks for a full batch (the fewest billed
+// calls) and no fetched message waits for a slot while its visibility
+// timeout runs.
+func (l *Listener) acquire(ctx context.Context, n int) (int, bool) {
+	if err := l.sem.Acquire(ctx, int64(n)); err != nil {
+		return 0, false
+	}
+	return n, true
+}
+
+func (l *Listener) newErrorBackoff() *backoff.ExponentialBackOff {
+	b := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(l.o.ErrorBackoffInitial),
+		backoff.WithMaxInterval(l.o.ErrorBackoffMax),
+		backoff.WithMaxElapsedTime(0),
+	)
+	b.Clock = l.o.Clock
+	b.Reset()
+	return b
+}
+
+// getFailed counts and logs a failed get and returns how long to wait
+// before the next: the backoff's next interval, or the server's hint if
+// longer.
+func (l *Listener) getFailed(log *zap.Logger, err error, b *backoff.ExponentialBackOff) time.Duration {
+	l.stats.getErrors.Add(1)
+	wait := b.NextBackOff()
+	if ra, ok := queue.RetryAfter(err); ok && ra > wait {
+		wait = ra
+	}
+	if queue.IsTransient(err) {
+		l.stats.transientErrors.Add(1)
+		log.Warn("listener: get failed, retrying", zap.Error(err), zap.Duration("delay", wait))
+	} else {
+		log.Error("listener: get failed, retrying", zap.Error(err), zap.Duration("delay", wait))
+	}
+	return wait
+}
+
+// releaseAll makes unstarted messages visible again at once.
+func (l *Listener) releaseAll(ms []*queue.Message) {
+	ctx, cancel := l.deleteCtx()
+	defer cancel()
+	for _, m := range ms {
+		l.release(ctx, m.ID, m.PopReceipt)
+	}
+}
+
+// release makes one held, unstarted message visible at once, so another
+// consumer gets it now rather than after the visibility timeout.
+func (l *Listener) release(ctx context.Context, id, receipt string) {
+	if _, err := l.q.UpdateVisibility(ctx, id, receipt, 0); err != nil {
+		l.log.Debug("listener: release failed; the message reappears after its visibility timeout", zap.String("msg_id", id), zap.Error(err))
+		return
+	}
+	l.stats.released.Add(1)
+}
