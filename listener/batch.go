@@ -31,11 +31,11 @@ const (
 
 // Message states within a batch.
 const (
-	stWaiting  uint32 = iota // fetched, not started
-	stRunning                // handler running
-	stSucceeded              // handler returned nil; to be deleted
-	stFailed                 // handler failed; left to reappear
-	stDone                   // deleted, released, or given up
+	stWaiting   uint32 = iota // fetched, not started
+	stRunning                 // handler running
+	stSucceeded               // handler returned nil; to be deleted
+	stFailed                  // handler failed; left to reappear
+	stDone                    // deleted, released, or given up
 )
 
 // batch is the messages of one get, handled together. Runners claim

@@ -326,10 +326,10 @@ type Stats struct {
 }
 
 type counters struct {
-	processed, failed, panics                      atomic.Int64
-	deleted, mismatches, notFound, deleteErrors    atomic.Int64
-	getErrors, transientErrors, emptyGets          atomic.Int64
-	released, renewed, hidden, workDetected        atomic.Int64
+	processed, failed, panics                   atomic.Int64
+	deleted, mismatches, notFound, deleteErrors atomic.Int64
+	getErrors, transientErrors, emptyGets       atomic.Int64
+	released, renewed, hidden, workDetected     atomic.Int64
 }
 
 // Stats reads the counters without calling the queue.
