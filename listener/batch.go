@@ -1,7 +1,6 @@
 package listener
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -15,10 +14,12 @@ import (
 )
 
 // Dispatch tuning. A handler faster than sequentialBelow on average costs
-// less than starting a goroutine for it would, so a batch of them runs on
-// one goroutine; a sequential batch not finished after stallAfter spills
-// its unstarted messages onto parallel runners, so one slow message never
-// holds the others back.
+// less than starting a goroutine for it would, so a batch of them runs
+// inline on the task's own goroutine, as a hand-written loop would. An
+// inline batch not finished after stallAfter spills its unstarted messages
+// onto parallel runners and hands the task's loop to a new goroutine, so
+// one slow message holds back neither the rest of its batch nor the
+// task's next get.
 //
 // A batch still unfinished flushAfter after its get deletes the messages
 // that did succeed (their receipts would otherwise wait on the slowest
@@ -40,59 +41,94 @@ const (
 
 // batch is the messages of one get, handled together. Runners claim
 // messages by index; the last message to finish completes the batch, which
-// deletes the successes in one call. A renewal timer at half the visibility
-// timeout flushes successes early and extends messages still held.
+// deletes the successes in one call. While a batch is unfinished a
+// maintenance timer flushes successes early and extends messages still
+// held at half the visibility timeout.
 type batch struct {
 	l     *Listener
 	t     *task
 	msgs  []*queue.Message
-	state []atomic.Uint32
+	state [queue.MaxBatchSize]atomic.Uint32
 	next  atomic.Int32 // index of the next message to claim
 	left  atomic.Int32 // messages not finished
 
-	mu       sync.Mutex // guards receipts, closed, tick, renewAt, stall
-	receipts []string   // newest pop receipt of each message
-	closed   bool
-	tick     clock.Timer // the next flush or renewal
-	renewAt  time.Time   // when held messages are next extended
-	stall    *time.Timer
+	mu        sync.Mutex // guards the fields below
+	receipts  []string   // newest pop receipts; nil while none has changed
+	closed    bool
+	inline    bool        // running on the task's goroutine
+	handedOff bool        // the task's loop moved to another goroutine
+	tick      clock.Timer // the next flush or renewal; nil until armed
+	renewAt   time.Time   // when held messages are next extended
 }
 
-// dispatch starts handling a fetched batch and returns at once.
-func (l *Listener) dispatch(t *task, ms []*queue.Message) {
-	n := len(ms)
-	b := &batch{l: l, t: t, msgs: ms, state: make([]atomic.Uint32, n), receipts: make([]string, n)}
-	for i, m := range ms {
-		b.receipts[i] = m.PopReceipt
+// receipt is message i's newest pop receipt. b.mu is held.
+func (b *batch) receipt(i int) string {
+	if b.receipts != nil {
+		return b.receipts[i]
 	}
+	return b.msgs[i].PopReceipt
+}
+
+// setReceipt records a new receipt for message i. b.mu is held.
+func (b *batch) setReceipt(i int, r string) {
+	if b.receipts == nil {
+		b.receipts = make([]string, len(b.msgs))
+		for j, m := range b.msgs {
+			b.receipts[j] = m.PopReceipt
+		}
+	}
+	b.receipts[i] = r
+}
+
+// armMaintenance starts the flush-and-renew timer. b.mu is held.
+func (b *batch) armMaintenance() {
+	if b.tick == nil && !b.closed {
+		d := min(flushAfter, b.renewAt.Sub(b.l.o.Clock.Now()))
+		b.tick = b.l.o.Clock.AfterFunc(d, b.maintain)
+	}
+}
+
+// dispatch starts handling a fetched batch. A batch of fast handlers runs
+// inline before dispatch returns; otherwise dispatch returns at once. It
+// reports whether the task's loop was handed to another goroutine, in
+// which case the caller must end.
+func (l *Listener) dispatch(t *task, ms []*queue.Message) (handedOff bool) {
+	n := len(ms)
+	b := &batch{l: l, t: t, msgs: ms}
 	b.left.Store(int32(n))
 	t.inFlight.Add(int32(n))
 	l.inFlight.Add(int64(n))
 	l.wg.Add(1) // the batch itself, until complete
-	b.mu.Lock()
 	b.renewAt = l.o.Clock.Now().Add(l.o.VisibilityTimeout / 2)
-	b.tick = l.o.Clock.AfterFunc(min(flushAfter, l.o.VisibilityTimeout/2), b.maintain)
 	avg, known := l.ewma.known()
-	if l.o.Dispatch == DispatchParallel || !known || avg >= sequentialBelow || n == 1 {
+	if l.o.Dispatch == DispatchParallel || !known || avg >= sequentialBelow {
+		b.mu.Lock()
+		b.armMaintenance()
 		for i := 0; i < n; i++ {
-			l.wg.Go(func() { b.run(true) })
+			l.wg.Go(func() { b.run(false) })
 		}
-	} else {
-		l.wg.Go(func() { b.run(false) })
-		b.stall = time.AfterFunc(stallAfter, b.spill)
+		b.mu.Unlock()
+		return false
 	}
-	b.mu.Unlock()
+	b.inline = true
+	t.current.Store(b)
+	t.stall.Reset(stallAfter)
+	b.run(true)
+	t.stall.Stop()
+	t.current.Store(nil)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.inline = false
+	return b.handedOff
 }
 
-// run claims and handles messages until none are left to claim. A
-// parallel runner times each call; a sequential one times its whole run.
-func (b *batch) run(parallel bool) {
+// run claims and handles messages until none are left to claim. The
+// inline runner settles its counters once at the end; a parallel runner
+// settles each message as it finishes.
+func (b *batch) run(inline bool) {
 	l := b.l
-	var start time.Time
-	ran := 0
-	if !parallel {
-		start = time.Now()
-	}
+	start := time.Now()
+	ran, ok := 0, 0
 	for {
 		i := int(b.next.Add(1)) - 1
 		if i >= len(b.msgs) {
@@ -103,50 +139,63 @@ func (b *batch) run(parallel bool) {
 			continue
 		}
 		b.state[i].Store(stRunning)
-		var err error
-		if parallel {
-			s := time.Now()
-			err = l.h(l.handlerCtx, b.msgs[i])
-			l.ewma.add(time.Since(s))
-		} else {
-			err = l.h(l.handlerCtx, b.msgs[i])
-			ran++
+		if !inline {
+			start = time.Now()
 		}
-		b.finish(i, err)
+		err := l.h(l.handlerCtx, b.msgs[i])
+		if !inline {
+			l.ewma.add(time.Since(start))
+		}
+		ran++
+		if err == nil {
+			ok++
+			b.state[i].Store(stSucceeded)
+		} else {
+			b.failed(i, err)
+		}
+		if !inline {
+			b.settle(1, ok)
+			ran, ok = 0, 0
+		}
 	}
-	if !parallel && ran > 0 {
+	if inline && ran > 0 {
 		l.ewma.add(time.Since(start) / time.Duration(ran))
+		b.settle(ran, ok)
 	}
 }
 
-// spill moves the unstarted messages of a stalled sequential batch onto
-// parallel runners.
+// settle accounts for n finished messages, ok of them succeeded: it frees
+// their handler slots, wakes the task at its new-batch threshold, and
+// completes the batch when nothing is left.
+func (b *batch) settle(n, ok int) {
+	l := b.l
+	l.sem.Release(int64(n))
+	if ok > 0 {
+		l.stats.processed.Add(int64(ok))
+	}
+	l.inFlight.Add(-int64(n))
+	b.t.finished(n)
+	if b.left.Add(-int32(n)) == 0 {
+		b.complete()
+	}
+}
+
+// spill rescues a stalled inline batch: its unstarted messages go to
+// parallel runners, the maintenance timer starts, and the task's loop goes
+// on in a new goroutine while this one waits for its handler.
 func (b *batch) spill() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed {
+	if b.closed || !b.inline || b.handedOff {
 		return
 	}
+	b.handedOff = true
+	b.armMaintenance()
 	for k := len(b.msgs) - int(b.next.Load()); k > 0; k-- {
-		b.l.wg.Go(func() { b.run(true) })
+		b.l.wg.Go(func() { b.run(false) })
 	}
-}
-
-// finish records a handler's result.
-func (b *batch) finish(i int, err error) {
-	l := b.l
-	l.sem.Release(1)
-	if err == nil {
-		l.stats.processed.Add(1)
-		b.state[i].Store(stSucceeded)
-	} else {
-		b.failed(i, err)
-	}
-	b.t.finished()
-	l.inFlight.Add(-1)
-	if b.left.Add(-1) == 0 {
-		b.complete()
-	}
+	t := b.t
+	b.l.group.Go(t.loop)
 }
 
 // failed handles a handler error: count it, log it, and hide the message
@@ -168,15 +217,13 @@ func (b *batch) failed(i int, err error) {
 	}
 	if delay > 0 {
 		b.mu.Lock()
-		receipt := b.receipts[i]
+		receipt := b.receipt(i)
 		b.mu.Unlock()
-		ctx, cancel := l.deleteCtx()
-		nr, uerr := l.q.UpdateVisibility(ctx, m.ID, receipt, min(delay, queue.MaxVisibilityTimeout))
-		cancel()
+		nr, uerr := l.q.UpdateVisibility(l.opCtx, m.ID, receipt, min(delay, queue.MaxVisibilityTimeout))
 		if uerr == nil {
 			l.stats.hidden.Add(1)
 			b.mu.Lock()
-			b.receipts[i] = nr
+			b.setReceipt(i, nr)
 			b.mu.Unlock()
 		} else {
 			l.log.Debug("listener: hiding a failed message failed", zap.String("msg_id", m.ID), zap.Error(uerr))
@@ -187,46 +234,45 @@ func (b *batch) failed(i int, err error) {
 
 // releaseUnstarted hands a claimed but unstarted message back at shutdown.
 func (b *batch) releaseUnstarted(i int) {
-	l := b.l
 	b.mu.Lock()
-	receipt := b.receipts[i]
+	receipt := b.receipt(i)
 	b.mu.Unlock()
-	ctx, cancel := l.deleteCtx()
-	l.release(ctx, b.msgs[i].ID, receipt)
-	cancel()
+	b.l.release(b.msgs[i].ID, receipt)
 	b.state[i].Store(stDone)
-	l.sem.Release(1)
-	b.t.finished()
-	l.inFlight.Add(-1)
-	if b.left.Add(-1) == 0 {
-		b.complete()
-	}
+	b.settle(1, 0)
 }
 
 // takeSucceeded collects the receipts of succeeded messages not yet
 // deleted and marks them done. b.mu is held.
-func (b *batch) takeSucceeded() []queue.Receipt {
-	var rs []queue.Receipt
+func (b *batch) takeSucceeded(rs []queue.Receipt) []queue.Receipt {
 	for i := range b.msgs {
 		if b.state[i].CompareAndSwap(stSucceeded, stDone) {
-			rs = append(rs, queue.Receipt{ID: b.msgs[i].ID, PopReceipt: b.receipts[i]})
+			rs = append(rs, queue.Receipt{ID: b.msgs[i].ID, PopReceipt: b.receipt(i)})
 		}
 	}
 	return rs
 }
 
+// receiptBufs recycles the receipt slices of batch deletes.
+var receiptBufs = sync.Pool{New: func() any {
+	s := make([]queue.Receipt, 0, queue.MaxBatchSize)
+	return &s
+}}
+
 // complete runs once, when the batch's last message finishes: it stops the
-// timers and deletes what succeeded.
+// timer and deletes what succeeded.
 func (b *batch) complete() {
+	buf := receiptBufs.Get().(*[]queue.Receipt)
 	b.mu.Lock()
 	b.closed = true
-	b.tick.Stop()
-	if b.stall != nil {
-		b.stall.Stop()
+	if b.tick != nil {
+		b.tick.Stop()
 	}
-	rs := b.takeSucceeded()
+	rs := b.takeSucceeded((*buf)[:0])
 	b.mu.Unlock()
 	b.l.deleteReceipts(rs)
+	*buf = rs[:0]
+	receiptBufs.Put(buf)
 	b.l.wg.Done()
 }
 
@@ -241,7 +287,7 @@ func (b *batch) maintain() {
 		b.mu.Unlock()
 		return
 	}
-	rs := b.takeSucceeded()
+	rs := b.takeSucceeded(nil)
 	now := l.o.Clock.Now()
 	if !now.Before(b.renewAt) {
 		b.renewHeld()
@@ -255,20 +301,18 @@ func (b *batch) maintain() {
 // renewHeld extends the messages still waiting or running. b.mu is held.
 func (b *batch) renewHeld() {
 	l := b.l
-	ctx, cancel := l.deleteCtx()
-	defer cancel()
 	for i, m := range b.msgs {
 		switch b.state[i].Load() {
 		case stWaiting, stRunning:
 		default:
 			continue
 		}
-		nr, err := l.q.UpdateVisibility(ctx, m.ID, b.receipts[i], l.o.VisibilityTimeout)
+		nr, err := l.q.UpdateVisibility(l.opCtx, m.ID, b.receipt(i), l.o.VisibilityTimeout)
 		if err != nil {
 			l.log.Warn("listener: renewing a held message failed", zap.String("msg_id", m.ID), zap.Error(err))
 			continue
 		}
-		b.receipts[i] = nr
+		b.setReceipt(i, nr)
 		l.stats.renewed.Add(1)
 	}
 }
@@ -279,8 +323,7 @@ func (l *Listener) deleteReceipts(rs []queue.Receipt) {
 	if len(rs) == 0 {
 		return
 	}
-	ctx, cancel := l.deleteCtx()
-	defer cancel()
+	ctx := l.opCtx
 	var res []error
 	var err error
 	for attempt := 0; ; attempt++ {
@@ -301,10 +344,11 @@ func (l *Listener) deleteReceipts(rs []queue.Receipt) {
 		l.log.Warn("listener: deleting processed messages failed; they will run again", zap.Int("messages", len(rs)), zap.Error(err))
 		return
 	}
+	deleted := 0
 	for i, r := range res {
 		switch {
 		case r == nil:
-			l.stats.deleted.Add(1)
+			deleted++
 		case errors.Is(r, queue.ErrReceiptMismatch):
 			l.stats.mismatches.Add(1)
 			l.log.Debug("listener: message was taken by another consumer before its delete", zap.String("msg_id", rs[i].ID))
@@ -316,6 +360,5 @@ func (l *Listener) deleteReceipts(rs []queue.Receipt) {
 			l.log.Warn("listener: delete failed; the message will run again", zap.String("msg_id", rs[i].ID), zap.Error(r))
 		}
 	}
+	l.stats.deleted.Add(int64(deleted))
 }
-
-var _ = context.Background

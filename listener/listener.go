@@ -50,6 +50,11 @@ type Listener struct {
 	wg            sync.WaitGroup
 	handlerCtx    context.Context
 	handlerCancel context.CancelFunc
+	// opCtx carries deletes, releases and renewals: shutdown does not
+	// cancel it, but it ends DefaultDeleteTimeout after the grace period,
+	// so a hung backend cannot hold Run open forever.
+	opCtx    context.Context
+	opCancel context.CancelFunc
 	draining      atomic.Bool
 	fatal         atomic.Pointer[error]
 
@@ -128,6 +133,7 @@ func (l *Listener) Start(ctx context.Context, n int) error {
 	g, gctx := errgroup.WithContext(ctx)
 	l.group, l.runCtx = g, gctx
 	l.handlerCtx, l.handlerCancel = context.WithCancel(context.WithoutCancel(ctx))
+	l.opCtx, l.opCancel = context.WithCancel(context.WithoutCancel(ctx))
 	// The watcher holds the group open until shutdown begins, so that
 	// Resize may add tasks while the pool is momentarily empty.
 	g.Go(func() error {
@@ -153,6 +159,7 @@ func (l *Listener) Wait() error {
 	err := g.Wait()
 	l.wg.Wait() // batches: handlers, deletes, releases
 	l.handlerCancel()
+	l.opCancel()
 	l.mu.Lock()
 	l.running, l.group = false, nil
 	l.mu.Unlock()
@@ -169,11 +176,13 @@ func (l *Listener) beginDrain() {
 	l.stopping = true
 	l.mu.Unlock()
 	l.draining.Store(true)
-	t := l.o.Clock.AfterFunc(l.o.ShutdownGrace, l.handlerCancel)
+	grace := l.o.Clock.AfterFunc(l.o.ShutdownGrace, l.handlerCancel)
+	ops := l.o.Clock.AfterFunc(l.o.ShutdownGrace+DefaultDeleteTimeout, l.opCancel)
 	go func() {
-		// Stop the grace timer once everything has ended on its own.
+		// Stop the timers once everything has ended on its own.
 		l.wg.Wait()
-		t.Stop()
+		grace.Stop()
+		ops.Stop()
 	}()
 	l.log.Debug("listener: draining", zap.Duration("grace", l.o.ShutdownGrace))
 }
@@ -374,12 +383,6 @@ func (l *Listener) localState() State {
 // setFatal records an error that ends the listener.
 func (l *Listener) setFatal(err error) {
 	l.fatal.CompareAndSwap(nil, &err)
-}
-
-// deleteCtx is the context of deletes and releases: shutdown does not
-// cancel them, a timeout bounds them.
-func (l *Listener) deleteCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(l.handlerCtx), DefaultDeleteTimeout)
 }
 
 // sleepReason says why an idle sleep ended.

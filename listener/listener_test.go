@@ -369,3 +369,49 @@ func TestLongHandlerIsRenewedWithTheNewestReceipt(t *testing.T) {
 		t.Fatalf("dequeue count %d", m.DequeueCount)
 	}
 }
+
+func TestStalledInlineBatchHandsTheTaskOn(t *testing.T) {
+	release := make(chan struct{})
+	var slowID atomic.Value
+	slowID.Store("")
+	rec := newRecorder()
+	h := func(ctx context.Context, m *queue.Message) error {
+		if m.ID == slowID.Load() {
+			<-release
+		}
+		return rec.handle(ctx, m)
+	}
+	f := newFixture(t, h, listener.Options{Tasks: 1})
+	f.put(200) // fast: the listener learns to run batches inline
+	f.start()
+	eventually(t, "the warm-up is deleted", func() bool { return f.l.Stats().Deleted == 200 })
+	if avg := f.l.Stats(); avg.Processed != 200 {
+		t.Fatal(avg)
+	}
+	st, _ := f.l.State(context.Background())
+	if st.HandlerTime <= 0 || st.HandlerTime > 100*time.Microsecond {
+		t.Logf("handler time %s: the batch may not run inline", st.HandlerTime)
+	}
+	f.settle()
+	ids := f.put(300)
+	slowID.Store(ids[0]) // first message of the next batch blocks
+	f.clock.AdvanceToNext()
+	// The rest of its batch and the 268 messages behind it are handled by
+	// the task, which went on without the stalled goroutine.
+	eventually(t, "the other 299 are handled", func() bool { return rec.distinct() == 499 })
+	f.clock.Advance(time.Second) // the stalled batch's flush
+	eventually(t, "the other 299 are deleted", func() bool { return f.l.Stats().Deleted == 499 })
+	if got := f.l.ActiveTasks(); got != 1 {
+		t.Fatalf("%d active tasks after a hand-off, want 1", got)
+	}
+	close(release)
+	eventually(t, "the slow one is deleted", func() bool { return f.l.Stats().Deleted == 500 })
+	f.settle()
+	st, _ = f.l.State(context.Background())
+	if st.ActiveTasks != 1 || st.TotalTasks != 1 {
+		t.Fatalf("after the hand-off: %d active of %d started, want 1 of 1", st.ActiveTasks, st.TotalTasks)
+	}
+	if err := f.stop(); err != nil {
+		t.Fatal(err)
+	}
+}

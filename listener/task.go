@@ -12,24 +12,46 @@ import (
 	"github.com/adaptq/adaptq/queue"
 )
 
-// task is one dequeue task: seed 002's DequeueTaskMain.
+// task is one dequeue task: seed 002's DequeueTaskMain. Its loop usually
+// runs on one goroutine, but a batch that stalls while running inline hands
+// the loop to a new goroutine (see batch.spill), so the task's state lives
+// here rather than on a stack.
 type task struct {
-	l  *Listener
-	id int
+	l   *Listener
+	id  int
+	ctx context.Context
+	log *zap.Logger
 	// inFlight counts this task's fetched messages not yet finished; wake
 	// receives when it falls to the new-batch threshold.
 	inFlight atomic.Int32
 	wake     chan struct{}
+	// idle counts empty gets in a row; errBackoff paces retries of failed
+	// gets. Only the goroutine running the loop touches them.
+	idle       int
+	errBackoff *backoff.ExponentialBackOff
+	// current is the batch running inline, if any; stall fires spill on it
+	// when it runs too long. One timer per task, reset for each batch.
+	current atomic.Pointer[batch]
+	stall   *time.Timer
 }
 
-// taskMain loops get → dispatch, or get → QueueEmpty → sleep, until ctx
-// ends, the QueueEmpty hook stops it, or Resize asks for fewer tasks.
 func (l *Listener) taskMain(ctx context.Context, id int) error {
-	t := &task{l: l, id: id, wake: make(chan struct{}, 1)}
-	log := l.log.With(zap.Int("task", id))
-	idle := 0
-	var errBackoff *backoff.ExponentialBackOff
-	counted := true // whether this task is still counted in l.active
+	t := &task{l: l, id: id, ctx: ctx, log: l.log.With(zap.Int("task", id)), wake: make(chan struct{}, 1)}
+	t.stall = time.AfterFunc(time.Hour, func() {
+		if b := t.current.Load(); b != nil {
+			b.spill()
+		}
+	})
+	t.stall.Stop()
+	return t.loop()
+}
+
+// loop gets → dispatches, or gets → asks QueueEmpty → sleeps, until the
+// run's context ends, the QueueEmpty hook stops the task, Resize asks for
+// fewer tasks, or the loop is handed to another goroutine.
+func (t *task) loop() error {
+	l, ctx, log := t.l, t.ctx, t.log
+	counted := true // whether this goroutine still owns the task's place in l.active
 	defer func() {
 		if counted {
 			l.taskEnded()
@@ -64,29 +86,29 @@ func (l *Listener) taskMain(ctx context.Context, id int) error {
 				l.setFatal(err)
 				return err
 			}
-			if errBackoff == nil {
-				errBackoff = l.newErrorBackoff()
+			if t.errBackoff == nil {
+				t.errBackoff = l.newErrorBackoff()
 			}
-			wait := l.getFailed(log, err, errBackoff)
+			wait := l.getFailed(log, err, t.errBackoff)
 			if l.sleep(ctx, wait) == sleepStop {
 				counted = false
 				return nil
 			}
 			continue
 		}
-		if errBackoff != nil {
-			errBackoff.Reset()
+		if t.errBackoff != nil {
+			t.errBackoff.Reset()
 		}
 		if unused := held - len(ms); unused > 0 {
 			l.sem.Release(int64(unused))
 		}
 		if len(ms) == 0 {
 			l.stats.emptyGets.Add(1)
-			idle++
-			delay, stop := l.o.QueueEmpty(l, idle)
+			t.idle++
+			delay, stop := l.o.QueueEmpty(l, t.idle)
 			if stop && l.tryIdleStop() {
 				counted = false
-				log.Debug("listener: idle task stopped", zap.Int("idle_count", idle), zap.Duration("delay", delay))
+				log.Debug("listener: idle task stopped", zap.Int("idle_count", t.idle), zap.Duration("delay", delay))
 				return nil
 			}
 			l.idleTasks.Add(1)
@@ -105,15 +127,20 @@ func (l *Listener) taskMain(ctx context.Context, id int) error {
 			l.sem.Release(int64(len(ms)))
 			return nil
 		}
-		if idle > 0 {
-			idle = 0
+		if t.idle > 0 {
+			t.idle = 0
 			l.stats.workDetected.Add(1)
 			log.Debug("listener: work detected", zap.Int("messages", len(ms)))
 			if l.o.WorkDetected != nil {
 				l.o.WorkDetected(l)
 			}
 		}
-		l.dispatch(t, ms)
+		if l.dispatch(t, ms) {
+			// A stalled inline batch handed the loop to a new goroutine,
+			// which now owns the task.
+			counted = false
+			return nil
+		}
 	}
 }
 
@@ -130,9 +157,11 @@ func (t *task) waitBelow(ctx context.Context, n int) bool {
 	return true
 }
 
-// finished is called as each of the task's messages finishes.
-func (t *task) finished() {
-	if t.inFlight.Add(-1) == int32(t.l.o.NewBatchThreshold) {
+// finished is called as the task's messages finish, n at a time; it wakes
+// the task when they fall to the new-batch threshold.
+func (t *task) finished(n int) {
+	thr := int32(t.l.o.NewBatchThreshold)
+	if now := t.inFlight.Add(-int32(n)); now <= thr && now+int32(n) > thr {
 		select {
 		case t.wake <- struct{}{}:
 		default:
@@ -182,17 +211,15 @@ func (l *Listener) getFailed(log *zap.Logger, err error, b *backoff.ExponentialB
 
 // releaseAll makes unstarted messages visible again at once.
 func (l *Listener) releaseAll(ms []*queue.Message) {
-	ctx, cancel := l.deleteCtx()
-	defer cancel()
 	for _, m := range ms {
-		l.release(ctx, m.ID, m.PopReceipt)
+		l.release(m.ID, m.PopReceipt)
 	}
 }
 
 // release makes one held, unstarted message visible at once, so another
 // consumer gets it now rather than after the visibility timeout.
-func (l *Listener) release(ctx context.Context, id, receipt string) {
-	if _, err := l.q.UpdateVisibility(ctx, id, receipt, 0); err != nil {
+func (l *Listener) release(id, receipt string) {
+	if _, err := l.q.UpdateVisibility(l.opCtx, id, receipt, 0); err != nil {
 		l.log.Debug("listener: release failed; the message reappears after its visibility timeout", zap.String("msg_id", id), zap.Error(err))
 		return
 	}
