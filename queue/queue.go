@@ -85,13 +85,20 @@ type Queue interface {
 	Name() string
 
 	// Put adds a message and returns its id. A body larger than the driver's
-	// limit is ErrTooLarge, and nothing is written.
+	// limit is ErrTooLarge, and nothing is written. Once Put returns nil the
+	// message is stored (durably, on a durable driver). An error means
+	// nothing was written, except a transient error from a network backend
+	// that cannot know (a timeout after sending): a retry may then store the
+	// message twice, which at-least-once consumers tolerate.
 	Put(ctx context.Context, body []byte, opts PutOptions) (id string, err error)
 
 	// Get returns up to n visible messages (1 ≤ n ≤ MaxBatchSize, else
 	// ErrBatchSize), each now hidden for visibility (0 < visibility ≤
 	// MaxVisibilityTimeout) with a fresh PopReceipt and its DequeueCount
 	// incremented. An empty queue returns no messages and no error.
+	// Messages come oldest first: by the time they became visible, then by
+	// when they were put. Embedded drivers keep this order exactly; Azure
+	// keeps it approximately, so no consumer may depend on it.
 	Get(ctx context.Context, n int, visibility time.Duration) ([]*Message, error)
 
 	// Delete removes a message. It succeeds only with the newest receipt;

@@ -1,0 +1,299 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/adaptq/adaptq/queue"
+)
+
+// DefaultBusyTimeout is how long a statement waits for another process to
+// release the database's write lock before it fails with a transient
+// error. Five seconds is far above any single transaction of this driver
+// (they last microseconds to milliseconds) and short enough that a caller's
+// retry loop still sees a stuck writer.
+const DefaultBusyTimeout = 5 * time.Second
+
+// readConns is the size of the read-only pool used by Peek and Count: they
+// are rare next to Get, so a few connections are plenty.
+const readConns = 4
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	clock       queue.Clock
+	maxBody     int
+	busyTimeout time.Duration
+}
+
+// WithClock sets the clock the DB reads for every timestamp it stores and
+// compares (default queue.SystemClock{}). Tests pass a fake clock to move
+// time instead of sleeping.
+func WithClock(c queue.Clock) Option {
+	return func(o *options) {
+		if c != nil {
+			o.clock = c
+		}
+	}
+}
+
+// WithMaxBodySize sets the largest body Put accepts, in bytes (default
+// queue.DefaultMaxBodySize). Values below 1 leave the default.
+func WithMaxBodySize(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.maxBody = n
+		}
+	}
+}
+
+// WithBusyTimeout sets how long a statement waits for a lock held by
+// another process (default DefaultBusyTimeout). Values below 1 ms leave the
+// default.
+func WithBusyTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d >= time.Millisecond {
+			o.busyTimeout = d
+		}
+	}
+}
+
+// DB is one SQLite database file holding any number of queues. It is safe
+// for concurrent use; see the package doc for its concurrency model.
+type DB struct {
+	path    string
+	clock   queue.Clock
+	maxBody int
+
+	w *sql.DB // writes: exactly one connection
+	r *sql.DB // Peek and Count: read-only connections
+
+	st   statements
+	puts putGroup // Puts waiting to share a commit
+
+	closed atomic.Bool
+
+	mu     sync.Mutex
+	queues map[string]int64 // queue name → queues.id
+}
+
+// statements are prepared once per DB. database/sql prepares each again on
+// every connection it is used on; the write pool has one.
+type statements struct {
+	put, get, del, exists, existsBatch, update, purge, clear *sql.Stmt // write pool
+	peek, count                                              *sql.Stmt // read pool
+
+	// delBatch[k] is sqlDeleteBatch(1<<k): batches are padded with NULLs
+	// to the next power of two, so six statements serve every size.
+	delBatch [deleteBatchClasses]*sql.Stmt
+}
+
+// Open opens the SQLite database at path, creating the file and its
+// directory if needed, and brings its schema up to date. A file written by a
+// newer version of this package is refused with ErrSchemaTooNew.
+func Open(path string, opts ...Option) (*DB, error) {
+	o := options{clock: queue.SystemClock{}, maxBody: queue.DefaultMaxBodySize, busyTimeout: DefaultBusyTimeout}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if path == "" {
+		return nil, fmt.Errorf("sqlite: open: %w: empty path", queue.ErrInvalidArgument)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o750); err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
+	}
+	db := &DB{path: abs, clock: o.clock, maxBody: o.maxBody, queues: map[string]int64{}}
+	if err := db.open(o.busyTimeout); err != nil {
+		db.closePools()
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, classify(err))
+	}
+	return db, nil
+}
+
+func (db *DB) open(busyTimeout time.Duration) (err error) {
+	ms := strconv.FormatInt(busyTimeout.Milliseconds(), 10)
+	if db.w, err = sql.Open("sqlite", dsn(db.path, ms, false)); err != nil {
+		return err
+	}
+	// One writer connection, kept for the life of the DB.
+	db.w.SetMaxOpenConns(1)
+	db.w.SetMaxIdleConns(1)
+	db.w.SetConnMaxLifetime(0)
+	db.w.SetConnMaxIdleTime(0)
+	if err := migrate(context.Background(), db.w); err != nil {
+		return err
+	}
+	if db.r, err = sql.Open("sqlite", dsn(db.path, ms, true)); err != nil {
+		return err
+	}
+	n := min(readConns, runtime.GOMAXPROCS(0))
+	db.r.SetMaxOpenConns(n)
+	db.r.SetMaxIdleConns(n)
+	db.r.SetConnMaxIdleTime(time.Minute)
+	return db.prepare()
+}
+
+// dsn is the modernc.org/sqlite data source name for path: WAL, synchronous
+// NORMAL, the busy timeout, and BEGIN IMMEDIATE for transactions.
+func dsn(path, busyMillis string, readOnly bool) string {
+	q := url.Values{}
+	q.Set("_busy_timeout", busyMillis)
+	q.Set("_journal_mode", "WAL")
+	q.Set("_synchronous", "NORMAL")
+	q.Set("_txlock", "immediate")
+	q.Add("_pragma", "temp_store(MEMORY)")
+	if readOnly {
+		q.Set("_query_only", "1")
+	}
+	p := filepath.ToSlash(path)
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p // file:///C:/x on Windows
+	}
+	u := url.URL{Scheme: "file", Path: p, RawQuery: q.Encode()}
+	return u.String()
+}
+
+func (db *DB) prepare() error {
+	w := []struct {
+		p   **sql.Stmt
+		sql string
+	}{
+		{&db.st.put, sqlPut},
+		{&db.st.get, sqlGet},
+		{&db.st.del, sqlDelete},
+		{&db.st.exists, sqlExists},
+		{&db.st.existsBatch, sqlExistsBatch},
+		{&db.st.update, sqlUpdateVisibility},
+		{&db.st.purge, sqlPurge},
+		{&db.st.clear, sqlClear},
+	}
+	for _, s := range w {
+		st, err := db.w.Prepare(s.sql)
+		if err != nil {
+			return fmt.Errorf("prepare %q: %w", s.sql, err)
+		}
+		*s.p = st
+	}
+	for k := range db.st.delBatch {
+		st, err := db.w.Prepare(sqlDeleteBatch(1 << k))
+		if err != nil {
+			return fmt.Errorf("prepare delete batch of %d: %w", 1<<k, err)
+		}
+		db.st.delBatch[k] = st
+	}
+	r := []struct {
+		p   **sql.Stmt
+		sql string
+	}{
+		{&db.st.peek, sqlPeek},
+		{&db.st.count, sqlCount},
+	}
+	for _, s := range r {
+		st, err := db.r.Prepare(s.sql)
+		if err != nil {
+			return fmt.Errorf("prepare %q: %w", s.sql, err)
+		}
+		*s.p = st
+	}
+	return nil
+}
+
+// Path is the absolute path of the database file.
+func (db *DB) Path() string { return db.path }
+
+// Queue returns a handle on the queue called name, creating the queue in
+// the file if it is new. The name must pass queue.ValidateName; if it does
+// not, the error wraps queue.ErrInvalidName and nothing is created. Handles
+// are cheap; closing one does not close the DB.
+func (db *DB) Queue(name string) (*Queue, error) {
+	if err := queue.ValidateName(name); err != nil {
+		return nil, fmt.Errorf("sqlite: queue: %w", err)
+	}
+	if db.closed.Load() {
+		return nil, fmt.Errorf("sqlite: queue %q: %w", name, queue.ErrClosed)
+	}
+	id, err := db.queueID(name)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: queue %q: %w", name, db.mapErr(err))
+	}
+	return &Queue{db: db, name: name, qid: id}, nil
+}
+
+// queueID returns the queues.id of name, inserting the row if needed.
+func (db *DB) queueID(name string) (int64, error) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if id, ok := db.queues[name]; ok {
+		return id, nil
+	}
+	var id int64
+	err := db.w.QueryRow(sqlEnsureQueue, name, db.clock.Now().UnixNano()).Scan(&id)
+	if err != nil {
+		return 0, err
+	}
+	db.queues[name] = id
+	return id, nil
+}
+
+// Close closes the database. Queue handles taken from it fail with
+// queue.ErrClosed afterwards. Closing twice is a no-op.
+func (db *DB) Close() error {
+	if db.closed.Swap(true) {
+		return nil
+	}
+	return db.closePools()
+}
+
+func (db *DB) closePools() error {
+	var errs []error
+	for _, p := range []*sql.DB{db.r, db.w} { // statements close with their pool
+		if p != nil {
+			errs = append(errs, p.Close())
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("sqlite: close %s: %w", db.path, err)
+	}
+	return nil
+}
+
+// mapErr turns an error of the database into one the contract names: a
+// closed DB is queue.ErrClosed, a lock held too long is queue.Transient.
+func (db *DB) mapErr(err error) error {
+	if db.closed.Load() {
+		return fmt.Errorf("%w (%v)", queue.ErrClosed, err)
+	}
+	return classify(err)
+}
+
+// classify marks SQLITE_BUSY and SQLITE_LOCKED (which survived the busy
+// timeout) as transient.
+func classify(err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+			return queue.Transient(err, 0)
+		}
+	}
+	return err
+}

@@ -1,0 +1,666 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/adaptq/adaptq/queue"
+)
+
+// Lazy deletion of expired messages (see the package doc).
+const (
+	// purgeLimit is how many of the first visible messages one purge looks
+	// at: a bounded, index-only scan of the messages a Get steps over.
+	purgeLimit = 256
+	// purgeInterval is how often (in the DB's clock) a queue handle purges,
+	// unless the previous purge was full.
+	purgeInterval = time.Second
+)
+
+// noExpiry is expires_at for a message put with queue.NoExpiry.
+const noExpiry = math.MaxInt64
+
+// The statements. ?1 is always the queue's queues.id.
+const (
+	sqlEnsureQueue = `INSERT INTO queues (name, created_at) VALUES (?1, ?2)
+		ON CONFLICT (name) DO UPDATE SET name = excluded.name RETURNING id`
+
+	sqlPut = `INSERT INTO messages (queue_id, inserted_at, visible_at, expires_at, body)
+		VALUES (?1, ?2, ?3, ?4, ?5)`
+
+	// sqlGet takes the first ?4 visible, unexpired messages at ?2 in FIFO
+	// order, hides them until ?3, and hands each a new receipt whose low 6
+	// bits are its position in that order (RETURNING rows come unordered).
+	sqlGet = `UPDATE messages
+		SET visible_at = ?3, dequeue_count = dequeue_count + 1, receipt = (random() & -64) | s.pos
+		FROM (SELECT id, row_number() OVER (ORDER BY visible_at, id) - 1 AS pos
+		      FROM (SELECT id, visible_at FROM messages
+		            WHERE queue_id = ?1 AND visible_at <= ?2 AND expires_at > ?2
+		            ORDER BY visible_at, id LIMIT ?4)) AS s
+		WHERE messages.id = s.id
+		RETURNING messages.id, receipt, body, dequeue_count, inserted_at, expires_at`
+
+	// In the statements that name ids, +queue_id keeps the planner on the
+	// primary key (see sqlDeleteBatch).
+	sqlDelete = `DELETE FROM messages WHERE id = ?2 AND +queue_id = ?1 AND receipt = ?3 RETURNING expires_at`
+
+	// sqlExists tells a stale receipt (the message is there, unexpired) from
+	// a message that is gone.
+	sqlExists = `SELECT expires_at FROM messages WHERE id = ?2 AND +queue_id = ?1`
+
+	sqlUpdateVisibility = `UPDATE messages SET visible_at = ?4, receipt = random()
+		WHERE id = ?2 AND +queue_id = ?1 AND receipt = ?3 AND expires_at > ?5
+		RETURNING receipt`
+
+	sqlPurge = `DELETE FROM messages WHERE id IN (
+		SELECT id FROM (SELECT id, expires_at FROM messages
+		                WHERE queue_id = ?1 AND visible_at <= ?2
+		                ORDER BY visible_at, id LIMIT ?3)
+		WHERE expires_at <= ?2)`
+
+	sqlClear = `DELETE FROM messages WHERE queue_id = ?1`
+
+	sqlPeek = `SELECT id, body, dequeue_count, inserted_at, expires_at, visible_at FROM messages
+		WHERE queue_id = ?1 AND visible_at <= ?2 AND expires_at > ?2
+		ORDER BY visible_at, id LIMIT ?3`
+
+	sqlCount = `SELECT count(*) FROM messages WHERE queue_id = ?1 AND expires_at > ?2`
+)
+
+// sqlDeleteBatch deletes n (id, receipt) pairs in one statement: ?2, ?4 …
+// are ids, ?3, ?5 … their receipts; ids must be distinct. The unary + on
+// queue_id keeps the planner on the primary key: without it SQLite may
+// prefer messages_ready and scan the whole queue.
+func sqlDeleteBatch(n int) string {
+	var in, when strings.Builder
+	for i := range n {
+		id, r := 2+2*i, 3+2*i
+		if i > 0 {
+			in.WriteString(", ")
+		}
+		fmt.Fprintf(&in, "?%d", id)
+		fmt.Fprintf(&when, " WHEN ?%d THEN ?%d", id, r)
+	}
+	return "DELETE FROM messages WHERE +queue_id = ?1 AND id IN (" + in.String() +
+		") AND receipt = CASE id" + when.String() + " END RETURNING id, expires_at"
+}
+
+// sqlExistsBatch is sqlExists for up to queue.MaxBatchSize ids, ?3 … ?34
+// (unused ones NULL); ?2 is now.
+var sqlExistsBatch = func() string {
+	var in strings.Builder
+	for i := range queue.MaxBatchSize {
+		if i > 0 {
+			in.WriteString(", ")
+		}
+		fmt.Fprintf(&in, "?%d", 3+i)
+	}
+	return "SELECT id FROM messages WHERE +queue_id = ?1 AND expires_at > ?2 AND id IN (" + in.String() + ")"
+}()
+
+// Queue is a handle on one queue of a DB. It implements queue.Queue,
+// queue.BatchDeleter and queue.MaxBodySizer, and is safe for concurrent use.
+type Queue struct {
+	db   *DB
+	name string
+	qid  int64
+
+	closed    atomic.Bool
+	onClose   func() error // releases a DB shared by URL opens; nil otherwise
+	nextPurge atomic.Int64 // Unix ns of the DB clock
+}
+
+var (
+	_ queue.Queue        = (*Queue)(nil)
+	_ queue.BatchDeleter = (*Queue)(nil)
+	_ queue.MaxBodySizer = (*Queue)(nil)
+)
+
+// Name returns the queue's name.
+func (q *Queue) Name() string { return q.name }
+
+// MaxBodySize returns the largest body Put accepts (WithMaxBodySize).
+func (q *Queue) MaxBodySize() int { return q.db.maxBody }
+
+// Close releases the handle; the DB stays open (unless the queue was opened
+// by URL and is the last one on its file). Operations on a closed handle
+// return queue.ErrClosed. Closing twice is a no-op.
+func (q *Queue) Close() error {
+	if q.closed.Swap(true) {
+		return nil
+	}
+	if q.onClose != nil {
+		return q.onClose()
+	}
+	return nil
+}
+
+// begin checks what every operation checks first: the caller's context and
+// whether the handle or its DB is closed.
+func (q *Queue) begin(ctx context.Context, op string) error {
+	if err := ctx.Err(); err != nil {
+		return q.wrap(op, err)
+	}
+	if q.closed.Load() || q.db.closed.Load() {
+		return q.wrap(op, queue.ErrClosed)
+	}
+	return nil
+}
+
+func (q *Queue) wrap(op string, err error) error {
+	return fmt.Errorf("sqlite: %s %q: %w", op, q.name, err)
+}
+
+// fail wraps an error of the database.
+func (q *Queue) fail(op string, err error) error {
+	return q.wrap(op, q.db.mapErr(err))
+}
+
+// now reads the DB's clock as Unix nanoseconds.
+func (q *Queue) now() int64 { return q.db.clock.Now().UnixNano() }
+
+// Put adds a message and returns its id.
+func (q *Queue) Put(ctx context.Context, body []byte, opts queue.PutOptions) (string, error) {
+	if err := q.begin(ctx, "put"); err != nil {
+		return "", err
+	}
+	ttl, err := queue.CheckPut(body, opts, q.db.maxBody)
+	if err != nil {
+		return "", q.wrap("put", err)
+	}
+	now := q.now()
+	exp := int64(noExpiry)
+	if ttl != queue.NoExpiry {
+		exp = satAdd(now, ttl)
+	}
+	if body == nil {
+		body = []byte{} // the column is NOT NULL
+	}
+	id, err := q.db.put(ctx, &putReq{
+		qid:        q.qid,
+		insertedAt: now,
+		visibleAt:  now + int64(opts.InitialVisibilityDelay),
+		expiresAt:  exp,
+		body:       body,
+	})
+	if err != nil {
+		return "", q.fail("put", err)
+	}
+	return strconv.FormatInt(id, 10), nil
+}
+
+// Get returns up to n visible messages in FIFO order, each hidden until
+// now+visibility with a new receipt and its dequeue count incremented. The
+// whole batch is one statement, hence one transaction.
+func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*queue.Message, error) {
+	if err := q.begin(ctx, "get"); err != nil {
+		return nil, err
+	}
+	if err := queue.CheckBatchSize(n); err != nil {
+		return nil, q.wrap("get", err)
+	}
+	if err := queue.CheckVisibility(visibility); err != nil {
+		return nil, q.wrap("get", err)
+	}
+	now := q.now()
+	q.purge(ctx, now)
+	visibleAt := now + int64(visibility)
+	rows, err := q.db.st.get.QueryContext(ctx, q.qid, now, visibleAt, n)
+	if err != nil {
+		return nil, q.fail("get", err)
+	}
+	defer rows.Close()
+	var (
+		backing []queue.Message
+		msgs    []*queue.Message
+		pos     []int64 // receipt & 63, the FIFO position
+	)
+	for rows.Next() {
+		var id, receipt, dc, ins, exp int64
+		var body []byte
+		if err := rows.Scan(&id, &receipt, &body, &dc, &ins, &exp); err != nil {
+			return nil, q.fail("get", err)
+		}
+		if backing == nil {
+			backing = make([]queue.Message, 0, n)
+			msgs = make([]*queue.Message, 0, n)
+			pos = make([]int64, 0, n)
+		}
+		backing = append(backing, queue.Message{
+			ID:            strconv.FormatInt(id, 10),
+			PopReceipt:    formatReceipt(receipt),
+			Body:          body,
+			DequeueCount:  int(dc),
+			InsertedAt:    fromNanos(ins),
+			ExpiresAt:     fromExpiry(exp),
+			NextVisibleAt: fromNanos(visibleAt),
+		})
+		msgs = append(msgs, &backing[len(backing)-1])
+		pos = append(pos, receipt&63)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, q.fail("get", err)
+	}
+	// Put the messages in FIFO order: position i goes to index i.
+	for i := 0; i < len(msgs); {
+		p := int(pos[i])
+		if p == i || p >= len(msgs) || pos[p] == int64(p) {
+			i++ // in place (or, impossibly, a bad position: keep the order we have)
+			continue
+		}
+		msgs[i], msgs[p] = msgs[p], msgs[i]
+		pos[i], pos[p] = pos[p], pos[i]
+	}
+	return msgs, nil
+}
+
+// purge deletes expired messages at the head of the queue, at most once per
+// purgeInterval unless the last purge was full. It is opportunistic: an
+// error is left for the Get that follows to meet.
+func (q *Queue) purge(ctx context.Context, now int64) {
+	next := q.nextPurge.Load()
+	if now < next || !q.nextPurge.CompareAndSwap(next, now+int64(purgeInterval)) {
+		return
+	}
+	res, err := q.db.st.purge.ExecContext(ctx, q.qid, now, purgeLimit)
+	if err != nil {
+		q.nextPurge.Store(now) // try again on the next Get
+		return
+	}
+	if n, err := res.RowsAffected(); err == nil && n >= purgeLimit {
+		q.nextPurge.Store(now) // more to delete
+	}
+}
+
+// Delete removes a message held with its newest receipt. A stale receipt is
+// queue.ErrReceiptMismatch; an unknown, deleted or expired id is
+// queue.ErrNotFound.
+func (q *Queue) Delete(ctx context.Context, id, popReceipt string) error {
+	if err := q.begin(ctx, "delete"); err != nil {
+		return err
+	}
+	mid, ok := parseID(id)
+	if !ok {
+		return q.notFound("delete", id)
+	}
+	now := q.now()
+	r, ok := parseReceipt(popReceipt)
+	if ok {
+		var exp int64
+		err := q.db.st.del.QueryRowContext(ctx, q.qid, mid, r).Scan(&exp)
+		switch {
+		case err == nil && exp > now:
+			return nil
+		case err == nil:
+			return q.notFound("delete", id) // expired: gone, and now deleted too
+		case !errors.Is(err, sql.ErrNoRows):
+			return q.fail("delete", err)
+		}
+	}
+	return q.missed(ctx, q.db.st.exists, "delete", id, mid, now)
+}
+
+// missed explains why an id and receipt matched nothing: the message is
+// there (a stale receipt) or it is not (not found).
+func (q *Queue) missed(ctx context.Context, exists *sql.Stmt, op, id string, mid, now int64) error {
+	var exp int64
+	err := exists.QueryRowContext(ctx, q.qid, mid).Scan(&exp)
+	switch {
+	case err == nil && exp > now:
+		return q.wrap(op, fmt.Errorf("%w: message %s has a newer pop receipt", queue.ErrReceiptMismatch, id))
+	case err == nil, errors.Is(err, sql.ErrNoRows):
+		return q.notFound(op, id)
+	default:
+		return q.fail(op, err)
+	}
+}
+
+func (q *Queue) notFound(op, id string) error {
+	return q.wrap(op, fmt.Errorf("%w: message %q", queue.ErrNotFound, id))
+}
+
+// UpdateVisibility hides a held message until now+d (d = 0 releases it) and
+// returns its new receipt; the old one becomes stale.
+func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d time.Duration) (string, error) {
+	const op = "update visibility"
+	if err := q.begin(ctx, op); err != nil {
+		return "", err
+	}
+	if err := queue.CheckUpdateVisibility(d); err != nil {
+		return "", q.wrap(op, err)
+	}
+	mid, ok := parseID(id)
+	if !ok {
+		return "", q.notFound(op, id)
+	}
+	now := q.now()
+	if r, ok := parseReceipt(popReceipt); ok {
+		var nr int64
+		err := q.db.st.update.QueryRowContext(ctx, q.qid, mid, r, now+int64(d), now).Scan(&nr)
+		switch {
+		case err == nil:
+			return formatReceipt(nr), nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return "", q.fail(op, err)
+		}
+	}
+	return "", q.missed(ctx, q.db.st.exists, op, id, mid, now)
+}
+
+// Peek returns up to n visible messages in FIFO order without changing them.
+func (q *Queue) Peek(ctx context.Context, n int) ([]*queue.Message, error) {
+	if err := q.begin(ctx, "peek"); err != nil {
+		return nil, err
+	}
+	if err := queue.CheckPeekSize(n); err != nil {
+		return nil, q.wrap("peek", err)
+	}
+	rows, err := q.db.st.peek.QueryContext(ctx, q.qid, q.now(), n)
+	if err != nil {
+		return nil, q.fail("peek", err)
+	}
+	defer rows.Close()
+	var msgs []*queue.Message
+	for rows.Next() {
+		var id, dc, ins, exp, vis int64
+		var body []byte
+		if err := rows.Scan(&id, &body, &dc, &ins, &exp, &vis); err != nil {
+			return nil, q.fail("peek", err)
+		}
+		msgs = append(msgs, &queue.Message{
+			ID:            strconv.FormatInt(id, 10),
+			Body:          body,
+			DequeueCount:  int(dc),
+			InsertedAt:    fromNanos(ins),
+			ExpiresAt:     fromExpiry(exp),
+			NextVisibleAt: fromNanos(vis),
+		})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, q.fail("peek", err)
+	}
+	return msgs, nil
+}
+
+// Count returns the number of unexpired messages, visible or not.
+func (q *Queue) Count(ctx context.Context) (int, error) {
+	if err := q.begin(ctx, "count"); err != nil {
+		return 0, err
+	}
+	var n int
+	if err := q.db.st.count.QueryRowContext(ctx, q.qid, q.now()).Scan(&n); err != nil {
+		return 0, q.fail("count", err)
+	}
+	return n, nil
+}
+
+// Clear deletes every message of the queue. Ids are not reused afterwards.
+func (q *Queue) Clear(ctx context.Context) error {
+	if err := q.begin(ctx, "clear"); err != nil {
+		return err
+	}
+	if _, err := q.db.st.clear.ExecContext(ctx, q.qid); err != nil {
+		return q.fail("clear", err)
+	}
+	return nil
+}
+
+// DeleteBatch deletes the messages named by receipts in one transaction and
+// returns one result per receipt, in order: nil (deleted),
+// queue.ErrReceiptMismatch or queue.ErrNotFound, as Delete would. err
+// reports a failure of the whole call, in which case nothing was deleted.
+func (q *Queue) DeleteBatch(ctx context.Context, receipts []queue.Receipt) ([]error, error) {
+	const op = "delete batch"
+	if err := q.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	if len(receipts) == 0 {
+		return nil, nil
+	}
+	tx, err := q.db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, q.fail(op, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	now := q.now()
+	results := make([]error, len(receipts))
+	for start := 0; start < len(receipts); start += queue.MaxBatchSize {
+		end := min(start+queue.MaxBatchSize, len(receipts))
+		if err := q.deleteChunk(ctx, tx, now, receipts[start:end], results[start:end]); err != nil {
+			return nil, q.fail(op, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, q.fail(op, err)
+	}
+	return results, nil
+}
+
+// deleteChunk deletes up to queue.MaxBatchSize receipts inside tx and fills
+// results. An error is a failure of the database.
+func (q *Queue) deleteChunk(ctx context.Context, tx *sql.Tx, now int64, rs []queue.Receipt, results []error) error {
+	const op = "delete batch"
+	var (
+		ids   [queue.MaxBatchSize]int64
+		args  = make([]any, 1, 1+2*queue.MaxBatchSize)
+		state [queue.MaxBatchSize]uint8 // 0 pending, 1 deleted, 2 not found, 3 to classify
+	)
+	args[0] = q.qid
+	for i, r := range rs {
+		id, ok := parseID(r.ID)
+		if !ok {
+			state[i] = 2
+			continue
+		}
+		ids[i] = id
+		rc, ok := parseReceipt(r.PopReceipt)
+		if !ok {
+			state[i] = 3
+			continue
+		}
+		for j := range i {
+			if ids[j] == id && state[j] != 2 {
+				// The same id twice: take the receipts one by one, as
+				// repeated Deletes would, inside this transaction.
+				return q.deleteEach(ctx, tx, now, rs, results)
+			}
+		}
+		args = append(args, id, rc)
+	}
+	if k := (len(args) - 1) / 2; k > 0 {
+		st, size := q.db.deleteBatchStmt(k)
+		for range size - k {
+			args = append(args, nil, nil) // NULL ids match nothing
+		}
+		rows, err := tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+		if err != nil {
+			return err
+		}
+		deleted := make(map[int64]bool, k)
+		for rows.Next() {
+			var id, exp int64
+			if err := rows.Scan(&id, &exp); err != nil {
+				rows.Close()
+				return err
+			}
+			deleted[id] = exp > now
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for i := range rs {
+			if state[i] != 0 {
+				continue
+			}
+			live, ok := deleted[ids[i]]
+			switch {
+			case ok && live:
+				state[i] = 1
+			case ok:
+				state[i] = 2 // expired: gone, and now deleted too
+			default:
+				state[i] = 3
+			}
+		}
+	}
+	// Tell stale receipts from missing messages.
+	var exists map[int64]bool
+	for i := range rs {
+		if state[i] == 3 {
+			if exists == nil {
+				var err error
+				if exists, err = q.existing(ctx, tx, now, ids[:len(rs)], state[:len(rs)]); err != nil {
+					return err
+				}
+			}
+			if !exists[ids[i]] {
+				state[i] = 2
+			}
+		}
+	}
+	for i, r := range rs {
+		switch state[i] {
+		case 1:
+			results[i] = nil
+		case 2:
+			results[i] = q.notFound(op, r.ID)
+		default:
+			results[i] = q.wrap(op, fmt.Errorf("%w: message %s has a newer pop receipt", queue.ErrReceiptMismatch, r.ID))
+		}
+	}
+	return nil
+}
+
+// existing returns which of the ids whose state is 3 are present and
+// unexpired.
+func (q *Queue) existing(ctx context.Context, tx *sql.Tx, now int64, ids []int64, state []uint8) (map[int64]bool, error) {
+	args := make([]any, 2+queue.MaxBatchSize)
+	args[0], args[1] = q.qid, now
+	k := 2
+	for i, id := range ids {
+		if state[i] == 3 {
+			args[k] = id
+			k++
+		}
+	}
+	rows, err := tx.StmtContext(ctx, q.db.st.existsBatch).QueryContext(ctx, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	found := map[int64]bool{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		found[id] = true
+	}
+	return found, rows.Err()
+}
+
+// deleteEach deletes receipts one at a time inside tx, for a batch that
+// names an id more than once.
+func (q *Queue) deleteEach(ctx context.Context, tx *sql.Tx, now int64, rs []queue.Receipt, results []error) error {
+	const op = "delete batch"
+	del, exists := tx.StmtContext(ctx, q.db.st.del), tx.StmtContext(ctx, q.db.st.exists)
+	for i, r := range rs {
+		mid, ok := parseID(r.ID)
+		if !ok {
+			results[i] = q.notFound(op, r.ID)
+			continue
+		}
+		if rc, ok := parseReceipt(r.PopReceipt); ok {
+			var exp int64
+			err := del.QueryRowContext(ctx, q.qid, mid, rc).Scan(&exp)
+			switch {
+			case err == nil && exp > now:
+				results[i] = nil
+				continue
+			case err == nil:
+				results[i] = q.notFound(op, r.ID)
+				continue
+			case !errors.Is(err, sql.ErrNoRows):
+				return err
+			}
+		}
+		var exp int64
+		switch err := exists.QueryRowContext(ctx, q.qid, mid).Scan(&exp); {
+		case err == nil && exp > now:
+			results[i] = q.wrap(op, fmt.Errorf("%w: message %s has a newer pop receipt", queue.ErrReceiptMismatch, r.ID))
+		case err == nil, errors.Is(err, sql.ErrNoRows):
+			results[i] = q.notFound(op, r.ID)
+		default:
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteBatchClasses is the number of prepared sqlDeleteBatch sizes: 1, 2,
+// 4 … queue.MaxBatchSize.
+const deleteBatchClasses = 6
+
+// deleteBatchStmt returns the prepared sqlDeleteBatch for k pairs, rounded
+// up to a power of two, and that size.
+func (db *DB) deleteBatchStmt(k int) (*sql.Stmt, int) {
+	c := bits.Len(uint(k - 1)) // ceil(log2(k))
+	return db.st.delBatch[c], 1 << c
+}
+
+// parseID parses a message id: the canonical decimal text of a positive
+// integer.
+func parseID(s string) (int64, bool) {
+	if s == "" || s[0] < '1' || s[0] > '9' {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
+}
+
+// formatReceipt shows a receipt as 16 lowercase hex digits.
+func formatReceipt(r int64) string {
+	const hex = "0123456789abcdef"
+	var b [16]byte
+	u := uint64(r)
+	for i := 15; i >= 0; i-- {
+		b[i] = hex[u&15]
+		u >>= 4
+	}
+	return string(b[:])
+}
+
+// parseReceipt is the inverse of formatReceipt.
+func parseReceipt(s string) (int64, bool) {
+	if len(s) != 16 {
+		return 0, false
+	}
+	u, err := strconv.ParseUint(s, 16, 64)
+	return int64(u), err == nil
+}
+
+// satAdd returns now+d, saturating at the no-expiry value.
+func satAdd(now int64, d time.Duration) int64 {
+	if t := now + int64(d); t >= now {
+		return t
+	}
+	return noExpiry
+}
+
+func fromNanos(ns int64) time.Time { return time.Unix(0, ns).UTC() }
+
+func fromExpiry(ns int64) time.Time {
+	if ns == noExpiry {
+		return time.Time{}
+	}
+	return fromNanos(ns)
+}

@@ -1,0 +1,88 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// ErrSchemaTooNew is returned by Open for a file whose schema version is
+// newer than this package knows: it was written by a later adaptq, and an
+// older one must not guess at its layout.
+var ErrSchemaTooNew = errors.New("sqlite: database schema is newer than this build of adaptq")
+
+// ErrNotAdaptq is returned by Open for an SQLite file that belongs to
+// another application.
+var ErrNotAdaptq = errors.New("sqlite: not an adaptq database")
+
+// applicationID marks the file as adaptq's in the SQLite header ("adtq").
+const applicationID = 0x61647471
+
+// migrations are the schema steps, in order: migrations[i] takes the schema
+// from version i to i+1. The version of a file is its PRAGMA user_version.
+// Append to this list; never edit a released step.
+var migrations = []string{
+	// Version 1: queues and their messages.
+	`CREATE TABLE queues (
+		id         INTEGER PRIMARY KEY AUTOINCREMENT,
+		name       TEXT    NOT NULL UNIQUE,
+		created_at INTEGER NOT NULL
+	) STRICT;
+	CREATE TABLE messages (
+		id            INTEGER PRIMARY KEY AUTOINCREMENT, -- never reused: message ids are idempotency keys
+		queue_id      INTEGER NOT NULL REFERENCES queues (id),
+		inserted_at   INTEGER NOT NULL,                  -- Unix ns
+		visible_at    INTEGER NOT NULL,                  -- Unix ns; hidden while > now
+		expires_at    INTEGER NOT NULL,                  -- Unix ns; max int64 for no expiry
+		dequeue_count INTEGER NOT NULL DEFAULT 0,
+		receipt       INTEGER,                           -- current pop receipt; NULL before the first get
+		body          BLOB    NOT NULL
+	) STRICT;
+	CREATE INDEX messages_ready ON messages (queue_id, visible_at, id, expires_at);`,
+}
+
+// schemaVersion is the version this build writes and understands.
+var schemaVersion = len(migrations)
+
+// migrate brings the schema of the database behind w up to schemaVersion in
+// one IMMEDIATE transaction, so that processes opening a new file at once
+// migrate it once.
+func migrate(ctx context.Context, w *sql.DB) error {
+	tx, err := w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+
+	var appID, version int
+	if err := tx.QueryRowContext(ctx, "PRAGMA application_id").Scan(&appID); err != nil {
+		return fmt.Errorf("migrate: read application_id: %w", err)
+	}
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		return fmt.Errorf("migrate: read user_version: %w", err)
+	}
+	switch {
+	case appID != applicationID && (appID != 0 || version != 0):
+		return fmt.Errorf("%w: application_id is %#x and user_version %d (adaptq writes application_id %#x)",
+			ErrNotAdaptq, appID, version, applicationID)
+	case version > schemaVersion:
+		return fmt.Errorf("%w: the file has schema version %d, this build knows up to %d; upgrade adaptq",
+			ErrSchemaTooNew, version, schemaVersion)
+	case version == schemaVersion:
+		return nil
+	}
+	for v := version; v < schemaVersion; v++ {
+		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+			return fmt.Errorf("migrate: schema version %d to %d: %w", v, v+1, err)
+		}
+	}
+	// PRAGMA arguments cannot be bound; both values are integers of ours.
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA application_id = %d; PRAGMA user_version = %d", applicationID, schemaVersion)); err != nil {
+		return fmt.Errorf("migrate: set version: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate: commit: %w", err)
+	}
+	return nil
+}

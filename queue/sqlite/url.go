@@ -1,0 +1,155 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/adaptq/adaptq/queue"
+)
+
+// Scheme is the URL scheme this package registers with queue.Register.
+const Scheme = "sqlite"
+
+// URL query parameters.
+const (
+	// ParamQueue names the queue (required).
+	ParamQueue = "queue"
+	// ParamBusyTimeout overrides DefaultBusyTimeout, as a Go duration
+	// ("10s"). The first URL to open a file sets it for every queue of that
+	// file in the process.
+	ParamBusyTimeout = "busy_timeout"
+)
+
+func init() {
+	queue.Register(Scheme, queue.OpenerFunc(OpenURL))
+}
+
+// shared holds the DBs opened by URL, one per file, reference-counted by
+// the queue handles open on them.
+var shared = struct {
+	sync.Mutex
+	dbs map[string]*sharedDB
+}{dbs: map[string]*sharedDB{}}
+
+type sharedDB struct {
+	db   *DB
+	refs int
+}
+
+// OpenURL opens the queue a sqlite:// URL names:
+//
+//	sqlite:///abs/path/file.db?queue=NAME
+//	sqlite://./rel/path/file.db?queue=NAME&busy_timeout=10s
+//
+// It is what queue.Open calls for the scheme. All queues opened by URL on
+// one file share one DB (with the wall clock and default options), which
+// is closed when the last of them is closed.
+func OpenURL(ctx context.Context, u *url.URL) (queue.Queue, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("sqlite: open %q: %w: %s", queue.Redact(u.String()), queue.ErrInvalidURL, fmt.Sprintf(format, args...))
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: open %q: %w", queue.Redact(u.String()), err)
+	}
+	if u.Scheme != Scheme {
+		return nil, bad("scheme %q is not %q", u.Scheme, Scheme)
+	}
+	if err := queue.CheckParams(u, ParamQueue, ParamBusyTimeout); err != nil {
+		return nil, fmt.Errorf("sqlite: open: %w", err)
+	}
+	// sqlite://./rel/x.db puts "." in Host; sqlite:///abs/x.db has none;
+	// sqlite:x.db is opaque.
+	path := u.Opaque
+	if path == "" {
+		path = u.Host + u.Path
+	}
+	if path == "" || strings.HasSuffix(path, "/") {
+		return nil, bad("missing the database file path (sqlite:///abs/path.db or sqlite://./rel/path.db)")
+	}
+	params := u.Query()
+	names := params[ParamQueue]
+	switch {
+	case len(names) == 0 || names[0] == "":
+		return nil, bad("missing the %q parameter (…?%s=NAME)", ParamQueue, ParamQueue)
+	case len(names) > 1:
+		return nil, bad("parameter %q given %d times", ParamQueue, len(names))
+	}
+	name := names[0]
+	if err := queue.ValidateName(name); err != nil {
+		return nil, fmt.Errorf("sqlite: open %q: %w", queue.Redact(u.String()), err)
+	}
+	var opts []Option
+	if vs := params[ParamBusyTimeout]; len(vs) > 0 {
+		if len(vs) > 1 {
+			return nil, bad("parameter %q given %d times", ParamBusyTimeout, len(vs))
+		}
+		d, err := time.ParseDuration(vs[0])
+		if err != nil || d < time.Millisecond {
+			return nil, bad("%s %q is not a duration of at least 1ms (e.g. 10s)", ParamBusyTimeout, vs[0])
+		}
+		opts = append(opts, WithBusyTimeout(d))
+	}
+
+	key, err := canonicalPath(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %q: %w", queue.Redact(u.String()), err)
+	}
+	db, err := acquire(key, opts)
+	if err != nil {
+		return nil, err
+	}
+	q, err := db.Queue(name)
+	if err != nil {
+		_ = release(key)
+		return nil, err
+	}
+	q.onClose = func() error { return release(key) }
+	return q, nil
+}
+
+// canonicalPath is the key under which URL opens share a DB: the absolute
+// path, with symbolic links in its directory resolved where it exists.
+func canonicalPath(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+		abs = filepath.Join(dir, filepath.Base(abs))
+	}
+	return abs, nil
+}
+
+func acquire(key string, opts []Option) (*DB, error) {
+	shared.Lock()
+	defer shared.Unlock()
+	if s, ok := shared.dbs[key]; ok {
+		s.refs++
+		return s.db, nil
+	}
+	db, err := Open(key, opts...)
+	if err != nil {
+		return nil, err
+	}
+	shared.dbs[key] = &sharedDB{db: db, refs: 1}
+	return db, nil
+}
+
+func release(key string) error {
+	shared.Lock()
+	defer shared.Unlock()
+	s, ok := shared.dbs[key]
+	if !ok {
+		return nil
+	}
+	if s.refs--; s.refs > 0 {
+		return nil
+	}
+	delete(shared.dbs, key)
+	return s.db.Close()
+}
