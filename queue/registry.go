@@ -80,9 +80,13 @@ var secretParams = []string{"key", "accountkey", "account_key", "sig", "sas", "t
 // replaced by "REDACTED", for error messages and logs.
 func Redact(rawURL string) string {
 	u, err := url.Parse(rawURL)
-	if err != nil {
-		// Not parseable: show only what precedes a query or user info.
-		if i := strings.IndexAny(rawURL, "?@"); i >= 0 {
+	if err != nil || u.Opaque != "" {
+		// Not a URL we can take apart: show only its scheme, since any
+		// part of the rest may be a secret.
+		if i := strings.Index(rawURL, "://"); i >= 0 && i < 20 {
+			return rawURL[:i+3] + "…"
+		}
+		if i := strings.IndexAny(rawURL, "?@:/"); i >= 0 {
 			return rawURL[:i] + "…"
 		}
 		return rawURL

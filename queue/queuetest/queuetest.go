@@ -86,6 +86,8 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"InvalidArguments", testInvalidArguments},
 		{"QueuesAreIsolated", testIsolation},
 		{"DeleteBatch", testDeleteBatch},
+		{"DeleteBatchLargeAndRepeated", testDeleteBatchLarge},
+		{"OrderAfterRelease", testOrderAfterRelease},
 		{"CancelledContext", testCancelledContext},
 		{"Closed", testClosed},
 		{"Restart", testRestart},
@@ -781,6 +783,66 @@ func testDeleteBatch(t *testing.T, e *env) {
 	}
 	if res, err := queue.DeleteBatch(e.ctx, q, nil); err != nil || len(res) != 0 {
 		t.Fatalf("DeleteBatch(nil) = %v, %v", res, err)
+	}
+}
+
+func testDeleteBatchLarge(t *testing.T, e *env) {
+	q := e.open(t, "delete-batch-large")
+	for i := 0; i < 40; i++ {
+		e.put(t, q, fmt.Sprint(i), queue.PutOptions{})
+	}
+	var rs []queue.Receipt
+	for len(rs) < 40 {
+		ms := e.get(t, q, queue.MaxBatchSize, 30*unit)
+		if len(ms) == 0 {
+			t.Fatalf("got %d of 40", len(rs))
+		}
+		for _, m := range ms {
+			rs = append(rs, queue.Receipt{ID: m.ID, PopReceipt: m.PopReceipt})
+		}
+	}
+	// More than one get's worth, with one message named twice: results
+	// match one Delete per receipt, in order.
+	rs = append(rs, rs[3])
+	res, err := queue.DeleteBatch(e.ctx, q, rs)
+	if err != nil {
+		t.Fatalf("DeleteBatch of %d: %v", len(rs), err)
+	}
+	if len(res) != len(rs) {
+		t.Fatalf("%d results for %d receipts", len(res), len(rs))
+	}
+	for i := 0; i < 40; i++ {
+		if res[i] != nil {
+			t.Fatalf("result %d = %v, want nil", i, res[i])
+		}
+	}
+	wantErr(t, "the repeated receipt", res[40], queue.ErrNotFound)
+	if n := e.count(t, q); n != 0 {
+		t.Fatalf("Count = %d after deleting all", n)
+	}
+}
+
+func testOrderAfterRelease(t *testing.T, e *env) {
+	q := e.open(t, "order-release")
+	for _, b := range []string{"a", "b", "c"} {
+		e.put(t, q, b, queue.PutOptions{})
+	}
+	e.advance(unit)
+	ms := e.get(t, q, 1, 30*unit) // a
+	if len(ms) != 1 || string(ms[0].Body) != "a" {
+		t.Fatalf("first get = %v", ms)
+	}
+	e.advance(unit)
+	if _, err := q.UpdateVisibility(e.ctx, ms[0].ID, ms[0].PopReceipt, 0); err != nil {
+		t.Fatal(err)
+	}
+	// a is visible again, but since after b and c: it comes last.
+	got := ""
+	for _, m := range e.get(t, q, 3, 30*unit) {
+		got += string(m.Body)
+	}
+	if got != "bca" {
+		t.Fatalf("order after a release = %q, want %q (oldest visible first)", got, "bca")
 	}
 }
 
