@@ -1,6 +1,7 @@
 package listener
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -52,8 +53,14 @@ type batch struct {
 	next  atomic.Int32 // index of the next message to claim
 	left  atomic.Int32 // messages not finished
 
-	mu        sync.Mutex // guards the fields below
-	receipts  []string   // newest pop receipts; nil while none has changed
+	// ctx is the inline runner's handler context, cancelled if the lease
+	// of the message it runs is lost; parallel runners make one each.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu        sync.Mutex                             // guards the fields below
+	receipts  []string                               // newest pop receipts; nil while none has changed
+	cancels   []context.CancelFunc // of parallel runners' handlers; nil until one starts
 	closed    bool
 	inline    bool        // running on the task's goroutine
 	handedOff bool        // the task's loop moved to another goroutine
@@ -111,6 +118,7 @@ func (l *Listener) dispatch(t *task, ms []*queue.Message) (handedOff bool) {
 		return false
 	}
 	b.inline = true
+	b.ctx, b.cancel = t.inlineContext()
 	t.current.Store(b)
 	t.stall.Reset(stallAfter)
 	b.run(true)
@@ -119,6 +127,9 @@ func (l *Listener) dispatch(t *task, ms []*queue.Message) (handedOff bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.inline = false
+	if b.handedOff {
+		b.cancel() // the context stayed with this goroutine; release it
+	}
 	return b.handedOff
 }
 
@@ -130,6 +141,11 @@ func (b *batch) run(inline bool) {
 	start := time.Now()
 	ran, ok := 0, 0
 	for {
+		if inline && b.ctx.Err() != nil {
+			// The lease of the message it ran was lost: the runners the
+			// spill started take the rest.
+			break
+		}
 		i := int(b.next.Add(1)) - 1
 		if i >= len(b.msgs) {
 			break
@@ -138,15 +154,42 @@ func (b *batch) run(inline bool) {
 			b.releaseUnstarted(i)
 			continue
 		}
-		b.state[i].Store(stRunning)
+		m := b.msgs[i]
+		if l.o.Poison != nil && m.DequeueCount > l.o.MaxDequeueCount {
+			// It was fetched this often before and never finished: it
+			// crashes its worker. Poison it without running it again.
+			b.poison(i, "dequeue count above the maximum before the run", nil)
+			b.settle(1, 0)
+			continue
+		}
+		ctx := b.ctx
+		var cancel context.CancelFunc
 		if !inline {
+			ctx, cancel = context.WithCancel(l.handlerCtx)
+			b.mu.Lock()
+			if b.cancels == nil {
+				b.cancels = make([]context.CancelFunc, len(b.msgs))
+			}
+			b.cancels[i] = cancel
+			b.mu.Unlock()
 			start = time.Now()
 		}
-		err := l.h(l.handlerCtx, b.msgs[i])
+		if !b.state[i].CompareAndSwap(stWaiting, stRunning) {
+			// Its lease was lost while it waited: someone else has it.
+			b.settle(1, 0)
+			continue
+		}
+		err := l.h(ctx, m)
 		if !inline {
 			l.ewma.add(time.Since(start))
 		}
 		ran++
+		if cancel != nil {
+			cancel()
+			b.mu.Lock()
+			b.cancels[i] = nil
+			b.mu.Unlock()
+		}
 		if err == nil {
 			ok++
 			b.state[i].Store(stSucceeded)
@@ -195,6 +238,9 @@ func (b *batch) spill() {
 		b.l.wg.Go(func() { b.run(false) })
 	}
 	t := b.t
+	// The stalled handler keeps this batch's context; the task's later
+	// batches get a new one, so a lease lost here cancels nothing there.
+	t.inlineCtx, t.inlineCancel = nil, nil
 	b.l.group.Go(t.loop)
 }
 
@@ -207,6 +253,18 @@ func (b *batch) failed(i int, err error) {
 	var pe *handler.PanicError
 	if errors.As(err, &pe) {
 		l.stats.panics.Add(1)
+	}
+	if l.o.Poison != nil {
+		switch {
+		case handler.IsPermanent(err):
+			if b.poison(i, "permanent failure", err) {
+				return
+			}
+		case m.DequeueCount >= l.o.MaxDequeueCount:
+			if b.poison(i, "failed at the maximum dequeue count", err) {
+				return
+			}
+		}
 	}
 	delay := l.o.RetryDelay(m, err)
 	fields := []zap.Field{zap.String("msg_id", m.ID), zap.Int("dequeue_count", m.DequeueCount), zap.Error(err)}
@@ -230,6 +288,40 @@ func (b *batch) failed(i int, err error) {
 		}
 	}
 	b.state[i].Store(stFailed)
+}
+
+// poison moves message i to the poison queue: put first, so that a crash
+// between the two steps leaves a duplicate, never a loss; then delete with
+// the newest receipt. It reports whether the message left the queue (if the
+// put fails, the message stays and comes back as a failure would).
+func (b *batch) poison(i int, reason string, cause error) bool {
+	l := b.l
+	m := b.msgs[i]
+	fields := []zap.Field{zap.String("msg_id", m.ID), zap.Int("dequeue_count", m.DequeueCount),
+		zap.String("reason", reason), zap.String("poison_queue", l.o.Poison.Name())}
+	if cause != nil {
+		fields = append(fields, zap.Error(cause))
+	}
+	id, err := l.o.Poison.Put(l.opCtx, m.Body, queue.PutOptions{TTL: queue.NoExpiry})
+	if err != nil {
+		l.log.Error("listener: putting a message to the poison queue failed; it stays in the queue", append(fields, zap.NamedError("put_error", err))...)
+		b.state[i].Store(stFailed)
+		return false
+	}
+	b.mu.Lock()
+	receipt := b.receipt(i)
+	b.mu.Unlock()
+	derr := l.q.Delete(l.opCtx, m.ID, receipt)
+	b.state[i].Store(stDone)
+	l.stats.poisoned.Add(1)
+	fields = append(fields, zap.String("poison_id", id))
+	if derr != nil {
+		// Someone else holds it now; it may reach the poison queue twice.
+		l.log.Warn("listener: poisoned message could not be deleted from its queue", append(fields, zap.NamedError("delete_error", derr))...)
+	} else {
+		l.log.Error("listener: message moved to the poison queue", fields...)
+	}
+	return true
 }
 
 // releaseUnstarted hands a claimed but unstarted message back at shutdown.
@@ -308,6 +400,19 @@ func (b *batch) renewHeld() {
 			continue
 		}
 		nr, err := l.q.UpdateVisibility(l.opCtx, m.ID, b.receipt(i), l.o.VisibilityTimeout)
+		if errors.Is(err, queue.ErrReceiptMismatch) || errors.Is(err, queue.ErrNotFound) {
+			// Someone else owns it now, or it is gone: stop working on it.
+			l.stats.leasesLost.Add(1)
+			l.log.Warn("listener: lost a held message to its visibility timeout; cancelling its handler", zap.String("msg_id", m.ID), zap.Error(err))
+			switch {
+			case b.cancels != nil && b.cancels[i] != nil:
+				b.cancels[i]() // a parallel runner's handler
+			case b.inline && b.state[i].Load() == stRunning:
+				b.cancel() // the inline runner's handler
+			}
+			b.state[i].CompareAndSwap(stWaiting, stDone)
+			continue
+		}
 		if err != nil {
 			l.log.Warn("listener: renewing a held message failed", zap.String("msg_id", m.ID), zap.Error(err))
 			continue

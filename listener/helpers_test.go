@@ -13,6 +13,7 @@ import (
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/memory"
 	"github.com/adaptq/adaptq/queue/meter"
+	"github.com/adaptq/adaptq/scaling"
 )
 
 // fixture is a listener on a metered memory queue, all on one fake clock.
@@ -162,3 +163,5 @@ func (r *recorder) distinct() int {
 	defer r.mu.Unlock()
 	return len(r.seen)
 }
+
+func scalingIdle(max time.Duration) scaling.IdleBackoff { return scaling.IdleBackoff{Max: max} }

@@ -55,8 +55,8 @@ type Listener struct {
 	// so a hung backend cannot hold Run open forever.
 	opCtx    context.Context
 	opCancel context.CancelFunc
-	draining      atomic.Bool
-	fatal         atomic.Pointer[error]
+	draining atomic.Bool
+	fatal    atomic.Pointer[error]
 
 	totalTasks atomic.Int64
 	idleTasks  atomic.Int32
@@ -332,6 +332,10 @@ type Stats struct {
 	Released, Renewed, Hidden int64
 	// WorkDetected counts idle→busy edges.
 	WorkDetected int64
+	// Poisoned messages moved to the poison queue; LeasesLost counts
+	// renewals that found the message taken or gone (the handler's context
+	// was cancelled).
+	Poisoned, LeasesLost int64
 }
 
 type counters struct {
@@ -339,6 +343,7 @@ type counters struct {
 	deleted, mismatches, notFound, deleteErrors atomic.Int64
 	getErrors, transientErrors, emptyGets       atomic.Int64
 	released, renewed, hidden, workDetected     atomic.Int64
+	poisoned, leasesLost                        atomic.Int64
 }
 
 // Stats reads the counters without calling the queue.
@@ -351,6 +356,7 @@ func (l *Listener) Stats() Stats {
 		GetErrors:    c.getErrors.Load(), TransientErrors: c.transientErrors.Load(), EmptyGets: c.emptyGets.Load(),
 		Released: c.released.Load(), Renewed: c.renewed.Load(), Hidden: c.hidden.Load(),
 		WorkDetected: c.workDetected.Load(),
+		Poisoned:     c.poisoned.Load(), LeasesLost: c.leasesLost.Load(),
 	}
 }
 

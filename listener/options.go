@@ -42,6 +42,9 @@ const (
 	// DefaultDeleteTimeout bounds a delete after success, which shutdown
 	// does not cancel.
 	DefaultDeleteTimeout = 30 * time.Second
+	// DefaultMaxDequeueCount is how many runs a failing message gets before
+	// it moves to the poison queue (Azure Functions' maxDequeueCount).
+	DefaultMaxDequeueCount = 5
 )
 
 // Dispatch selects how a batch's handlers are run.
@@ -97,6 +100,18 @@ type Options struct {
 	// Default: DefaultPermanentRetryDelay for permanent errors, else 0.
 	RetryDelay func(m *queue.Message, err error) time.Duration
 
+	// Poison receives messages that cannot be processed (Azure Functions'
+	// rules): a message fetched with a dequeue count above
+	// MaxDequeueCount goes there without running (it crashed a worker
+	// before); a failure at MaxDequeueCount, or a permanent failure, goes
+	// there after its run. The body is kept byte for byte, the message is
+	// put to Poison first and deleted from the queue after. Nil disables
+	// poisoning: failures are retried while the message lives.
+	Poison queue.Queue
+	// MaxDequeueCount is the number of runs before poisoning (default
+	// DefaultMaxDequeueCount).
+	MaxDequeueCount int
+
 	// ShutdownGrace is how long running handlers may finish after the
 	// run's context ends; then their contexts are cancelled.
 	ShutdownGrace time.Duration
@@ -140,6 +155,9 @@ func (o Options) withDefaults() Options {
 		o.MaxTasks = DefaultMaxTasks
 	}
 	o.Idle = o.Idle.WithDefaults()
+	if o.MaxDequeueCount == 0 {
+		o.MaxDequeueCount = DefaultMaxDequeueCount
+	}
 	if o.RetryDelay == nil {
 		o.RetryDelay = defaultRetryDelay
 	}
@@ -188,6 +206,8 @@ func (o Options) validate() error {
 		return bad("max_tasks", o.MaxTasks, fmt.Sprintf("is below min_tasks %d", o.MinTasks))
 	case o.Tasks < 1 || o.Tasks > o.MaxTasks:
 		return bad("tasks", o.Tasks, fmt.Sprintf("is outside 1..max_tasks %d", o.MaxTasks))
+	case o.MaxDequeueCount < 1:
+		return bad("max_dequeue_count", o.MaxDequeueCount, "is below 1")
 	case o.ShutdownGrace < 0:
 		return bad("shutdown_grace", o.ShutdownGrace, "is negative")
 	case o.ErrorBackoffInitial < 0 || o.ErrorBackoffMax < o.ErrorBackoffInitial:

@@ -33,6 +33,20 @@ type task struct {
 	// when it runs too long. One timer per task, reset for each batch.
 	current atomic.Pointer[batch]
 	stall   *time.Timer
+	// inlineCtx is the handler context of the task's inline batches. It is
+	// cancelled only when the lease of a message running inline is lost,
+	// so one serves many batches and is replaced after a loss or a
+	// hand-off.
+	inlineCtx    context.Context
+	inlineCancel context.CancelFunc
+}
+
+// inlineContext returns a live context for the next inline batch.
+func (t *task) inlineContext() (context.Context, context.CancelFunc) {
+	if t.inlineCtx == nil || t.inlineCtx.Err() != nil {
+		t.inlineCtx, t.inlineCancel = context.WithCancel(t.l.handlerCtx)
+	}
+	return t.inlineCtx, t.inlineCancel
 }
 
 func (l *Listener) taskMain(ctx context.Context, id int) error {
@@ -55,6 +69,9 @@ func (t *task) loop() error {
 	defer func() {
 		if counted {
 			l.taskEnded()
+			if t.inlineCancel != nil {
+				t.inlineCancel()
+			}
 		}
 	}()
 	for {

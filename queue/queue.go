@@ -142,6 +142,30 @@ type BatchDeleter interface {
 	DeleteBatch(ctx context.Context, receipts []Receipt) (results []error, err error)
 }
 
+// SiblingOpener is implemented by queues that can open another queue on
+// the same backend (the same file, account, or store): how a worker finds
+// a queue's poison queue without a URL of its own. The sibling is closed
+// separately.
+type SiblingOpener interface {
+	Sibling(name string) (Queue, error)
+}
+
+// OpenSibling opens the queue called name on q's backend, looking through
+// wrappers for a SiblingOpener.
+func OpenSibling(q Queue, name string) (Queue, error) {
+	for cur := q; cur != nil; {
+		if s, ok := cur.(SiblingOpener); ok {
+			return s.Sibling(name)
+		}
+		w, ok := cur.(Wrapper)
+		if !ok {
+			break
+		}
+		cur = w.Unwrap()
+	}
+	return nil, fmt.Errorf("%w: the driver of %q cannot open queue %q beside it", ErrInvalidArgument, q.Name(), name)
+}
+
 // MaxBodySizer is implemented by drivers whose body limit is not
 // DefaultMaxBodySize.
 type MaxBodySizer interface {

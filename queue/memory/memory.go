@@ -135,13 +135,17 @@ type Queue struct {
 }
 
 var (
-	_ queue.Queue        = (*Queue)(nil)
-	_ queue.BatchDeleter = (*Queue)(nil)
-	_ queue.MaxBodySizer = (*Queue)(nil)
+	_ queue.Queue         = (*Queue)(nil)
+	_ queue.BatchDeleter  = (*Queue)(nil)
+	_ queue.MaxBodySizer  = (*Queue)(nil)
+	_ queue.SiblingOpener = (*Queue)(nil)
 )
 
 // Name returns the queue's name.
 func (q *Queue) Name() string { return q.name }
+
+// Sibling opens another queue of the same store.
+func (q *Queue) Sibling(name string) (queue.Queue, error) { return q.s.Queue(name) }
 
 // MaxBodySize returns the store's body limit.
 func (q *Queue) MaxBodySize() int { return q.s.maxBody }

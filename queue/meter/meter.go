@@ -237,6 +237,15 @@ var (
 	_ queue.MaxBodySizer = (*Queue)(nil)
 )
 
+// Sibling opens a queue on the same backend, metered on the same meter.
+func (q *Queue) Sibling(name string) (queue.Queue, error) {
+	s, err := queue.OpenSibling(q.q, name)
+	if err != nil {
+		return nil, err
+	}
+	return q.m.Wrap(s), nil
+}
+
 // Meter returns the meter the queue counts on.
 func (q *Queue) Meter() *Meter { return q.m }
 

@@ -91,6 +91,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"CancelledContext", testCancelledContext},
 		{"Closed", testClosed},
 		{"Restart", testRestart},
+		{"Sibling", testSibling},
 		{"ConcurrentConsumers", testConcurrentConsumers},
 		{"ConcurrentConsumersWithTimeouts", testConcurrentWithTimeouts},
 	}
@@ -916,4 +917,31 @@ func testRestart(t *testing.T, e *env) {
 	if string(m2.Body) != "held" || m2.DequeueCount != 2 {
 		t.Fatalf("after the timeout got %q (dequeue count %d), want %q with 2", m2.Body, m2.DequeueCount, "held")
 	}
+}
+
+func testSibling(t *testing.T, e *env) {
+	q := e.open(t, "sibling-main")
+	s, err := queue.OpenSibling(q, "sibling-main-poison")
+	if errors.Is(err, queue.ErrInvalidArgument) {
+		t.Skip("the driver opens no siblings")
+	}
+	if err != nil {
+		t.Fatalf("OpenSibling: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if s.Name() != "sibling-main-poison" {
+		t.Fatalf("sibling is named %q", s.Name())
+	}
+	e.put(t, s, "to-poison", queue.PutOptions{})
+	e.getNone(t, q, "the main queue, after a put to its sibling")
+	same := e.open(t, "sibling-main-poison")
+	if n := e.count(t, same); n != 1 {
+		t.Fatalf("the sibling is not the queue of that name: count %d", n)
+	}
+	if _, err := queue.OpenSibling(q, "Bad_Name"); !errors.Is(err, queue.ErrInvalidName) {
+		t.Fatalf("OpenSibling with a bad name: %v", err)
+	}
+	// Closing the sibling leaves the main queue working.
+	_ = s.Close()
+	e.put(t, q, "still", queue.PutOptions{})
 }

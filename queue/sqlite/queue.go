@@ -115,13 +115,15 @@ type Queue struct {
 
 	closed    atomic.Bool
 	onClose   func() error // releases a DB shared by URL opens; nil otherwise
+	sharedKey string       // the shared DB's key when opened by URL
 	nextPurge atomic.Int64 // Unix ns of the DB clock
 }
 
 var (
-	_ queue.Queue        = (*Queue)(nil)
-	_ queue.BatchDeleter = (*Queue)(nil)
-	_ queue.MaxBodySizer = (*Queue)(nil)
+	_ queue.Queue         = (*Queue)(nil)
+	_ queue.BatchDeleter  = (*Queue)(nil)
+	_ queue.MaxBodySizer  = (*Queue)(nil)
+	_ queue.SiblingOpener = (*Queue)(nil)
 )
 
 // Name returns the queue's name.

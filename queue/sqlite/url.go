@@ -109,7 +109,30 @@ func OpenURL(ctx context.Context, u *url.URL) (queue.Queue, error) {
 		return nil, err
 	}
 	q.onClose = func() error { return release(key) }
+	q.sharedKey = key
 	return q, nil
+}
+
+// Sibling opens another queue in the same file. A queue opened by URL
+// shares the file's DB with its sibling, which holds a reference of its
+// own until it is closed.
+func (q *Queue) Sibling(name string) (queue.Queue, error) {
+	if q.sharedKey == "" {
+		return q.db.Queue(name)
+	}
+	db, err := acquire(q.sharedKey, nil)
+	if err != nil {
+		return nil, err
+	}
+	s, err := db.Queue(name)
+	if err != nil {
+		_ = release(q.sharedKey)
+		return nil, err
+	}
+	key := q.sharedKey
+	s.onClose = func() error { return release(key) }
+	s.sharedKey = key
+	return s, nil
 }
 
 // canonicalPath is the key under which URL opens share a DB: the absolute

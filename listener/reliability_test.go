@@ -1,0 +1,235 @@
+package listener_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/adaptq/adaptq/handler"
+	"github.com/adaptq/adaptq/listener"
+	"github.com/adaptq/adaptq/queue"
+)
+
+// poisonFixture is a fixture whose listener poisons into a sibling queue.
+func poisonFixture(t *testing.T, h handler.Func, o listener.Options, wrapPoison func(queue.Queue) queue.Queue) (*fixture, queue.Queue) {
+	t.Helper()
+	f := newFixture(t, h, o)
+	p, err := queue.OpenSibling(f.raw, "work-poison")
+	if err != nil {
+		t.Fatal(err)
+	}
+	poison := p
+	if wrapPoison != nil {
+		poison = wrapPoison(p)
+	}
+	o.Poison = poison
+	o.Clock = f.clock
+	l, err := listener.New(f.q, h, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.l = l
+	return f, p
+}
+
+func TestAlwaysFailingMessageIsPoisonedAfterMaxDequeueCount(t *testing.T) {
+	var runs atomic.Int32
+	h := func(context.Context, *queue.Message) error {
+		runs.Add(1)
+		return errors.New("always fails")
+	}
+	const vis = 10 * time.Second
+	f, poison := poisonFixture(t, h, listener.Options{MaxDequeueCount: 3, VisibilityTimeout: vis, Idle: poisonIdle}, nil)
+	body := []byte{0x00, 0xff, 'p', 'o', 'i', 's', 'o', 'n', 0x7f}
+	if _, err := f.raw.Put(context.Background(), body, queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.start()
+	for i := 1; i <= 2; i++ {
+		eventually(t, "the next run", func() bool { return runs.Load() == int32(i) })
+		f.settle()
+		f.clock.Advance(vis + time.Second)
+	}
+	// The third failure moves it at once, not on a fourth fetch.
+	eventually(t, "the message is poisoned after the third run", func() bool { return f.l.Stats().Poisoned == 1 })
+	f.clock.Advance(vis + time.Second)
+	f.settle()
+	if got := runs.Load(); got != 3 {
+		t.Fatalf("ran %d times, want exactly max_dequeue_count 3", got)
+	}
+	if d := f.depth(); d != 0 {
+		t.Fatalf("the queue still holds %d", d)
+	}
+	ms, err := poison.Peek(context.Background(), 32)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("poison queue holds %d (%v), want 1", len(ms), err)
+	}
+	if !bytes.Equal(ms[0].Body, body) {
+		t.Fatalf("poisoned body %q, want %q byte for byte", ms[0].Body, body)
+	}
+}
+
+// poisonIdle keeps idle sleeps short so that virtual time moves in steps
+// the tests control.
+var poisonIdle = scalingIdle(time.Second)
+
+func TestCrashLoopingMessageIsPoisonedWithoutRunning(t *testing.T) {
+	var runs atomic.Int32
+	h := func(context.Context, *queue.Message) error { runs.Add(1); return nil }
+	f, poison := poisonFixture(t, h, listener.Options{MaxDequeueCount: 5, VisibilityTimeout: 10 * time.Second}, nil)
+	ctx := context.Background()
+	if _, err := f.raw.Put(ctx, []byte("crasher"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Five workers got it and died before finishing.
+	for i := 0; i < 5; i++ {
+		if ms, err := f.raw.Get(ctx, 1, 10*time.Second); err != nil || len(ms) != 1 {
+			t.Fatalf("get %d: %v %v", i, ms, err)
+		}
+		f.clock.Advance(11 * time.Second)
+	}
+	f.start()
+	eventually(t, "the message is poisoned", func() bool { return f.l.Stats().Poisoned == 1 })
+	if got := runs.Load(); got != 0 {
+		t.Fatalf("a crash-looping message ran %d times, want 0", got)
+	}
+	if n, _ := poison.Count(ctx); n != 1 {
+		t.Fatalf("poison queue holds %d", n)
+	}
+	if d := f.depth(); d != 0 {
+		t.Fatalf("queue holds %d", d)
+	}
+}
+
+func TestPermanentFailureIsPoisonedAtOnce(t *testing.T) {
+	var runs atomic.Int32
+	h := handler.JSON(func(context.Context, struct{ N int }) error { runs.Add(1); return nil })
+	counted := func(ctx context.Context, m *queue.Message) error {
+		err := h(ctx, m)
+		if err != nil {
+			runs.Add(1)
+		}
+		return err
+	}
+	f, poison := poisonFixture(t, counted, listener.Options{}, nil)
+	if _, err := f.raw.Put(context.Background(), []byte("{not json"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.start()
+	eventually(t, "the message is poisoned", func() bool { return f.l.Stats().Poisoned == 1 })
+	if got := runs.Load(); got != 1 {
+		t.Fatalf("a body that cannot decode ran %d times, want 1", got)
+	}
+	ms, _ := poison.Peek(context.Background(), 1)
+	if len(ms) != 1 || string(ms[0].Body) != "{not json" {
+		t.Fatalf("poison queue: %v", ms)
+	}
+}
+
+// failingPuts makes every Put fail.
+type failingPuts struct{ queue.Queue }
+
+func (failingPuts) Put(context.Context, []byte, queue.PutOptions) (string, error) {
+	return "", queue.Transient(errors.New("poison queue unavailable"), 0)
+}
+
+func TestPoisonPutFailureLosesNothing(t *testing.T) {
+	h := func(context.Context, *queue.Message) error { return handler.Permanent(errors.New("bad")) }
+	f, poison := poisonFixture(t, h, listener.Options{VisibilityTimeout: 10 * time.Second}, func(q queue.Queue) queue.Queue { return failingPuts{q} })
+	if _, err := f.raw.Put(context.Background(), []byte("keep me"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.start()
+	eventually(t, "the handler fails", func() bool { return f.l.Stats().Failed == 1 })
+	f.settle()
+	if d := f.depth(); d != 1 {
+		t.Fatalf("depth %d: the message must stay when the poison queue refuses it", d)
+	}
+	if n, _ := poison.Count(context.Background()); n != 0 {
+		t.Fatalf("poison holds %d", n)
+	}
+	if f.l.Stats().Poisoned != 0 {
+		t.Fatal("counted as poisoned")
+	}
+}
+
+// stolenLeases makes renewals find the message taken by someone else.
+type stolenLeases struct{ queue.Queue }
+
+func (stolenLeases) UpdateVisibility(_ context.Context, id, _ string, _ time.Duration) (string, error) {
+	return "", errors.Join(queue.ErrReceiptMismatch, errors.New("taken by another consumer: "+id))
+}
+
+func TestLostLeaseCancelsTheHandler(t *testing.T) {
+	const vis = 10 * time.Second
+	var mu sync.Mutex
+	var cancelled []string
+	started := make(chan struct{}, 1)
+	h := func(ctx context.Context, m *queue.Message) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		mu.Lock()
+		cancelled = append(cancelled, m.ID)
+		mu.Unlock()
+		return ctx.Err()
+	}
+	f := newFixtureWith(t, h, listener.Options{VisibilityTimeout: vis}, func(q queue.Queue) queue.Queue { return stolenLeases{q} })
+	ids := f.put(1)
+	f.start()
+	<-started
+	f.clock.Advance(vis / 2)
+	eventually(t, "the handler is cancelled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(cancelled) == 1
+	})
+	if cancelled[0] != ids[0] {
+		t.Fatalf("cancelled %s", cancelled[0])
+	}
+	if s := f.l.Stats(); s.LeasesLost != 1 || s.Renewed != 0 {
+		t.Fatalf("stats %+v: want one lost lease and no renewal", s)
+	}
+}
+
+func TestLostLeaseCancelsAnInlineHandler(t *testing.T) {
+	const vis = 10 * time.Second
+	var slowID atomic.Value
+	slowID.Store("")
+	cancelled := make(chan string, 1)
+	rec := newRecorder()
+	h := func(ctx context.Context, m *queue.Message) error {
+		if m.ID == slowID.Load() {
+			<-ctx.Done()
+			cancelled <- m.ID
+			return ctx.Err()
+		}
+		return rec.handle(ctx, m)
+	}
+	f := newFixtureWith(t, h, listener.Options{VisibilityTimeout: vis}, func(q queue.Queue) queue.Queue { return stolenLeases{q} })
+	f.put(200) // fast: later batches run inline
+	f.start()
+	eventually(t, "the warm-up is deleted", func() bool { return f.l.Stats().Deleted == 200 })
+	f.settle()
+	ids := f.put(40)
+	slowID.Store(ids[0])
+	f.clock.AdvanceToNext()
+	eventually(t, "the other 39 are handled", func() bool { return rec.distinct() == 239 })
+	f.clock.Advance(vis / 2)
+	select {
+	case id := <-cancelled:
+		if id != ids[0] {
+			t.Fatalf("cancelled %s", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the inline handler whose lease was lost was not cancelled")
+	}
+	// The task's next inline batches run on a fresh context.
+	f.settle()
+	f.put(50)
+	f.clock.AdvanceToNext()
+	eventually(t, "later batches still run", func() bool { return rec.distinct() == 289 })
+}
