@@ -58,8 +58,8 @@ type batch struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu        sync.Mutex                             // guards the fields below
-	receipts  []string                               // newest pop receipts; nil while none has changed
+	mu        sync.Mutex           // guards the fields below
+	receipts  []string             // newest pop receipts; nil while none has changed
 	cancels   []context.CancelFunc // of parallel runners' handlers; nil until one starts
 	closed    bool
 	inline    bool        // running on the task's goroutine
