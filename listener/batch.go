@@ -266,6 +266,17 @@ func (b *batch) failed(i int, err error) {
 			}
 		}
 	}
+	if l.draining.Load() && !handler.IsPermanent(err) {
+		// Shutting down (the grace period ended, or the handler gave up on
+		// its own): hand the message to another worker now rather than
+		// after its visibility timeout.
+		b.mu.Lock()
+		receipt := b.receipt(i)
+		b.mu.Unlock()
+		l.release(m.ID, receipt)
+		b.state[i].Store(stDone)
+		return
+	}
 	delay := l.o.RetryDelay(m, err)
 	fields := []zap.Field{zap.String("msg_id", m.ID), zap.Int("dequeue_count", m.DequeueCount), zap.Error(err)}
 	if handler.IsPermanent(err) {

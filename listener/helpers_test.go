@@ -164,4 +164,6 @@ func (r *recorder) distinct() int {
 	return len(r.seen)
 }
 
-func scalingIdle(max time.Duration) scaling.IdleBackoff { return scaling.IdleBackoff{Max: max} }
+func scalingIdle(max time.Duration) scaling.IdleBackoff {
+	return scaling.IdleBackoff{Min: min(scaling.DefaultMinIdle, max), Max: max}
+}

@@ -132,11 +132,16 @@ func TestShutdownGraceCancelsHandlers(t *testing.T) {
 	if err := <-f.done; err != nil {
 		t.Fatalf("Run = %v", err)
 	}
-	if s := f.l.Stats(); s.Failed != 1 || s.Deleted != 0 {
-		t.Fatalf("stats %+v: the cancelled handler failed and its message stays", s)
+	if s := f.l.Stats(); s.Failed != 1 || s.Deleted != 0 || s.Released != 1 {
+		t.Fatalf("stats %+v: the cancelled handler failed, and its message was released, not deleted", s)
 	}
 	if d := f.depth(); d != 1 {
 		t.Fatalf("depth = %d, want the unfinished message kept", d)
+	}
+	// Released: another worker gets it now, not after the one-minute
+	// visibility timeout.
+	if ms, err := f.raw.Get(context.Background(), 1, time.Minute); err != nil || len(ms) != 1 {
+		t.Fatalf("a second consumer got %d messages (%v) at once, want the released one", len(ms), err)
 	}
 }
 
