@@ -1,7 +1,8 @@
 // Package handler is what adaptq runs for each message: the Func type, the
 // middleware that composes around it (Recover, Timeout, Logging), typed
-// body decoders (JSON, Bytes, String), permanent errors, and the Registry
-// that maps queue names to handlers.
+// body decoders (JSON, Bytes, String), permanent errors, the Registry
+// that maps queue names to handlers, and Exec and HTTP, which hand messages
+// to code in other languages.
 //
 // # The Func contract
 //
@@ -37,4 +38,38 @@
 //
 // so that Logging records panics (turned into errors by Recover) and
 // timeouts alike.
+//
+// # Handlers in other languages
+//
+// The two sides of a queue may be written in different languages (seed
+// 000). Exec and HTTP make any program a handler, with the same contract
+// as a Func:
+//
+//   - Exec runs a command per message (split from a config string by
+//     ParseCommand; no shell unless you write sh -c '…'). The body arrives
+//     on standard input, byte for byte; ADAPTQ_MESSAGE_ID,
+//     ADAPTQ_DEQUEUE_COUNT, ADAPTQ_INSERTED_AT and ADAPTQ_QUEUE are in the
+//     environment. Exit 0 is success; exit 65 (EX_DATAERR, "the input data
+//     was incorrect") is a permanent failure; any other exit is retried.
+//     Standard error's tail goes into the error, so print the reason for a
+//     failure there, last.
+//   - HTTP POSTs the body to a URL with the headers X-Adaptq-Message-Id,
+//     X-Adaptq-Dequeue-Count, X-Adaptq-Inserted-At and X-Adaptq-Queue. A
+//     2xx response is success; 4xx other than 408 and 429 is a permanent
+//     failure; 408, 429, 5xx and network errors are retried.
+//
+// A worker in Python, for example, needs nothing from adaptq:
+//
+//	import json, os, sys
+//	try:
+//	    order = json.load(sys.stdin)
+//	except ValueError as e:
+//	    print(f"not JSON: {e}", file=sys.stderr)
+//	    sys.exit(65)  # EX_DATAERR: permanent, retrying cannot help
+//	ship(order, idempotency_key=os.environ["ADAPTQ_MESSAGE_ID"])
+//
+// Delivery is still at least once: key side effects on the message id, as
+// above. Both handlers stop the work when the handler's context ends or
+// their own timeout passes (Exec kills the command's whole process group),
+// and neither ever puts the message body in an error.
 package handler

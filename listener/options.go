@@ -97,7 +97,8 @@ type Options struct {
 
 	// RetryDelay says how long to hide a message whose handler failed
 	// (0: leave it; it reappears when its visibility timeout ends).
-	// Default: DefaultPermanentRetryDelay for permanent errors, else 0.
+	// Default: DefaultPermanentRetryDelay for permanent errors, the
+	// server's hint for errors carrying one (queue.RetryAfter), else 0.
 	RetryDelay func(m *queue.Message, err error) time.Duration
 
 	// Poison receives messages that cannot be processed (Azure Functions'
@@ -179,9 +180,16 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// defaultRetryDelay hides a permanently failed message for
+// DefaultPermanentRetryDelay, and one whose handler passed on a server's
+// Retry-After (an HTTP handler's 429 or 503) for as long as asked; other
+// failures reappear when their visibility timeout ends.
 func defaultRetryDelay(_ *queue.Message, err error) time.Duration {
 	if handler.IsPermanent(err) {
 		return DefaultPermanentRetryDelay
+	}
+	if d, ok := queue.RetryAfter(err); ok {
+		return d
 	}
 	return 0
 }

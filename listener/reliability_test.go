@@ -233,3 +233,24 @@ func TestLostLeaseCancelsAnInlineHandler(t *testing.T) {
 	f.clock.AdvanceToNext()
 	eventually(t, "later batches still run", func() bool { return rec.distinct() == 289 })
 }
+
+func TestRetryAfterFromAHandlerHidesTheMessage(t *testing.T) {
+	var runs atomic.Int32
+	h := func(context.Context, *queue.Message) error {
+		runs.Add(1)
+		return queue.Transient(errors.New("downstream said 429"), 90*time.Second)
+	}
+	f := newFixture(t, h, listener.Options{VisibilityTimeout: 10 * time.Second, Idle: poisonIdle})
+	f.put(1)
+	f.start()
+	eventually(t, "the first run", func() bool { return f.l.Stats().Hidden == 1 })
+	for end := f.clock.Now().Add(80 * time.Second); f.clock.Now().Before(end); {
+		f.settle()
+		f.clock.AdvanceToNext()
+	}
+	if got := runs.Load(); got != 1 {
+		t.Fatalf("ran %d times within the 90 s the downstream asked for, want 1", got)
+	}
+	f.clock.Advance(15 * time.Second)
+	eventually(t, "it runs again after the hint", func() bool { return runs.Load() == 2 })
+}

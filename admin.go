@@ -1,0 +1,199 @@
+package adaptq
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/adaptq/adaptq/listener"
+	"github.com/adaptq/adaptq/queue/meter"
+)
+
+// Admin endpoint paths.
+const (
+	StatsPath  = "/v1/stats"
+	HealthPath = "/healthz"
+)
+
+// adminShutdownTimeout bounds the admin endpoint's shutdown after the
+// listeners have drained.
+const adminShutdownTimeout = 5 * time.Second
+
+// Stats is the worker's state and costs, as GET /v1/stats serves them.
+type Stats struct {
+	Uptime      Duration     `json:"uptime"`
+	PricePer10k float64      `json:"price_per_10k"`
+	Queues      []QueueStats `json:"queues"`
+}
+
+// QueueStats is one queue's state, its listener's counters and its meter.
+type QueueStats struct {
+	Name  string `json:"name"`
+	Depth int    `json:"depth"`
+	// DepthError is set when the depth could not be read.
+	DepthError string `json:"depth_error,omitempty"`
+
+	ActiveTasks int      `json:"active_tasks"`
+	TotalTasks  int      `json:"total_tasks"`
+	IdleTasks   int      `json:"idle_tasks"`
+	InFlight    int      `json:"in_flight"`
+	HandlerTime Duration `json:"handler_time"`
+
+	Processed         int64 `json:"processed"`
+	Failed            int64 `json:"failed"`
+	Deleted           int64 `json:"deleted"`
+	ReceiptMismatches int64 `json:"receipt_mismatches"`
+	GetErrors         int64 `json:"get_errors"`
+	Renewed           int64 `json:"renewed"`
+	Released          int64 `json:"released"`
+
+	// Calls are billed backend calls by kind; Cost prices them; CallsPer
+	// Message is calls per deleted message (0 before the first).
+	Calls           map[string]int64 `json:"calls"`
+	TotalCalls      int64            `json:"total_calls"`
+	CallErrors      int64            `json:"call_errors"`
+	Cost            float64          `json:"cost"`
+	CallsPerMessage float64          `json:"calls_per_message"`
+	// MonthlyCost extrapolates the calls since start to a 30-day month.
+	MonthlyCost float64 `json:"monthly_cost"`
+}
+
+// Duration is a time.Duration that reads and writes as a Go duration
+// string in JSON.
+type Duration time.Duration
+
+// MarshalJSON writes "1m30s".
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads "1m30s".
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	*d = Duration(v)
+	return err
+}
+
+// Stats reads every queue's state, depth (one billed Count each) and meter.
+func (w *Worker) Stats(ctx context.Context) Stats {
+	w.mu.Lock()
+	qs := append([]*workerQueue(nil), w.queues...)
+	up := w.clock.Now().Sub(w.started)
+	w.mu.Unlock()
+	s := Stats{Uptime: Duration(up), PricePer10k: w.cfg.PricePer10k}
+	for _, wq := range qs {
+		st, err := wq.l.State(ctx)
+		qs := queueStats(wq.name, st, wq.meter.Snapshot(), up)
+		if err != nil {
+			qs.DepthError = err.Error()
+		}
+		s.Queues = append(s.Queues, qs)
+	}
+	return s
+}
+
+func queueStats(name string, st listener.State, m meter.Snapshot, up time.Duration) QueueStats {
+	q := QueueStats{
+		Name: name, Depth: st.Depth,
+		ActiveTasks: st.ActiveTasks, TotalTasks: st.TotalTasks, IdleTasks: st.IdleTasks, InFlight: st.InFlight,
+		HandlerTime: Duration(st.HandlerTime),
+		Processed:   st.Processed, Failed: st.Failed, Deleted: st.Deleted, ReceiptMismatches: st.ReceiptMismatches,
+		GetErrors: st.GetErrors, Renewed: st.Renewed, Released: st.Released,
+		Calls: m.Map(), TotalCalls: m.Total(), CallErrors: m.TotalErrors(), Cost: m.Cost(),
+	}
+	if c := m.CallsPerMessage(); !math.IsNaN(c) {
+		q.CallsPerMessage = c
+	}
+	if c := m.MonthlyCost(up); !math.IsNaN(c) && !math.IsInf(c, 0) {
+		q.MonthlyCost = c
+	}
+	return q
+}
+
+// AdminAddress is the address the admin endpoint listens on while the
+// worker runs ("" if it has none or has not started).
+func (w *Worker) AdminAddress() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.admin
+}
+
+type adminServer struct {
+	srv  *http.Server
+	done chan struct{}
+	log  *zap.Logger
+}
+
+// startAdmin serves the admin endpoint if an address is configured.
+func (w *Worker) startAdmin() (*adminServer, error) {
+	addr := w.cfg.Admin.Address
+	if addr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("admin.address: %q: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+HealthPath, func(rw http.ResponseWriter, _ *http.Request) {
+		rw.Header().Set("Content-Type", "text/plain")
+		_, _ = rw.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET "+StatsPath, func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(rw)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(w.Stats(r.Context()))
+	})
+	a := &adminServer{
+		srv:  &http.Server{Handler: w.authorize(mux), ReadHeaderTimeout: 5 * time.Second},
+		done: make(chan struct{}),
+		log:  w.log,
+	}
+	w.mu.Lock()
+	w.admin = ln.Addr().String()
+	w.mu.Unlock()
+	go func() {
+		defer close(a.done)
+		if err := a.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error("adaptq: admin endpoint failed", zap.Error(err))
+		}
+	}()
+	w.log.Info("adaptq: admin endpoint", zap.String("address", ln.Addr().String()))
+	return a, nil
+}
+
+func (a *adminServer) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), adminShutdownTimeout)
+	defer cancel()
+	_ = a.srv.Shutdown(ctx)
+	<-a.done
+}
+
+// authorize requires the configured token, if any, as a bearer token. The
+// health check stays open.
+func (w *Worker) authorize(next http.Handler) http.Handler {
+	token := w.cfg.Admin.Token
+	if token == "" {
+		return next
+	}
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if r.URL.Path != HealthPath && (!ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1) {
+			http.Error(rw, "unauthorized: send Authorization: Bearer <admin.token>", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(rw, r)
+	})
+}

@@ -1,0 +1,709 @@
+package adaptq
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/viper"
+
+	"github.com/adaptq/adaptq/listener"
+	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/meter"
+	"github.com/adaptq/adaptq/scaling"
+)
+
+// EnvPrefix starts the environment variables that override config keys:
+// queues[0].batch_size is ADAPTQ_QUEUES_0_BATCH_SIZE, log.level is
+// ADAPTQ_LOG_LEVEL.
+const EnvPrefix = "ADAPTQ_"
+
+// Config defaults that are not a listener's or the scaling package's.
+const (
+	// DefaultLogLevel and DefaultLogFormat: informational logs for people.
+	DefaultLogLevel  = "info"
+	DefaultLogFormat = "console"
+	// DefaultAdminAddress serves stats and triggers on loopback only; a
+	// non-loopback address needs admin.token.
+	DefaultAdminAddress = "127.0.0.1:8089"
+	// DefaultMaxDequeueCount moves a message to the poison queue after five
+	// failed runs (Azure Functions' maxDequeueCount).
+	DefaultMaxDequeueCount = 5
+	// PoisonSuffix names a queue's default poison queue (Azure Functions'
+	// "<queue>-poison").
+	PoisonSuffix = "-poison"
+)
+
+// Config describes one worker process: its logs, its admin endpoint, and
+// the queues it listens to.
+type Config struct {
+	Log   LogConfig   `yaml:"log"`
+	Admin AdminConfig `yaml:"admin"`
+	// PricePer10k prices 10,000 queue calls in dollars for cost reports.
+	PricePer10k float64       `yaml:"price_per_10k"`
+	Queues      []QueueConfig `yaml:"queues"`
+}
+
+// LogConfig sets up zap.
+type LogConfig struct {
+	Level  string `yaml:"level"`  // debug, info, warn, error
+	Format string `yaml:"format"` // console or json
+}
+
+// AdminConfig is the worker's HTTP endpoint for stats (and triggers).
+type AdminConfig struct {
+	// Address to listen on; empty disables the endpoint.
+	Address string `yaml:"address"`
+	// Token, if set, must be sent as "Authorization: Bearer TOKEN". An
+	// address that is not loopback requires one.
+	Token string `yaml:"token"`
+}
+
+// QueueConfig is one queue the worker listens to.
+type QueueConfig struct {
+	// Name of the queue; if empty, the name in the URL.
+	Name string `yaml:"name"`
+	// URL opens the queue: memory://NAME, sqlite://PATH?queue=NAME, …
+	URL string `yaml:"url"`
+	// Handler is the name of a registered handler func (default: the
+	// queue's name), or "exec: CMD ARGS…", or "http: URL".
+	Handler           string        `yaml:"handler"`
+	BatchSize         int           `yaml:"batch_size"`
+	VisibilityTimeout time.Duration `yaml:"visibility_timeout"`
+	Concurrency       int           `yaml:"concurrency"`
+	// NewBatchThreshold: get the next batch once this few of the current
+	// one are still running; unset means batch_size/2 (Azure Functions'
+	// rule), 0 or -1 wait for the whole batch.
+	NewBatchThreshold *int `yaml:"new_batch_threshold"`
+	// HandlerTimeout bounds one handler call; 0 means no limit.
+	HandlerTimeout time.Duration `yaml:"handler_timeout"`
+	ShutdownGrace  time.Duration `yaml:"shutdown_grace"`
+	Idle           IdleConfig    `yaml:"idle"`
+	Pool           PoolConfig    `yaml:"pool"`
+	// MaxDequeueCount and PoisonQueue: a message failing this many runs
+	// moves to the poison queue (default "<name>-poison").
+	MaxDequeueCount int    `yaml:"max_dequeue_count"`
+	PoisonQueue     string `yaml:"poison_queue"`
+}
+
+// IdleConfig is seed 002's idle backoff.
+type IdleConfig struct {
+	Min   time.Duration `yaml:"min"`
+	Max   time.Duration `yaml:"max"`
+	Delta time.Duration `yaml:"delta"`
+}
+
+// PoolConfig sizes the pool of dequeue tasks.
+type PoolConfig struct {
+	Min     int `yaml:"min"`
+	Max     int `yaml:"max"`
+	Initial int `yaml:"initial"`
+	// Policy is "proportional" (one task per messages_per_task waiting) or
+	// "rules" (the table in rules, seed 002's by default).
+	Policy          string        `yaml:"policy"`
+	MessagesPerTask int           `yaml:"messages_per_task"`
+	Rules           []RuleConfig  `yaml:"rules"`
+	Else            int           `yaml:"else"`
+	SampleInterval  time.Duration `yaml:"sample_interval"`
+	ShrinkAfter     int           `yaml:"shrink_after"`
+}
+
+// RuleConfig is one row of a rules policy: below this depth, this many
+// tasks.
+type RuleConfig struct {
+	Below int `yaml:"below"`
+	Tasks int `yaml:"tasks"`
+}
+
+// Pool policies.
+const (
+	PolicyProportional = "proportional"
+	PolicyRules        = "rules"
+)
+
+// DefaultConfig is the configuration with every default and no queues.
+func DefaultConfig() Config {
+	return Config{
+		Log:         LogConfig{Level: DefaultLogLevel, Format: DefaultLogFormat},
+		Admin:       AdminConfig{Address: DefaultAdminAddress},
+		PricePer10k: meter.DefaultPricePer10k,
+	}
+}
+
+// DefaultQueueConfig is a queue's configuration with every default.
+func DefaultQueueConfig() QueueConfig {
+	rules := make([]RuleConfig, len(scaling.SeedRules.Rules))
+	for i, r := range scaling.SeedRules.Rules {
+		rules[i] = RuleConfig{Below: r.Below, Tasks: r.Tasks}
+	}
+	return QueueConfig{
+		BatchSize:         listener.DefaultBatchSize,
+		VisibilityTimeout: listener.DefaultVisibilityTimeout,
+		Concurrency:       listener.DefaultConcurrency,
+		ShutdownGrace:     listener.DefaultShutdownGrace,
+		Idle:              IdleConfig{Min: scaling.DefaultMinIdle, Max: scaling.DefaultMaxIdle, Delta: scaling.DefaultIdleDelta},
+		Pool: PoolConfig{
+			Min: 1, Max: listener.DefaultMaxTasks, Initial: 1,
+			Policy:          PolicyProportional,
+			MessagesPerTask: scaling.DefaultMessagesPerTask,
+			Rules:           rules,
+			Else:            scaling.SeedRules.Else,
+			SampleInterval:  scaling.DefaultSampleInterval,
+			ShrinkAfter:     scaling.DefaultShrinkAfter,
+		},
+		MaxDequeueCount: DefaultMaxDequeueCount,
+	}
+}
+
+// ConfigError lists every problem found in a configuration, each naming
+// the field path and the value.
+type ConfigError struct {
+	Source   string
+	Problems []string
+}
+
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "config %s: %d problem", e.Source, len(e.Problems))
+	if len(e.Problems) != 1 {
+		b.WriteString("s")
+	}
+	for _, p := range e.Problems {
+		b.WriteString("\n  ")
+		b.WriteString(p)
+	}
+	return b.String()
+}
+
+// LoadConfig reads a YAML file, applies ADAPTQ_… environment overrides and
+// the defaults, and validates the result. Errors name every bad field.
+func LoadConfig(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return parseConfig(path, data, os.Environ())
+}
+
+// ParseConfig is LoadConfig for YAML already in memory; source names it in
+// errors.
+func ParseConfig(source string, yaml []byte) (Config, error) {
+	return parseConfig(source, yaml, os.Environ())
+}
+
+func parseConfig(source string, data []byte, environ []string) (Config, error) {
+	v := viper.New()
+	v.SetConfigType("yaml")
+	if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
+		return Config{}, &ConfigError{Source: source, Problems: []string{"not valid YAML: " + err.Error()}}
+	}
+	raw := v.AllSettings()
+	var problems []string
+	problems = append(problems, applyEnv(raw, environ)...)
+	cfg := DefaultConfig()
+	problems = append(problems, decode("", raw, reflect.ValueOf(&cfg).Elem())...)
+	if len(problems) == 0 {
+		cfg.fillDerived()
+		problems = cfg.validate()
+	}
+	if len(problems) > 0 {
+		return cfg, &ConfigError{Source: source, Problems: problems}
+	}
+	return cfg, nil
+}
+
+// fillDerived sets defaults that depend on other fields.
+func (c *Config) fillDerived() {
+	for i := range c.Queues {
+		q := &c.Queues[i]
+		if q.Name != "" && q.Handler == "" {
+			q.Handler = q.Name
+		}
+		if q.Name != "" && q.PoisonQueue == "" {
+			q.PoisonQueue = q.Name + PoisonSuffix
+		}
+	}
+}
+
+// envString marks a value that came from the environment: it is text, and
+// numbers are parsed from it.
+type envString string
+
+// applyEnv overlays ADAPTQ_… variables on the raw settings. A variable
+// under a known section that names no key is a problem; others (such as
+// ADAPTQ_MESSAGE_ID, set for exec handlers) are not config.
+func applyEnv(raw map[string]any, environ []string) []string {
+	var problems []string
+	paths := map[string][]string{}
+	collectPaths(reflect.TypeOf(Config{}), nil, raw, paths)
+	for _, kv := range environ {
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(k, EnvPrefix) {
+			continue
+		}
+		name := strings.TrimPrefix(k, EnvPrefix)
+		path, known := paths[name]
+		if !known {
+			for _, section := range []string{"LOG_", "ADMIN_", "QUEUES_", "PRICE_"} {
+				if strings.HasPrefix(name, section) {
+					problems = append(problems, fmt.Sprintf("%s: names no config key (keys are like ADAPTQ_LOG_LEVEL, ADAPTQ_QUEUES_0_BATCH_SIZE)", k))
+				}
+			}
+			continue
+		}
+		setPath(raw, path, envString(val))
+	}
+	return problems
+}
+
+// collectPaths maps each settable key's environment name to its path.
+// List items are addressed by index, for the items the file has.
+func collectPaths(t reflect.Type, prefix []string, raw any, out map[string][]string) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		key := f.Tag.Get("yaml")
+		p := append(append([]string(nil), prefix...), key)
+		switch {
+		case f.Type.Kind() == reflect.Struct:
+			collectPaths(f.Type, p, sub(raw, key), out)
+		case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct:
+			items, _ := sub(raw, key).([]any)
+			for j := range items {
+				collectPaths(f.Type.Elem(), append(p, strconv.Itoa(j)), items[j], out)
+			}
+		default:
+			out[strings.ToUpper(strings.Join(p, "_"))] = p
+		}
+	}
+}
+
+func sub(raw any, key string) any {
+	if m, ok := raw.(map[string]any); ok {
+		return m[key]
+	}
+	return nil
+}
+
+// setPath sets raw[path…] = v, creating maps on the way; list indices
+// address existing items.
+func setPath(raw map[string]any, path []string, v any) {
+	var cur any = raw
+	for i, key := range path {
+		last := i == len(path)-1
+		switch c := cur.(type) {
+		case map[string]any:
+			if last {
+				c[key] = v
+				return
+			}
+			next, ok := c[key]
+			if !ok || next == nil {
+				if _, err := strconv.Atoi(path[i+1]); err == nil {
+					return // a list the file does not have
+				}
+				next = map[string]any{}
+				c[key] = next
+			}
+			cur = next
+		case []any:
+			j, _ := strconv.Atoi(key)
+			if j >= len(c) {
+				return
+			}
+			if last {
+				c[j] = v
+				return
+			}
+			cur = c[j]
+		default:
+			return
+		}
+	}
+}
+
+var durationType = reflect.TypeOf(time.Duration(0))
+
+// decode sets dst from raw, which came from YAML (or the environment),
+// reporting each problem with its path. dst holds defaults; keys absent
+// from raw keep them.
+func decode(path string, raw any, dst reflect.Value) []string {
+	if raw == nil {
+		return []string{fmt.Sprintf("%s: has no value", path)}
+	}
+	t := dst.Type()
+	if t.Kind() == reflect.Pointer {
+		el := reflect.New(t.Elem())
+		if problems := decode(path, raw, el.Elem()); len(problems) > 0 {
+			return problems
+		}
+		dst.Set(el)
+		return nil
+	}
+	bad := func(want string) []string {
+		return []string{fmt.Sprintf("%s: %s is not %s", path, show(raw), want)}
+	}
+	switch {
+	case t == durationType:
+		s, ok := text(raw)
+		if !ok {
+			return []string{fmt.Sprintf("%s: %s is not a duration; write a Go duration string such as \"30s\" or \"5m\" (a bare number has no unit)", path, show(raw))}
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return []string{fmt.Sprintf("%s: %q is not a duration (want a Go duration such as \"30s\", \"1m30s\", \"500ms\")", path, s)}
+		}
+		dst.SetInt(int64(d))
+	case t.Kind() == reflect.Struct:
+		m, ok := raw.(map[string]any)
+		if !ok {
+			return bad("a mapping")
+		}
+		return decodeStruct(path, m, dst)
+	case t.Kind() == reflect.Slice:
+		items, ok := raw.([]any)
+		if !ok {
+			return bad("a list")
+		}
+		var problems []string
+		out := reflect.MakeSlice(t, 0, len(items))
+		for i, item := range items {
+			el := reflect.New(t.Elem()).Elem()
+			if t.Elem() == reflect.TypeOf(QueueConfig{}) {
+				el.Set(reflect.ValueOf(DefaultQueueConfig()))
+			}
+			problems = append(problems, decode(fmt.Sprintf("%s[%d]", path, i), item, el)...)
+			out = reflect.Append(out, el)
+		}
+		dst.Set(out)
+		return problems
+	case t.Kind() == reflect.String:
+		switch v := raw.(type) {
+		case string:
+			dst.SetString(v)
+		case envString:
+			dst.SetString(string(v))
+		default:
+			return bad("text")
+		}
+	case t.Kind() == reflect.Int:
+		switch v := raw.(type) {
+		case int:
+			dst.SetInt(int64(v))
+		case int64:
+			dst.SetInt(v)
+		case uint64:
+			dst.SetInt(int64(v))
+		case envString:
+			n, err := strconv.Atoi(strings.TrimSpace(string(v)))
+			if err != nil {
+				return bad("a whole number")
+			}
+			dst.SetInt(int64(n))
+		default:
+			return bad("a whole number")
+		}
+	case t.Kind() == reflect.Float64:
+		switch v := raw.(type) {
+		case int:
+			dst.SetFloat(float64(v))
+		case float64:
+			dst.SetFloat(v)
+		case envString:
+			f, err := strconv.ParseFloat(strings.TrimSpace(string(v)), 64)
+			if err != nil {
+				return bad("a number")
+			}
+			dst.SetFloat(f)
+		default:
+			return bad("a number")
+		}
+	default:
+		return []string{fmt.Sprintf("%s: cannot decode into %s", path, t)}
+	}
+	return nil
+}
+
+func decodeStruct(path string, m map[string]any, dst reflect.Value) []string {
+	t := dst.Type()
+	fields := map[string]int{}
+	var names []string
+	for i := 0; i < t.NumField(); i++ {
+		k := t.Field(i).Tag.Get("yaml")
+		fields[k] = i
+		names = append(names, k)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var problems []string
+	for _, k := range keys {
+		p := k
+		if path != "" {
+			p = path + "." + k
+		}
+		i, ok := fields[k]
+		if !ok {
+			msg := fmt.Sprintf("%s: unknown key", p)
+			if s := closest(k, names); s != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", s)
+			}
+			problems = append(problems, msg)
+			continue
+		}
+		problems = append(problems, decode(p, m[k], dst.Field(i))...)
+	}
+	return problems
+}
+
+// closest returns the known key nearest to k, if it is near enough to be
+// a typo.
+func closest(k string, names []string) string {
+	best, bestD := "", 3
+	for _, n := range names {
+		if d := editDistance(strings.ReplaceAll(k, "-", "_"), n); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			c := 1
+			if a[i-1] == b[j-1] {
+				c = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+c)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
+func text(raw any) (string, bool) {
+	switch v := raw.(type) {
+	case string:
+		return v, true
+	case envString:
+		return string(v), true
+	}
+	return "", false
+}
+
+// show renders a raw value for an error message.
+func show(raw any) string {
+	switch v := raw.(type) {
+	case string:
+		return strconv.Quote(v)
+	case envString:
+		return strconv.Quote(string(v))
+	case map[string]any:
+		return "a mapping"
+	case []any:
+		return "a list"
+	}
+	return fmt.Sprint(raw)
+}
+
+// validate checks ranges and references; every problem names its path and
+// value.
+func (c *Config) validate() []string {
+	var p []string
+	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		add("log.level: %q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "console", "json":
+	default:
+		add("log.format: %q is not one of console, json", c.Log.Format)
+	}
+	if a := c.Admin.Address; a != "" {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil {
+			add("admin.address: %q is not host:port", a)
+		} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			add("admin.address: %q has no valid port", a)
+		} else if !isLoopback(host) && c.Admin.Token == "" {
+			add("admin.address: %q is not a loopback address; set admin.token so that only holders of it can trigger and read the worker", a)
+		}
+	}
+	if c.PricePer10k < 0 {
+		add("price_per_10k: %v is negative", c.PricePer10k)
+	}
+	if len(c.Queues) == 0 {
+		add("queues: the worker listens to no queue; add one with a url")
+	}
+	names := map[string]int{}
+	for i := range c.Queues {
+		p = append(p, c.Queues[i].validate(fmt.Sprintf("queues[%d]", i))...)
+		if n := c.Queues[i].Name; n != "" {
+			if j, dup := names[n]; dup {
+				add("queues[%d].name: %q is already queues[%d]", i, n, j)
+			}
+			names[n] = i
+		}
+	}
+	return p
+}
+
+func (q *QueueConfig) validate(at string) []string {
+	var p []string
+	add := func(field, format string, args ...any) {
+		p = append(p, fmt.Sprintf("%s.%s: ", at, field)+fmt.Sprintf(format, args...))
+	}
+	if q.Name != "" {
+		if err := queue.ValidateName(q.Name); err != nil {
+			add("name", "%v", strings.TrimPrefix(err.Error(), "queue: "))
+		}
+	}
+	if q.URL == "" {
+		add("url", "is missing (for example sqlite://./data/adaptq.db?queue=orders)")
+	} else if u, err := url.Parse(q.URL); err != nil || u.Scheme == "" {
+		add("url", "%q is not a queue URL (want scheme://…, one of %s)", queue.Redact(q.URL), strings.Join(queue.Schemes(), ", "))
+	}
+	if err := checkHandlerSpec(q.Handler); err != nil {
+		add("handler", "%v", err)
+	}
+	if q.BatchSize < 1 {
+		add("batch_size", "%d is below 1", q.BatchSize)
+	} else if q.BatchSize > queue.MaxBatchSize {
+		add("batch_size", "%d is above %d (the most one get may return)", q.BatchSize, queue.MaxBatchSize)
+	}
+	if q.VisibilityTimeout <= 0 || q.VisibilityTimeout > queue.MaxVisibilityTimeout {
+		add("visibility_timeout", "%s is outside (0s, %s]", q.VisibilityTimeout, queue.MaxVisibilityTimeout)
+	}
+	if q.Concurrency < 1 {
+		add("concurrency", "%d is below 1", q.Concurrency)
+	}
+	if t := q.NewBatchThreshold; t != nil {
+		if *t < -1 {
+			add("new_batch_threshold", "%d is below -1", *t)
+		} else if *t >= q.BatchSize && q.BatchSize >= 1 {
+			add("new_batch_threshold", "%d is not below batch_size %d", *t, q.BatchSize)
+		}
+	}
+	if q.HandlerTimeout < 0 {
+		add("handler_timeout", "%s is negative", q.HandlerTimeout)
+	}
+	if q.ShutdownGrace < 0 {
+		add("shutdown_grace", "%s is negative", q.ShutdownGrace)
+	}
+	if q.Idle.Min < 0 {
+		add("idle.min", "%s is negative", q.Idle.Min)
+	}
+	if q.Idle.Delta <= 0 {
+		add("idle.delta", "%s is not positive", q.Idle.Delta)
+	}
+	if q.Idle.Max < q.Idle.Min {
+		add("idle.max", "%s is below idle.min %s", q.Idle.Max, q.Idle.Min)
+	}
+	pl := q.Pool
+	if pl.Min < 1 {
+		add("pool.min", "%d is below 1", pl.Min)
+	}
+	if pl.Max < pl.Min {
+		add("pool.max", "%d is below pool.min %d", pl.Max, pl.Min)
+	}
+	if pl.Initial < pl.Min || pl.Initial > pl.Max {
+		add("pool.initial", "%d is outside pool.min..pool.max (%d..%d)", pl.Initial, pl.Min, pl.Max)
+	}
+	switch pl.Policy {
+	case PolicyProportional:
+		if pl.MessagesPerTask < 1 {
+			add("pool.messages_per_task", "%d is below 1", pl.MessagesPerTask)
+		}
+	case PolicyRules:
+		if err := pl.staticRules().Validate(); err != nil {
+			add("pool.rules", "%s", strings.TrimPrefix(err.Error(), "scaling: "))
+		}
+	default:
+		add("pool.policy", "%q is not one of %s, %s", pl.Policy, PolicyProportional, PolicyRules)
+	}
+	if pl.SampleInterval <= 0 {
+		add("pool.sample_interval", "%s is not positive", pl.SampleInterval)
+	}
+	if pl.ShrinkAfter < 1 {
+		add("pool.shrink_after", "%d is below 1", pl.ShrinkAfter)
+	}
+	if q.MaxDequeueCount < 1 {
+		add("max_dequeue_count", "%d is below 1", q.MaxDequeueCount)
+	}
+	if q.PoisonQueue != "" {
+		if err := queue.ValidateName(q.PoisonQueue); err != nil {
+			add("poison_queue", "%v", strings.TrimPrefix(err.Error(), "queue: "))
+		} else if q.PoisonQueue == q.Name {
+			add("poison_queue", "%q is the queue itself", q.PoisonQueue)
+		}
+	}
+	return p
+}
+
+func (pl PoolConfig) staticRules() scaling.StaticRules {
+	r := scaling.StaticRules{Else: pl.Else}
+	for _, row := range pl.Rules {
+		r.Rules = append(r.Rules, scaling.Rule{Below: row.Below, Tasks: row.Tasks})
+	}
+	return r
+}
+
+// Policy returns the pool policy the configuration names.
+func (pl PoolConfig) policy() scaling.Policy {
+	if pl.Policy == PolicyRules {
+		return pl.staticRules()
+	}
+	return scaling.Proportional{PerTask: pl.MessagesPerTask}
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Handler spec prefixes: a handler that runs a command or calls a URL.
+const (
+	ExecPrefix = "exec:"
+	HTTPPrefix = "http:"
+)
+
+// checkHandlerSpec validates an exec: or http: handler; a plain name is
+// checked against the registry at start-up.
+func checkHandlerSpec(spec string) error {
+	switch {
+	case strings.HasPrefix(spec, ExecPrefix):
+		if strings.TrimSpace(strings.TrimPrefix(spec, ExecPrefix)) == "" {
+			return fmt.Errorf("%q runs no command (want \"exec: CMD ARGS…\")", spec)
+		}
+	case strings.HasPrefix(spec, HTTPPrefix):
+		u := strings.TrimSpace(strings.TrimPrefix(spec, HTTPPrefix))
+		pu, err := url.Parse(u)
+		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			return fmt.Errorf("%q does not name an http or https URL (want \"http: https://host/path\")", HTTPPrefix+" "+queue.Redact(u))
+		}
+	}
+	return nil
+}
+
+var errNoHandler = errors.New("no handler registered")

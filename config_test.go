@@ -1,0 +1,165 @@
+package adaptq
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+const goodQueue = `
+queues:
+  - name: orders
+    url: memory://orders
+`
+
+func TestConfigDefaults(t *testing.T) {
+	cfg, err := parseConfig("good.yaml", []byte(goodQueue), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := cfg.Queues[0]
+	if q.BatchSize != 32 || q.VisibilityTimeout != 30*time.Second || q.Concurrency != 64 || q.NewBatchThreshold != nil {
+		t.Errorf("listener defaults: %+v", q)
+	}
+	if q.Idle.Min != 100*time.Millisecond || q.Idle.Max != time.Minute || q.Idle.Delta != 100*time.Millisecond {
+		t.Errorf("idle defaults: %+v", q.Idle)
+	}
+	if q.Pool.Policy != PolicyProportional || q.Pool.MessagesPerTask != 32 || q.Pool.Min != 1 || q.Pool.Max != 100 {
+		t.Errorf("pool defaults: %+v", q.Pool)
+	}
+	if len(q.Pool.Rules) != 2 || q.Pool.Rules[0] != (RuleConfig{Below: 100, Tasks: 10}) || q.Pool.Else != 100 {
+		t.Errorf("rules default to seed 002's table: %+v", q.Pool.Rules)
+	}
+	if q.Handler != "orders" || q.PoisonQueue != "orders-poison" || q.MaxDequeueCount != 5 {
+		t.Errorf("derived defaults: handler %q, poison %q, max dequeue %d", q.Handler, q.PoisonQueue, q.MaxDequeueCount)
+	}
+	if cfg.Log.Level != "info" || cfg.Admin.Address != DefaultAdminAddress || cfg.PricePer10k != 0.01 {
+		t.Errorf("top-level defaults: %+v", cfg)
+	}
+}
+
+func TestConfigValuesAndEnvironment(t *testing.T) {
+	yaml := `
+log: {level: debug, format: json}
+price_per_10k: 0.004
+queues:
+  - url: sqlite://./data/x.db?queue=work
+    batch_size: 16
+    new_batch_threshold: 0
+    visibility_timeout: 2m
+    idle: {min: 50ms, max: 5m}
+    pool: {policy: rules, rules: [{below: 10, tasks: 2}], else: 8, max: 8}
+  - name: other
+    url: memory://other
+`
+	env := []string{
+		"ADAPTQ_QUEUES_1_BATCH_SIZE=8",
+		"ADAPTQ_QUEUES_0_IDLE_MAX=90s",
+		"ADAPTQ_LOG_LEVEL=warn",
+		"ADAPTQ_MESSAGE_ID=123", // set for exec handlers; not config
+	}
+	cfg, err := parseConfig("v.yaml", []byte(yaml), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := cfg.Queues[0], cfg.Queues[1]
+	if a.BatchSize != 16 || a.VisibilityTimeout != 2*time.Minute || a.Idle.Min != 50*time.Millisecond {
+		t.Errorf("file values: %+v", a)
+	}
+	if a.NewBatchThreshold == nil || *a.NewBatchThreshold != 0 {
+		t.Errorf("explicit new_batch_threshold 0 lost: %v", a.NewBatchThreshold)
+	}
+	if a.Idle.Max != 90*time.Second || b.BatchSize != 8 || cfg.Log.Level != "warn" {
+		t.Errorf("environment overrides: idle.max %s, batch %d, level %s", a.Idle.Max, b.BatchSize, cfg.Log.Level)
+	}
+	if a.Pool.Policy != PolicyRules || len(a.Pool.Rules) != 1 || a.Pool.Else != 8 || cfg.PricePer10k != 0.004 {
+		t.Errorf("pool: %+v, price %v", a.Pool, cfg.PricePer10k)
+	}
+	if a.Name != "" || a.Handler != "" {
+		t.Errorf("name and handler come from the URL at start-up, got %q %q", a.Name, a.Handler)
+	}
+}
+
+func TestBadConfigsNameTheField(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		env        []string
+		want       string
+	}{
+		{"batch over 32", "queues: [{url: 'memory://a1b', batch_size: 40}]", nil, "queues[0].batch_size: 40 is above 32"},
+		{"batch zero", "queues: [{url: 'memory://a1b', batch_size: 0}]", nil, "queues[0].batch_size: 0 is below 1"},
+		{"bare number duration", "queues: [{url: 'memory://a1b', visibility_timeout: 30}]", nil, "queues[0].visibility_timeout: 30 is not a duration"},
+		{"days are not Go", "queues: [{url: 'memory://a1b', visibility_timeout: '1.00:00:00'}]", nil, `queues[0].visibility_timeout: "1.00:00:00" is not a duration`},
+		{"unknown top key", "queue: []\n" + goodQueue, nil, `queue: unknown key (did you mean "queues"?)`},
+		{"unknown nested key", "queues: [{url: 'memory://a1b', idle: {maximum: 5s}}]", nil, "queues[0].idle.maximum: unknown key"},
+		{"typo suggests", "queues: [{url: 'memory://a1b', batchsize: 4}]", nil, `(did you mean "batch_size"?)`},
+		{"missing url", "queues: [{name: orders}]", nil, "queues[0].url: is missing"},
+		{"no scheme", "queues: [{url: 'orders'}]", nil, `queues[0].url: "orders" is not a queue URL`},
+		{"bad name", "queues: [{name: Orders, url: 'memory://orders'}]", nil, `queues[0].name: invalid queue name "Orders"`},
+		{"duplicate", "queues: [{name: abc, url: 'memory://abc'}, {name: abc, url: 'memory://abc'}]", nil, `queues[1].name: "abc" is already queues[0]`},
+		{"no queues", "log: {level: info}", nil, "queues: the worker listens to no queue"},
+		{"log level", "log: {level: loud}\n" + goodQueue, nil, `log.level: "loud" is not one of`},
+		{"threshold", "queues: [{url: 'memory://a1b', batch_size: 8, new_batch_threshold: 8}]", nil, "queues[0].new_batch_threshold: 8 is not below batch_size 8"},
+		{"idle order", "queues: [{url: 'memory://a1b', idle: {min: 2m, max: 1m}}]", nil, "queues[0].idle.max: 1m0s is below idle.min 2m0s"},
+		{"negative duration", "queues: [{url: 'memory://a1b', shutdown_grace: -5s}]", nil, "queues[0].shutdown_grace: -5s is negative"},
+		{"pool order", "queues: [{url: 'memory://a1b', pool: {min: 5, max: 2, initial: 5}}]", nil, "queues[0].pool.max: 2 is below pool.min 5"},
+		{"policy", "queues: [{url: 'memory://a1b', pool: {policy: magic}}]", nil, `queues[0].pool.policy: "magic" is not one of`},
+		{"rules order", "queues: [{url: 'memory://a1b', pool: {policy: rules, rules: [{below: 100, tasks: 5}, {below: 10, tasks: 9}]}}]", nil, "queues[0].pool.rules: rules[1].below 10 is not above"},
+		{"text for number", "queues: [{url: 'memory://a1b', concurrency: many}]", nil, `queues[0].concurrency: "many" is not a whole number`},
+		{"list for map", "queues: [{url: 'memory://a1b', idle: [1, 2]}]", nil, "queues[0].idle: a list is not a mapping"},
+		{"poison is self", "queues: [{name: abc, url: 'memory://abc', poison_queue: abc}]", nil, `queues[0].poison_queue: "abc" is the queue itself`},
+		{"exec without command", "queues: [{url: 'memory://a1b', handler: 'exec:  '}]", nil, `queues[0].handler: "exec:  " runs no command`},
+		{"http without URL", "queues: [{url: 'memory://a1b', handler: 'http: ftp://x/y'}]", nil, "queues[0].handler: \"http: ftp://x/y\" does not name an http or https URL"},
+		{"public admin without token", "admin: {address: '0.0.0.0:8089'}\n" + goodQueue, nil, `admin.address: "0.0.0.0:8089" is not a loopback address`},
+		{"admin not host:port", "admin: {address: 'localhost'}\n" + goodQueue, nil, `admin.address: "localhost" is not host:port`},
+		{"negative price", "price_per_10k: -1\n" + goodQueue, nil, "price_per_10k: -1 is negative"},
+		{"not yaml", "queues: [", nil, "not valid YAML"},
+		{"env not a number", goodQueue, []string{"ADAPTQ_QUEUES_0_BATCH_SIZE=lots"}, `queues[0].batch_size: "lots" is not a whole number`},
+		{"env unknown key", goodQueue, []string{"ADAPTQ_QUEUES_0_BATCHSIZE=4"}, "ADAPTQ_QUEUES_0_BATCHSIZE: names no config key"},
+		{"env bad duration", goodQueue, []string{"ADAPTQ_QUEUES_0_VISIBILITY_TIMEOUT=30"}, `queues[0].visibility_timeout: "30" is not a duration`},
+		{"max dequeue", "queues: [{url: 'memory://a1b', max_dequeue_count: 0}]", nil, "queues[0].max_dequeue_count: 0 is below 1"},
+		{"empty value", "queues: [{url: 'memory://a1b', batch_size: }]", nil, "queues[0].batch_size: has no value"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseConfig("bad.yaml", []byte(tc.yaml), tc.env)
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("error = %v, want a *ConfigError", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error:\n%v\nwant it to contain:\n%s", err, tc.want)
+			}
+			if !strings.Contains(err.Error(), "bad.yaml") {
+				t.Errorf("error does not name the file: %v", err)
+			}
+		})
+	}
+}
+
+func TestConfigReportsEveryProblem(t *testing.T) {
+	_, err := parseConfig("bad.yaml", []byte("queues: [{url: 'memory://a1b', batch_size: 40, concurrency: 0, idle: {delta: 0s}}]"), nil)
+	var ce *ConfigError
+	if !errors.As(err, &ce) || len(ce.Problems) != 3 {
+		t.Fatalf("want 3 problems at once, got %v", err)
+	}
+}
+
+func TestSecretsStayOutOfConfigErrors(t *testing.T) {
+	for _, yaml := range []string{
+		"queues: [{url: 'acct/q?sig=SECRETSIG&x=1'}]",                           // no scheme
+		"queues: [{url: 'memory://a1b', handler: 'http: ftp://user:hunter2@ex.com/x'}]", // not http
+		"queues: [{url: 'memory://a1b', handler: 'http: https://user:hunter2@ex .com/x'}]",
+		"queues: [{url: '::sqlite://x?key=SECRETSIG'}]",
+	} {
+		_, err := parseConfig("s.yaml", []byte(yaml), nil)
+		if err == nil {
+			t.Fatalf("%s: want an error", yaml)
+		}
+		for _, secret := range []string{"SECRETSIG", "hunter2"} {
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("error shows the secret %q: %v", secret, err)
+			}
+		}
+	}
+}

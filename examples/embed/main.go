@@ -1,0 +1,44 @@
+// Command embed is the shortest useful adaptq program: a worker that
+// handles JSON orders from a queue configured in YAML.
+//
+//	go run ./examples/embed &
+//	go run ./cmd/adaptq enqueue --config examples/embed/adaptq.yaml --queue orders '{"id":"A1","sku":"pen","qty":3}'
+package main
+
+import (
+	"context"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/adaptq/adaptq"
+	"github.com/adaptq/adaptq/handler"
+)
+
+type Order struct {
+	ID  string `json:"id"`
+	SKU string `json:"sku"`
+	Qty int    `json:"qty"`
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg, err := adaptq.LoadConfig("examples/embed/adaptq.yaml")
+	if err != nil {
+		log.Fatal(err) // names the bad field: queues[0].batch_size: 40 is above 32
+	}
+	w, err := adaptq.New(cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Runs at least once per message: make it idempotent (key on the order id).
+	w.MustHandle("orders", handler.JSON(func(ctx context.Context, o Order) error {
+		log.Printf("order %s: %d × %s", o.ID, o.Qty, o.SKU)
+		return nil // nil deletes the message; an error lets it come back
+	}))
+	if err := w.Run(ctx); err != nil { // returns after a graceful drain
+		log.Fatal(err)
+	}
+}

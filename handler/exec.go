@@ -1,0 +1,414 @@
+package handler
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/adaptq/adaptq/queue"
+)
+
+// Environment variables that Exec sets for each message, on top of the
+// worker's environment and ExecOptions.Env. They are stable: programs in
+// any language may rely on them.
+const (
+	// EnvMessageID is the message id, the same on every delivery: the key
+	// for idempotent processing.
+	EnvMessageID = "ADAPTQ_MESSAGE_ID"
+	// EnvDequeueCount is how many times the message has been got, this
+	// delivery included (decimal).
+	EnvDequeueCount = "ADAPTQ_DEQUEUE_COUNT"
+	// EnvInsertedAt is when the message was put, in RFC 3339 UTC with
+	// whole seconds ("2006-01-02T15:04:05Z"), the resolution Azure reports.
+	// It is not set for a message without an insertion time.
+	EnvInsertedAt = "ADAPTQ_INSERTED_AT"
+	// EnvQueue is the queue's name, set when ExecOptions.Queue is.
+	EnvQueue = "ADAPTQ_QUEUE"
+)
+
+// ExitDataErr is the exit code Exec treats as a permanent failure unless
+// ExecOptions.PermanentExitCodes says otherwise: EX_DATAERR from BSD's
+// sysexits.h, "the input data was incorrect in some way". A program exits
+// with it for a message that no retry can fix (Python: sys.exit(65);
+// os.EX_DATAERR on unix).
+const ExitDataErr = 65
+
+// MaxStderrTail is how much of a failed command's standard error Exec keeps
+// for its error: the last 4 KiB, enough for a stack trace's end (where the
+// cause is) and small enough for a log line.
+const MaxStderrTail = 4 << 10
+
+const (
+	// execWaitDelay bounds how long Exec waits, once the command has exited
+	// or been killed, for its stdout and stderr to reach EOF. A background
+	// process the command left behind may hold them open; after this delay
+	// they are closed and the process is abandoned. Half a second is ample
+	// for a killed process group's pipes to drain.
+	execWaitDelay = 500 * time.Millisecond
+
+	// execLineMax is how much of an unterminated line Exec buffers before
+	// it writes it to ExecOptions.Stdout or Stderr anyway (64 KiB, the
+	// default limit of a bufio.Scanner line).
+	execLineMax = 64 << 10
+)
+
+// ExecOptions tune Exec. The zero value runs the command in the worker's
+// directory and environment with no time limit but the handler's context,
+// discards its standard output, and treats exit code ExitDataErr as
+// permanent.
+type ExecOptions struct {
+	// Queue, if set, is passed to the command as ADAPTQ_QUEUE.
+	Queue string
+
+	// Env holds extra "KEY=value" entries for the command's environment,
+	// on top of os.Environ(). The ADAPTQ_ variables of the message override
+	// both.
+	Env []string
+
+	// Dir is the command's working directory; "" is the worker's. A
+	// relative command path such as ./worker.py is found relative to Dir.
+	Dir string
+
+	// Timeout bounds one run of the command; 0 means no limit but the
+	// handler's context. When it passes, the command's process group is
+	// killed.
+	Timeout time.Duration
+
+	// Stdout, if not nil, receives the command's standard output; nil
+	// discards it. Stderr, if not nil, receives the command's standard
+	// error as well (the tail Exec keeps for errors is kept either way).
+	//
+	// Handlers run in parallel: Exec writes whole lines (or 64 KiB chunks
+	// of very long ones), and one lock shared by every Exec handler
+	// serialises the writes, so lines of concurrent commands do not
+	// interleave even when several handlers share os.Stdout. A write error
+	// does not fail the message; the output is dropped.
+	Stdout, Stderr io.Writer
+
+	// PermanentExitCodes are exit codes that mean "retrying cannot help":
+	// the handler marks such a failure Permanent (see there for what the
+	// listener does with it). nil means {ExitDataErr}; an empty, non-nil
+	// slice means none. Codes must be positive (0 is success).
+	PermanentExitCodes []int
+}
+
+// ExitError is the error of a command that ran and failed: it exited with a
+// non-zero code or was killed by a signal it was not sent by Exec. (A
+// command killed because its timeout or context ended returns an error
+// wrapping context.DeadlineExceeded or the context's error instead.)
+type ExitError struct {
+	// Command is argv[0] as configured. The arguments are not recorded:
+	// they may hold secrets.
+	Command string
+	// Code is the exit code, or -1 if the process was killed by a signal.
+	Code int
+	// Stderr is the tail of the command's standard error, at most
+	// MaxStderrTail bytes.
+	Stderr []byte
+
+	err *exec.ExitError
+}
+
+// Error names the command, how it ended ("exit status 3", "signal:
+// segmentation fault") and the tail of its standard error.
+func (e *ExitError) Error() string {
+	how := fmt.Sprintf("exit status %d", e.Code)
+	if e.err != nil {
+		how = e.err.Error()
+	}
+	return fmt.Sprintf("handler: exec %q: %s%s", e.Command, how, stderrSuffix(e.Stderr))
+}
+
+// Unwrap returns the *exec.ExitError, whose ProcessState has the details.
+func (e *ExitError) Unwrap() error {
+	if e.err == nil {
+		return nil
+	}
+	return e.err
+}
+
+// Exec returns a handler that runs a program for each message: argv[0] with
+// the arguments argv[1:] (no shell is involved; see ParseCommand), with
+//
+//   - the message body, byte for byte, on standard input;
+//   - the environment os.Environ(), then o.Env, then ADAPTQ_MESSAGE_ID,
+//     ADAPTQ_DEQUEUE_COUNT, ADAPTQ_INSERTED_AT and, if o.Queue is set,
+//     ADAPTQ_QUEUE (see EnvMessageID and the constants after it);
+//   - standard output discarded or copied to o.Stdout, and standard error
+//     kept for the error (its last MaxStderrTail bytes) and copied to
+//     o.Stderr if set.
+//
+// Exit code 0 is success: the message is deleted. Any other exit is an
+// *ExitError naming the command, the exit code and the tail of standard
+// error (never the body), marked Permanent for the codes in
+// o.PermanentExitCodes (by default ExitDataErr, 65). A program that cannot
+// start is an ordinary failure.
+//
+// When o.Timeout passes or the handler's context ends, the command and
+// every process it started are killed: on unix the command leads a process
+// group of its own, and Exec sends SIGKILL to the whole group. The error
+// then wraps context.DeadlineExceeded (timeout) or the context's error.
+// Processes that leave the group (setsid, daemons) are not killed; on
+// other systems only the command itself is. Because it has its own group,
+// a Ctrl-C at the worker's terminal does not reach the command: the worker
+// decides, by draining or by cancelling the context.
+//
+// Exec waits for the command, not for background processes it leaves
+// behind with stdout or stderr still open: those streams are closed
+// shortly after the command exits.
+//
+// Exec checks its arguments at once: argv must name a program that
+// exec.LookPath finds (relative to o.Dir for a path like ./worker.py; the
+// absolute path is used from then on), o.Dir must be a directory, o.Env
+// entries must have the form KEY=value, o.Timeout must not be negative
+// and PermanentExitCodes must be positive.
+func Exec(argv []string, o ExecOptions) (Func, error) {
+	if len(argv) == 0 || argv[0] == "" {
+		return nil, errors.New("handler: exec: empty command")
+	}
+	name := argv[0]
+	bad := func(format string, args ...any) (Func, error) {
+		return nil, fmt.Errorf("handler: exec %q: %s", name, fmt.Sprintf(format, args...))
+	}
+	if o.Timeout < 0 {
+		return bad("negative timeout %s", o.Timeout)
+	}
+	for _, kv := range o.Env {
+		// Name the entry only when it has no value that could be a secret.
+		k, _, ok := strings.Cut(kv, "=")
+		switch {
+		case !ok:
+			return bad("env entry %q is not KEY=value", kv)
+		case k == "":
+			return bad("env entry with an empty name")
+		}
+	}
+	if o.Dir != "" {
+		fi, err := os.Stat(o.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("handler: exec %q: working directory: %w", name, err)
+		}
+		if !fi.IsDir() {
+			return bad("working directory %q is not a directory", o.Dir)
+		}
+	}
+	path, err := lookPath(name, o.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("handler: exec %q: %w", name, err)
+	}
+	permanent := map[int]bool{ExitDataErr: true}
+	if o.PermanentExitCodes != nil {
+		permanent = make(map[int]bool, len(o.PermanentExitCodes))
+		for _, c := range o.PermanentExitCodes {
+			if c <= 0 {
+				return bad("permanent exit code %d is not positive", c)
+			}
+			permanent[c] = true
+		}
+	}
+
+	args := append([]string{name}, argv[1:]...) // a copy: the caller keeps argv
+	extraEnv := append([]string(nil), o.Env...)
+	var timeoutErr error
+	if o.Timeout > 0 {
+		timeoutErr = fmt.Errorf("handler: exec %q: killed after the timeout of %s: %w",
+			name, o.Timeout, context.DeadlineExceeded)
+	}
+
+	return func(ctx context.Context, m *queue.Message) error {
+		runCtx := ctx
+		if timeoutErr != nil {
+			var cancel context.CancelFunc
+			runCtx, cancel = context.WithTimeoutCause(ctx, o.Timeout, timeoutErr)
+			defer cancel()
+		}
+
+		cmd := exec.CommandContext(runCtx, path)
+		cmd.Args = args
+		cmd.Dir = o.Dir
+		cmd.Env = messageEnv(extraEnv, o.Queue, m)
+		cmd.Stdin = bytes.NewReader(m.Body)
+		stderr := &tailBuffer{max: MaxStderrTail}
+		cmd.Stderr = stderr
+		var stdoutLines, stderrLines *lineWriter
+		if o.Stdout != nil {
+			stdoutLines = &lineWriter{w: o.Stdout}
+			cmd.Stdout = stdoutLines
+		}
+		if o.Stderr != nil {
+			stderrLines = &lineWriter{w: o.Stderr}
+			cmd.Stderr = io.MultiWriter(stderr, stderrLines)
+		}
+		cmd.WaitDelay = execWaitDelay
+		killProcessGroupOnCancel(cmd)
+
+		err := cmd.Run()
+		stdoutLines.flush()
+		stderrLines.flush()
+
+		// A command that exited 0 did its work, even if the context ended
+		// just then or a background process kept its output open.
+		if err == nil || (cmd.ProcessState != nil && cmd.ProcessState.Success()) {
+			return nil
+		}
+		if runCtx.Err() != nil {
+			if timeoutErr != nil && context.Cause(runCtx) == timeoutErr {
+				return wrapStderr(timeoutErr, stderr.Bytes())
+			}
+			return wrapStderr(fmt.Errorf("handler: exec %q: killed: %w", name, ctx.Err()), stderr.Bytes())
+		}
+		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
+			xe := &ExitError{Command: name, Code: ee.ExitCode(), Stderr: stderr.Bytes(), err: ee}
+			if permanent[xe.Code] {
+				return Permanent(xe)
+			}
+			return xe
+		}
+		return wrapStderr(fmt.Errorf("handler: exec %q: %w", name, err), stderr.Bytes())
+	}, nil
+}
+
+// lookPath resolves name as exec.Command would when run in dir, and
+// returns an absolute path so that dir does not apply twice.
+func lookPath(name, dir string) (string, error) {
+	p := name
+	if dir != "" && !filepath.IsAbs(name) && strings.ContainsAny(name, `/`+string(filepath.Separator)) {
+		p = filepath.Join(dir, name)
+	}
+	path, err := exec.LookPath(p)
+	if err != nil {
+		if ee, ok := errors.AsType[*exec.Error](err); ok {
+			return "", ee.Err // exec.Error repeats the name we already give
+		}
+		return "", err
+	}
+	return filepath.Abs(path)
+}
+
+// messageEnv is the environment for one run of the command.
+func messageEnv(extra []string, queueName string, m *queue.Message) []string {
+	base := os.Environ()
+	env := make([]string, 0, len(base)+len(extra)+4)
+	env = append(env, base...)
+	env = append(env, extra...)
+	env = append(env,
+		EnvMessageID+"="+m.ID,
+		EnvDequeueCount+"="+strconv.Itoa(m.DequeueCount),
+	)
+	if !m.InsertedAt.IsZero() {
+		env = append(env, EnvInsertedAt+"="+m.InsertedAt.UTC().Format(time.RFC3339))
+	}
+	if queueName != "" {
+		env = append(env, EnvQueue+"="+queueName)
+	}
+	// os/exec keeps the last of duplicate keys, so the message's variables
+	// win over the worker's and o.Env.
+	return env
+}
+
+// wrapStderr appends the stderr tail to err's text, keeping err wrapped.
+func wrapStderr(err error, tail []byte) error {
+	if s := stderrSuffix(tail); s != "" {
+		return fmt.Errorf("%w%s", err, s)
+	}
+	return err
+}
+
+// stderrSuffix formats a stderr tail for an error text: quoted, so that it
+// stays one line in a log and control characters cannot forge entries.
+func stderrSuffix(tail []byte) string {
+	tail = bytes.TrimRight(tail, " \t\r\n")
+	if len(tail) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; stderr: %q", tail)
+}
+
+// tailBuffer is an io.Writer that keeps the last max bytes written to it.
+// Only the goroutine that copies the command's stderr writes to it, and
+// Bytes is called after that goroutine has finished.
+type tailBuffer struct {
+	max       int
+	buf       []byte
+	truncated bool
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	n := len(p)
+	if n >= t.max {
+		t.truncated = t.truncated || n > t.max || len(t.buf) > 0
+		t.buf = append(t.buf[:0], p[n-t.max:]...)
+		return n, nil
+	}
+	if over := len(t.buf) + n - t.max; over > 0 {
+		t.buf = t.buf[:copy(t.buf, t.buf[over:])]
+		t.truncated = true
+	}
+	t.buf = append(t.buf, p...)
+	return n, nil
+}
+
+// Bytes returns the tail; when older output was dropped, it starts at a
+// UTF-8 character boundary.
+func (t *tailBuffer) Bytes() []byte {
+	b := t.buf
+	if t.truncated {
+		for i := 0; i < utf8.UTFMax-1 && len(b) > 0 && !utf8.RuneStart(b[0]); i++ {
+			b = b[1:]
+		}
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	return bytes.Clone(b)
+}
+
+// outputMu serialises the writes of every Exec handler to ExecOptions.Stdout
+// and Stderr: commands run in parallel and commonly share os.Stdout.
+var outputMu sync.Mutex
+
+// lineWriter passes one command's output on to w in whole lines, under
+// outputMu. Its own buffer is used by one copying goroutine only.
+type lineWriter struct {
+	w   io.Writer
+	buf []byte
+}
+
+func (l *lineWriter) Write(p []byte) (int, error) {
+	l.buf = append(l.buf, p...)
+	n := bytes.LastIndexByte(l.buf, '\n') + 1
+	if n == 0 && len(l.buf) >= execLineMax {
+		n = len(l.buf)
+	}
+	if n > 0 {
+		l.emit(l.buf[:n])
+		l.buf = l.buf[:copy(l.buf, l.buf[n:])]
+	}
+	return len(p), nil
+}
+
+// flush writes what is left, an unterminated last line. It is a no-op on a
+// nil *lineWriter.
+func (l *lineWriter) flush() {
+	if l == nil || len(l.buf) == 0 {
+		return
+	}
+	l.emit(l.buf)
+	l.buf = nil
+}
+
+func (l *lineWriter) emit(b []byte) {
+	outputMu.Lock()
+	defer outputMu.Unlock()
+	_, _ = l.w.Write(b) // the output is a side channel: its failure does not fail the message
+}

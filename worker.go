@@ -1,0 +1,429 @@
+package adaptq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/adaptq/adaptq/handler"
+	"github.com/adaptq/adaptq/internal/clock"
+	"github.com/adaptq/adaptq/listener"
+	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/meter"
+	"github.com/adaptq/adaptq/scaling"
+
+	// The built-in drivers: memory:// and the embedded default, sqlite://.
+	_ "github.com/adaptq/adaptq/queue/memory"
+	_ "github.com/adaptq/adaptq/queue/sqlite"
+)
+
+// ErrNoHandler: a configured queue names a handler that is not registered.
+var ErrNoHandler = errNoHandler
+
+// Worker runs the listeners of one worker process.
+type Worker struct {
+	cfg   Config
+	log   *zap.Logger
+	clock clock.Clock
+	mws   []handler.Middleware
+	// execOut and execErr receive the output of exec: handlers.
+	execOut, execErr io.Writer
+
+	mu       sync.Mutex
+	handlers map[string]handler.Func
+	queues   []*workerQueue
+	started  time.Time
+	running  bool
+	admin    string        // address the admin endpoint listens on, once up
+	ready    chan struct{} // closed once Run has started everything
+}
+
+// workerQueue is one configured queue at run time.
+type workerQueue struct {
+	cfg    QueueConfig
+	name   string
+	q      *meter.Queue
+	poison queue.Queue // the poison queue, on the same backend and meter
+	meter *meter.Meter
+	l     *listener.Listener
+	agent *scaling.Agent
+}
+
+// Option configures a Worker.
+type Option func(*Worker)
+
+// WithLogger sets the logger (default: built from cfg.Log).
+func WithLogger(l *zap.Logger) Option { return func(w *Worker) { w.log = l } }
+
+// WithMiddleware wraps every handler in mws, first outermost.
+func WithMiddleware(mws ...handler.Middleware) Option {
+	return func(w *Worker) { w.mws = append(w.mws, mws...) }
+}
+
+// WithExecOutput sends the standard output and error of exec: handlers to
+// stdout and stderr (default: output discarded, the tail of standard error
+// kept in the failure's error).
+func WithExecOutput(stdout, stderr io.Writer) Option {
+	return func(w *Worker) { w.execOut, w.execErr = stdout, stderr }
+}
+
+// withClock runs the worker's listeners and agents on c (tests and the
+// simulator).
+func withClock(c clock.Clock) Option { return func(w *Worker) { w.clock = c } }
+
+// New returns a worker for cfg. The configuration is validated again here,
+// so one built in code gets the same checks as one loaded from YAML.
+func New(cfg Config, opts ...Option) (*Worker, error) {
+	cfg.fillDerived()
+	if p := cfg.validate(); len(p) > 0 {
+		return nil, &ConfigError{Source: "(in code)", Problems: p}
+	}
+	w := &Worker{cfg: cfg, clock: clock.Real, handlers: map[string]handler.Func{}, ready: make(chan struct{})}
+	for _, o := range opts {
+		o(w)
+	}
+	if w.log == nil {
+		l, err := NewLogger(cfg.Log)
+		if err != nil {
+			return nil, err
+		}
+		w.log = l
+	}
+	return w, nil
+}
+
+// NewLogger builds the zap logger a LogConfig describes.
+func NewLogger(c LogConfig) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(c.Level)
+	if err != nil {
+		return nil, fmt.Errorf("log.level: %w", err)
+	}
+	zc := zap.NewProductionConfig()
+	zc.Level = zap.NewAtomicLevelAt(lvl)
+	zc.Sampling = nil
+	if c.Format == "console" {
+		zc.Encoding = "console"
+		zc.EncoderConfig = zap.NewDevelopmentEncoderConfig()
+	}
+	zc.OutputPaths, zc.ErrorOutputPaths = []string{"stderr"}, []string{"stderr"}
+	return zc.Build()
+}
+
+// Config returns the worker's configuration, defaults filled in.
+func (w *Worker) Config() Config { return w.cfg }
+
+// Handle registers h under name. A queue uses the handler named by its
+// handler key, which defaults to the queue's name.
+func (w *Worker) Handle(name string, h handler.Func) error {
+	if name == "" || h == nil {
+		return fmt.Errorf("adaptq: Handle(%q): needs a name and a func", name)
+	}
+	if strings.HasPrefix(name, ExecPrefix) || strings.HasPrefix(name, HTTPPrefix) {
+		return fmt.Errorf("adaptq: Handle(%q): names starting with %q or %q are reserved", name, ExecPrefix, HTTPPrefix)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, dup := w.handlers[name]; dup {
+		return fmt.Errorf("adaptq: Handle(%q): already registered", name)
+	}
+	w.handlers[name] = h
+	return nil
+}
+
+// MustHandle is Handle that panics on error, for registration at start-up.
+func (w *Worker) MustHandle(name string, h handler.Func) {
+	if err := w.Handle(name, h); err != nil {
+		panic(err)
+	}
+}
+
+// Run opens every queue, starts its listener and scaling agent and the
+// admin endpoint, and blocks until ctx ends; then it drains the listeners
+// (each within its shutdown grace), stops the agents and the endpoint, and
+// closes the queues. A queue that cannot be opened, or whose handler is not
+// registered, is an error before anything starts.
+func (w *Worker) Run(ctx context.Context) error {
+	w.mu.Lock()
+	if w.running {
+		w.mu.Unlock()
+		return errors.New("adaptq: worker already running")
+	}
+	w.running = true
+	w.started = w.clock.Now()
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.running = false
+		w.queues = nil
+		w.ready = make(chan struct{})
+		w.mu.Unlock()
+	}()
+
+	qs, err := w.build(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, wq := range qs {
+			wq.close(w.log)
+		}
+	}()
+	w.mu.Lock()
+	w.queues = qs
+	w.mu.Unlock()
+
+	admin, err := w.startAdmin()
+	if err != nil {
+		return err
+	}
+
+	// Listeners run until ctx ends and then drain; agents stop with them.
+	agentsCtx, stopAgents := context.WithCancel(context.WithoutCancel(ctx))
+	agents, _ := errgroup.WithContext(agentsCtx)
+	for _, wq := range qs {
+		agents.Go(func() error { return wq.agent.Run(agentsCtx) })
+	}
+	listeners, lctx := errgroup.WithContext(ctx)
+	for _, wq := range qs {
+		listeners.Go(func() error {
+			if err := wq.l.Run(lctx); err != nil {
+				return fmt.Errorf("queue %q: %w", wq.name, err)
+			}
+			return nil
+		})
+	}
+	for _, wq := range qs {
+		w.log.Info("adaptq: listening", zap.String("queue", wq.name), zap.String("url", queue.Redact(wq.cfg.URL)),
+			zap.Int("batch_size", wq.cfg.BatchSize), zap.Duration("visibility_timeout", wq.cfg.VisibilityTimeout),
+			zap.String("handler", handlerLabel(wq.cfg.Handler)))
+	}
+	w.mu.Lock()
+	close(w.ready)
+	w.mu.Unlock()
+	runErr := listeners.Wait()
+	stopAgents()
+	_ = agents.Wait()
+	if admin != nil {
+		admin.shutdown()
+	}
+	if runErr != nil {
+		return runErr
+	}
+	w.log.Info("adaptq: stopped")
+	return nil
+}
+
+// handlerLabel shows a handler spec without the URL's secrets.
+func handlerLabel(spec string) string {
+	if strings.HasPrefix(spec, HTTPPrefix) {
+		return HTTPPrefix + " " + queue.Redact(strings.TrimSpace(strings.TrimPrefix(spec, HTTPPrefix)))
+	}
+	return spec
+}
+
+// build opens the queues and makes their listeners and agents.
+func (w *Worker) build(ctx context.Context) (qs []*workerQueue, err error) {
+	defer func() {
+		if err != nil {
+			for _, wq := range qs {
+				wq.close(zap.NewNop())
+			}
+			qs = nil
+		}
+	}()
+	var problems []string
+	for i, qc := range w.cfg.Queues {
+		at := fmt.Sprintf("queues[%d]", i)
+		raw, err := queue.Open(ctx, qc.URL)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s.url: %v", at, err))
+			continue
+		}
+		if qc.Name != "" && raw.Name() != qc.Name {
+			_ = raw.Close()
+			problems = append(problems, fmt.Sprintf("%s.name: %q but the url opens queue %q", at, qc.Name, raw.Name()))
+			continue
+		}
+		qc.Name = raw.Name()
+		if qc.Handler == "" {
+			qc.Handler = qc.Name
+		}
+		if qc.PoisonQueue == "" {
+			qc.PoisonQueue = qc.Name + PoisonSuffix
+		}
+		m := meter.New(w.cfg.PricePer10k)
+		wq := &workerQueue{cfg: qc, name: qc.Name, q: m.Wrap(raw), meter: m}
+		qs = append(qs, wq)
+		if wq.poison, err = queue.OpenSibling(wq.q, qc.PoisonQueue); err != nil {
+			problems = append(problems, fmt.Sprintf("%s (%s).poison_queue: %v", at, qc.Name, err))
+			continue
+		}
+		h, err := w.handlerFor(qc)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s (%s).handler: %v", at, qc.Name, err))
+			continue
+		}
+		if err := w.assemble(wq, h); err != nil {
+			problems = append(problems, fmt.Sprintf("%s (%s): %v", at, qc.Name, err))
+		}
+	}
+	seen := map[string]bool{}
+	for _, wq := range qs {
+		if seen[wq.name] {
+			problems = append(problems, fmt.Sprintf("queue %q is configured twice", wq.name))
+		}
+		seen[wq.name] = true
+	}
+	if len(problems) > 0 {
+		return qs, &ConfigError{Source: "start-up", Problems: problems}
+	}
+	return qs, nil
+}
+
+// close closes the queue and its poison queue.
+func (wq *workerQueue) close(log *zap.Logger) {
+	for _, q := range []queue.Queue{wq.q, wq.poison} {
+		if q == nil {
+			continue
+		}
+		if err := q.Close(); err != nil {
+			log.Warn("adaptq: closing a queue failed", zap.String("queue", q.Name()), zap.Error(err))
+		}
+	}
+}
+
+// handlerFor resolves a queue's handler spec.
+func (w *Worker) handlerFor(qc QueueConfig) (handler.Func, error) {
+	spec := qc.Handler
+	switch {
+	case strings.HasPrefix(spec, ExecPrefix):
+		argv, err := handler.ParseCommand(strings.TrimSpace(strings.TrimPrefix(spec, ExecPrefix)))
+		if err != nil {
+			return nil, err
+		}
+		return handler.Exec(argv, handler.ExecOptions{Queue: qc.Name, Timeout: qc.HandlerTimeout, Stdout: w.execOut, Stderr: w.execErr})
+	case strings.HasPrefix(spec, HTTPPrefix):
+		return handler.HTTP(strings.TrimSpace(strings.TrimPrefix(spec, HTTPPrefix)), handler.HTTPOptions{Queue: qc.Name, Timeout: qc.HandlerTimeout})
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h, ok := w.handlers[spec]
+	if !ok {
+		names := make([]string, 0, len(w.handlers))
+		for n := range w.handlers {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		known := "none"
+		if len(names) > 0 {
+			known = strings.Join(names, ", ")
+		}
+		return nil, fmt.Errorf("%w: %q (registered: %s)", errNoHandler, spec, known)
+	}
+	return h, nil
+}
+
+// assemble builds a queue's listener and agent.
+func (w *Worker) assemble(wq *workerQueue, h handler.Func) error {
+	qc := wq.cfg
+	log := w.log.With(zap.String("queue", wq.name))
+	mws := append([]handler.Middleware(nil), w.mws...)
+	if qc.HandlerTimeout > 0 {
+		mws = append(mws, handler.Timeout(qc.HandlerTimeout))
+	}
+	h = handler.Chain(h, mws...)
+	var agent *scaling.Agent
+	thr := 0 // the listener's default, batch_size/2
+	if t := qc.NewBatchThreshold; t != nil {
+		thr = -1 // 0 or -1: after the whole batch
+		if *t > 0 {
+			thr = *t
+		}
+	}
+	l, err := listener.New(wq.q, h, listener.Options{
+		BatchSize:         qc.BatchSize,
+		VisibilityTimeout: qc.VisibilityTimeout,
+		Concurrency:       qc.Concurrency,
+		NewBatchThreshold: thr,
+		Tasks:             qc.Pool.Initial,
+		MinTasks:          qc.Pool.Min,
+		MaxTasks:          qc.Pool.Max,
+		Idle:              scaling.IdleBackoff{Min: qc.Idle.Min, Max: qc.Idle.Max, Delta: qc.Idle.Delta},
+		WorkDetected:      func(*listener.Listener) { agent.WorkDetected() },
+		ShutdownGrace:     qc.ShutdownGrace,
+		Poison:            wq.poison,
+		MaxDequeueCount:   qc.MaxDequeueCount,
+		Clock:             w.clock,
+		Logger:            w.log,
+	})
+	if err != nil {
+		return err
+	}
+	agent = scaling.NewAgent(l, qc.Pool.policy(), scaling.AgentOptions{
+		MinTasks:    qc.Pool.Min,
+		MaxTasks:    qc.Pool.Max,
+		Interval:    qc.Pool.SampleInterval,
+		ShrinkAfter: qc.Pool.ShrinkAfter,
+		Clock:       w.clock,
+		Logger:      log,
+	})
+	wq.l, wq.agent = l, agent
+	return nil
+}
+
+// Listener returns the listener of the named queue while the worker runs.
+func (w *Worker) Listener(name string) (*listener.Listener, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, wq := range w.queues {
+		if wq.name == name {
+			return wq.l, true
+		}
+	}
+	return nil, false
+}
+
+// Ready is closed once Run has opened every queue and started listening.
+func (w *Worker) Ready() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ready
+}
+
+// ErrNotRunning: Put or Queue was called while the worker is not running.
+var ErrNotRunning = errors.New("adaptq: worker is not running")
+
+// Queue returns the named queue, metered, while the worker runs. Producers
+// in the worker's process (a handler that passes work on) should put
+// through it, so that the meter sees every call.
+func (w *Worker) Queue(name string) (queue.Queue, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, wq := range w.queues {
+		if wq.name == name {
+			return wq.q, nil
+		}
+	}
+	if !w.running {
+		return nil, fmt.Errorf("queue %q: %w", name, ErrNotRunning)
+	}
+	return nil, fmt.Errorf("adaptq: no queue %q is configured", name)
+}
+
+// Put adds a message to a configured queue, through its meter.
+func (w *Worker) Put(ctx context.Context, queueName string, body []byte, opts queue.PutOptions) (string, error) {
+	q, err := w.Queue(queueName)
+	if err != nil {
+		return "", err
+	}
+	return q.Put(ctx, body, opts)
+}

@@ -1,0 +1,309 @@
+package adaptq
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/adaptq/adaptq/handler"
+	"github.com/adaptq/adaptq/queue"
+)
+
+func testConfig(t *testing.T, yaml string) Config {
+	t.Helper()
+	yaml = strings.ReplaceAll(yaml, "$DIR", t.TempDir())
+	cfg, err := parseConfig("test.yaml", []byte(yaml), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// runWorker runs w until the test ends; it returns a stop func that
+// returns Run's error.
+func runWorker(t *testing.T, w *Worker) func() error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	select {
+	case <-w.Ready():
+	case err := <-done:
+		cancel()
+		t.Fatalf("Run: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("worker did not start")
+	}
+	var once sync.Once
+	var err error
+	stop := func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-done:
+			case <-time.After(30 * time.Second):
+				err = errors.New("Run did not return")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestWorkerProcessesEveryMessageOnTheEmbeddedDefault(t *testing.T) {
+	cfg := testConfig(t, `
+admin: {address: "127.0.0.1:0"}
+queues:
+  - url: sqlite://$DIR/w.db?queue=orders
+    idle: {max: 200ms}
+  - url: sqlite://$DIR/w.db?queue=mail
+    handler: send-mail
+    idle: {max: 200ms}
+`)
+	w, err := New(cfg, WithLogger(zap.NewNop()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	record := func(prefix string) func(context.Context, *queue.Message) error {
+		return func(_ context.Context, m *queue.Message) error {
+			mu.Lock()
+			seen[prefix+string(m.Body)]++
+			mu.Unlock()
+			return nil
+		}
+	}
+	w.MustHandle("orders", record("o"))
+	w.MustHandle("send-mail", record("m"))
+	stop := runWorker(t, w)
+	ctx := context.Background()
+	for i := 0; i < 500; i++ {
+		if _, err := w.Put(ctx, "orders", []byte(fmt.Sprint(i)), queue.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Put(ctx, "mail", []byte(fmt.Sprint(i)), queue.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "1,000 messages are handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) == 1000
+	})
+	waitUntil(t, "both queues are empty", func() bool {
+		st := w.Stats(ctx)
+		return len(st.Queues) == 2 && st.Queues[0].Depth == 0 && st.Queues[1].Depth == 0 &&
+			st.Queues[0].Deleted == 500 && st.Queues[1].Deleted == 500
+	})
+
+	// The admin endpoint serves the same stats.
+	resp, err := http.Get("http://" + w.AdminAddress() + StatsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st Stats
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Queues) != 2 || st.Queues[0].Name != "orders" || st.Queues[1].Name != "mail" {
+		t.Fatalf("stats queues: %+v", st.Queues)
+	}
+	o := st.Queues[0]
+	if o.Calls["put"] != 500 || o.Processed != 500 || o.TotalCalls < 500 || o.Cost <= 0 || o.CallsPerMessage < 1 {
+		t.Errorf("orders stats: %+v", o)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Errorf("%s handled %d times", k, n)
+		}
+	}
+	if _, err := w.Put(ctx, "orders", []byte("late"), queue.PutOptions{}); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("Put after shutdown = %v, want ErrNotRunning", err)
+	}
+}
+
+func TestStartupErrorsNameTheQueue(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, want string
+	}{
+		{"handler not registered", "queues: [{url: 'memory://orders-a'}]",
+			`queues[0] (orders-a).handler: no handler registered: "orders-a" (registered: none)`},
+		{"named handler not registered", "queues: [{url: 'memory://orders-b', handler: billing}]",
+			`queues[0] (orders-b).handler: no handler registered: "billing"`},
+		{"unknown scheme", "queues: [{url: 'nosuch://x'}]", `queues[0].url:`},
+		{"bad sqlite URL", "queues: [{url: 'sqlite:///tmp/x.db'}]", `queues[0].url:`},
+		{"name and url disagree", "queues: [{name: abc, url: 'memory://xyz'}]", `queues[0].name: "abc" but the url opens queue "xyz"`},
+		{"exec command missing", "queues: [{url: 'memory://ex-a', handler: 'exec: /no/such/program'}]", `/no/such/program`},
+		{"admin port taken", "admin: {address: '$ADDR'}\nqueues: [{url: 'memory://ad-a', handler: 'exec: cat'}]", "admin.address"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			yaml := tc.yaml
+			if strings.Contains(yaml, "$ADDR") {
+				blocker := &http.Server{}
+				ln, err := newLocalListener()
+				if err != nil {
+					t.Fatal(err)
+				}
+				go func() { _ = blocker.Serve(ln) }()
+				defer blocker.Close()
+				yaml = strings.ReplaceAll(yaml, "$ADDR", ln.Addr().String())
+			}
+			cfg := testConfig(t, yaml)
+			w, err := New(cfg, WithLogger(zap.NewNop()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = w.Run(context.Background())
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Run = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestAdminTokenIsRequired(t *testing.T) {
+	cfg := testConfig(t, `
+admin: {address: "127.0.0.1:0", token: "s3cret"}
+queues: [{url: 'memory://token-q', handler: 'exec: cat'}]
+`)
+	w, err := New(cfg, WithLogger(zap.NewNop()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runWorker(t, w)
+	get := func(path, token string) int {
+		req, _ := http.NewRequest("GET", "http://"+w.AdminAddress()+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if c := get(StatsPath, ""); c != http.StatusUnauthorized {
+		t.Errorf("stats without a token: %d", c)
+	}
+	if c := get(StatsPath, "wrong"); c != http.StatusUnauthorized {
+		t.Errorf("stats with a wrong token: %d", c)
+	}
+	if c := get(StatsPath, "s3cret"); c != http.StatusOK {
+		t.Errorf("stats with the token: %d", c)
+	}
+	if c := get(HealthPath, ""); c != http.StatusOK {
+		t.Errorf("health check: %d", c)
+	}
+}
+
+func TestExecHandlerFromConfig(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out.txt")
+	cfg := testConfig(t, fmt.Sprintf(`
+queues:
+  - url: sqlite://%s/e.db?queue=jobs
+    handler: "exec: sh -c 'body=$(cat); echo \"$ADAPTQ_QUEUE=$body\" >> %s'"
+    idle: {max: 200ms}
+`, dir, out))
+	cfg.Admin.Address = ""
+	w, err := New(cfg, WithLogger(zap.NewNop()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runWorker(t, w)
+	for _, b := range []string{"alpha", "beta"} {
+		if _, err := w.Put(context.Background(), "jobs", []byte(b), queue.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "both ran", func() bool {
+		data, _ := os.ReadFile(out)
+		return strings.Count(string(data), "\n") == 2
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(out)
+	for _, want := range []string{"jobs=alpha\n", "jobs=beta\n"} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("output %q lacks %q", data, want)
+		}
+	}
+}
+
+func TestWorkerPoisonsFailingMessages(t *testing.T) {
+	cfg := testConfig(t, `
+queues:
+  - url: sqlite://$DIR/p.db?queue=jobs
+    visibility_timeout: 1s
+    max_dequeue_count: 2
+    idle: {max: 100ms}
+  - url: sqlite://$DIR/p.db?queue=other
+    poison_queue: jobs-poison
+    idle: {max: 100ms}
+`)
+	cfg.Admin.Address = ""
+	w, err := New(cfg, WithLogger(zap.NewNop()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs sync.Map
+	fail := func(_ context.Context, m *queue.Message) error {
+		n, _ := runs.LoadOrStore(string(m.Body), new(int))
+		*n.(*int)++
+		return errors.New("fails")
+	}
+	w.MustHandle("jobs", fail)
+	w.MustHandle("other", func(context.Context, *queue.Message) error { return handler.Permanent(errors.New("bad body")) })
+	runWorker(t, w)
+	ctx := context.Background()
+	if _, err := w.Put(ctx, "jobs", []byte("j"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A poison queue may be shared: "other" poisons into jobs-poison too,
+	// at once since its failure is permanent.
+	if _, err := w.Put(ctx, "other", []byte("{"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poison, err := queue.Open(ctx, "sqlite://"+strings.TrimPrefix(strings.Split(cfg.Queues[0].URL, "?")[0], "sqlite://")+"?queue=jobs-poison")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer poison.Close()
+	waitUntil(t, "both reach the shared poison queue", func() bool {
+		n, _ := poison.Count(ctx)
+		return n == 2
+	})
+	if n, _ := runs.Load("j"); *n.(*int) != 2 {
+		t.Errorf("the job ran %d times before poisoning, want max_dequeue_count 2", *n.(*int))
+	}
+}
