@@ -147,7 +147,7 @@ func TestConfigReportsEveryProblem(t *testing.T) {
 
 func TestSecretsStayOutOfConfigErrors(t *testing.T) {
 	for _, yaml := range []string{
-		"queues: [{url: 'acct/q?sig=SECRETSIG&x=1'}]",                           // no scheme
+		"queues: [{url: 'acct/q?sig=SECRETSIG&x=1'}]",                                   // no scheme
 		"queues: [{url: 'memory://a1b', handler: 'http: ftp://user:hunter2@ex.com/x'}]", // not http
 		"queues: [{url: 'memory://a1b', handler: 'http: https://user:hunter2@ex .com/x'}]",
 		"queues: [{url: '::sqlite://x?key=SECRETSIG'}]",

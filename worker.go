@@ -53,9 +53,9 @@ type workerQueue struct {
 	name   string
 	q      *meter.Queue
 	poison queue.Queue // the poison queue, on the same backend and meter
-	meter *meter.Meter
-	l     *listener.Listener
-	agent *scaling.Agent
+	meter  *meter.Meter
+	l      *listener.Listener
+	agent  *scaling.Agent
 }
 
 // Option configures a Worker.

@@ -81,11 +81,11 @@ type WorkItem struct {
 
 // Result is what a processing worker reports for one work item.
 type Result struct {
-	Burst      int   `json:"burst"`
-	Count      int   `json:"count"`
-	Cents      int64 `json:"cents"`
-	FeeCents   int64 `json:"fee_cents"`
-	Checksum   int64 `json:"checksum"`
+	Burst      int    `json:"burst"`
+	Count      int    `json:"count"`
+	Cents      int64  `json:"cents"`
+	FeeCents   int64  `json:"fee_cents"`
+	Checksum   int64  `json:"checksum"`
 	WorkItemID string `json:"work_item_id"`
 }
 
