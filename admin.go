@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -22,6 +24,9 @@ import (
 const (
 	StatsPath  = "/v1/stats"
 	HealthPath = "/healthz"
+	// TriggerPath is POSTed to pull a queue's push trigger; {name} is the
+	// queue's name.
+	TriggerPath = "/v1/queues/{name}/trigger"
 )
 
 // adminShutdownTimeout bounds the admin endpoint's shutdown after the
@@ -156,6 +161,13 @@ func (w *Worker) startAdmin() (*adminServer, error) {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(w.Stats(r.Context()))
 	})
+	mux.HandleFunc("POST "+TriggerPath, func(rw http.ResponseWriter, r *http.Request) {
+		if err := w.Trigger(r.PathValue("name")); err != nil {
+			http.Error(rw, err.Error(), http.StatusNotFound)
+			return
+		}
+		rw.WriteHeader(http.StatusAccepted)
+	})
 	a := &adminServer{
 		srv:  &http.Server{Handler: w.authorize(mux), ReadHeaderTimeout: 5 * time.Second},
 		done: make(chan struct{}),
@@ -196,4 +208,36 @@ func (w *Worker) authorize(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(rw, r)
 	})
+}
+
+// TriggerTimeout bounds a producer's trigger request: a trigger is a hint,
+// and a producer must not wait on a worker that is busy or gone.
+const TriggerTimeout = 2 * time.Second
+
+// SendTrigger pulls the push trigger of queueName on the worker whose admin
+// endpoint is at address (host:port), with token if it needs one. A
+// producer in another process calls it after it puts. A lost trigger
+// delays the work by at most the queue's safety interval; it never loses
+// it.
+func SendTrigger(ctx context.Context, address, token, queueName string) error {
+	ctx, cancel := context.WithTimeout(ctx, TriggerTimeout)
+	defer cancel()
+	u := "http://" + address + strings.Replace(TriggerPath, "{name}", url.PathEscape(queueName), 1)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+	if err != nil {
+		return fmt.Errorf("adaptq: trigger %q: %w", queueName, err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("adaptq: trigger %q at %s: %w", queueName, address, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("adaptq: trigger %q at %s: %s", queueName, address, resp.Status)
+	}
+	return nil
 }

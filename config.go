@@ -92,6 +92,18 @@ type QueueConfig struct {
 	// moves to the poison queue (default "<name>-poison").
 	MaxDequeueCount int    `yaml:"max_dequeue_count"`
 	PoisonQueue     string `yaml:"poison_queue"`
+	// Trigger lets producers wake the queue's idle listeners.
+	Trigger TriggerConfig `yaml:"trigger"`
+}
+
+// TriggerConfig is a queue's push trigger (seed 002): producers signal
+// after they put — Worker.Put does, `adaptq enqueue` does, and any program
+// can POST /v1/queues/NAME/trigger to the admin address — and sleeping
+// tasks get at once. Idle tasks then stop down to one, which polls only
+// every safety_interval.
+type TriggerConfig struct {
+	Enabled        bool          `yaml:"enabled"`
+	SafetyInterval time.Duration `yaml:"safety_interval"`
 }
 
 // IdleConfig is seed 002's idle backoff.
@@ -160,6 +172,7 @@ func DefaultQueueConfig() QueueConfig {
 			ShrinkAfter:     scaling.DefaultShrinkAfter,
 		},
 		MaxDequeueCount: DefaultMaxDequeueCount,
+		Trigger:         TriggerConfig{SafetyInterval: listener.DefaultSafetyInterval},
 	}
 }
 
@@ -410,6 +423,19 @@ func decode(path string, raw any, dst reflect.Value) []string {
 		default:
 			return bad("a whole number")
 		}
+	case t.Kind() == reflect.Bool:
+		switch v := raw.(type) {
+		case bool:
+			dst.SetBool(v)
+		case envString:
+			b, err := strconv.ParseBool(strings.TrimSpace(string(v)))
+			if err != nil {
+				return bad("true or false")
+			}
+			dst.SetBool(b)
+		default:
+			return bad("true or false")
+		}
 	case t.Kind() == reflect.Float64:
 		switch v := raw.(type) {
 		case int:
@@ -644,6 +670,9 @@ func (q *QueueConfig) validate(at string) []string {
 	}
 	if pl.ShrinkAfter < 1 {
 		add("pool.shrink_after", "%d is below 1", pl.ShrinkAfter)
+	}
+	if q.Trigger.SafetyInterval < q.Idle.Max {
+		add("trigger.safety_interval", "%s is below idle.max %s", q.Trigger.SafetyInterval, q.Idle.Max)
 	}
 	if q.MaxDequeueCount < 1 {
 		add("max_dequeue_count", "%d is below 1", q.MaxDequeueCount)

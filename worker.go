@@ -38,6 +38,10 @@ type Worker struct {
 	// execOut and execErr receive the output of exec: handlers.
 	execOut, execErr io.Writer
 
+	// notifier carries push triggers to the listeners of queues that have
+	// one configured.
+	notifier listener.LocalNotifier
+
 	mu       sync.Mutex
 	handlers map[string]handler.Func
 	queues   []*workerQueue
@@ -289,6 +293,30 @@ func (w *Worker) build(ctx context.Context) (qs []*workerQueue, err error) {
 	return qs, nil
 }
 
+// notifierFor returns the worker's notifier if the queue has a trigger.
+func (w *Worker) notifierFor(qc QueueConfig) listener.Notifier {
+	if qc.Trigger.Enabled {
+		return &w.notifier
+	}
+	return nil
+}
+
+// Trigger wakes the listeners of a configured queue as a push trigger
+// would; it does nothing for a queue without a trigger configured.
+func (w *Worker) Trigger(queueName string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, wq := range w.queues {
+		if wq.name == queueName {
+			if wq.cfg.Trigger.Enabled {
+				w.notifier.Notify(queueName)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("adaptq: no queue %q is configured", queueName)
+}
+
 // close closes the queue and its poison queue.
 func (wq *workerQueue) close(log *zap.Logger) {
 	for _, q := range []queue.Queue{wq.q, wq.poison} {
@@ -361,6 +389,8 @@ func (w *Worker) assemble(wq *workerQueue, h handler.Func) error {
 		WorkDetected:      func(*listener.Listener) { agent.WorkDetected() },
 		ShutdownGrace:     qc.ShutdownGrace,
 		Poison:            wq.poison,
+		Notifier:          w.notifierFor(qc),
+		SafetyInterval:    qc.Trigger.SafetyInterval,
 		MaxDequeueCount:   qc.MaxDequeueCount,
 		Clock:             w.clock,
 		Logger:            w.log,
@@ -419,11 +449,16 @@ func (w *Worker) Queue(name string) (queue.Queue, error) {
 	return nil, fmt.Errorf("adaptq: no queue %q is configured", name)
 }
 
-// Put adds a message to a configured queue, through its meter.
+// Put adds a message to a configured queue, through its meter, and pulls
+// the queue's push trigger if it has one.
 func (w *Worker) Put(ctx context.Context, queueName string, body []byte, opts queue.PutOptions) (string, error) {
 	q, err := w.Queue(queueName)
 	if err != nil {
 		return "", err
 	}
-	return q.Put(ctx, body, opts)
+	id, err := q.Put(ctx, body, opts)
+	if err == nil && opts.InitialVisibilityDelay == 0 {
+		_ = w.Trigger(queueName)
+	}
+	return id, err
 }

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/adaptq/adaptq/handler"
+	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/queue"
 )
 
@@ -305,5 +306,56 @@ queues:
 	})
 	if n, _ := runs.Load("j"); *n.(*int) != 2 {
 		t.Errorf("the job ran %d times before poisoning, want max_dequeue_count 2", *n.(*int))
+	}
+}
+
+func TestTriggerOverHTTPWakesTheWorker(t *testing.T) {
+	cfg := testConfig(t, `
+admin: {address: "127.0.0.1:0", token: tok}
+queues:
+  - url: sqlite://$DIR/t.db?queue=events
+    trigger: {enabled: true, safety_interval: 1h}
+    idle: {max: 1m}
+`)
+	// The worker's clock never moves: only a trigger can end a sleep.
+	w, err := New(cfg, WithLogger(zap.NewNop()), withClock(clock.NewFake(time.Time{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 10)
+	w.MustHandle("events", func(_ context.Context, m *queue.Message) error { got <- string(m.Body); return nil })
+	runWorker(t, w)
+	l, _ := w.Listener("events")
+	waitUntil(t, "the task sleeps", func() bool { st, _ := l.State(context.Background()); return st.IdleTasks == 1 })
+	// Another process puts (here: a second handle on the file, which does
+	// not notify), then pulls the trigger over HTTP.
+	ctx := context.Background()
+	q, err := queue.Open(ctx, cfg.Queues[0].URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if _, err := q.Put(ctx, []byte("wake"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := SendTrigger(ctx, w.AdminAddress(), "wrong", "events"); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("trigger with a wrong token: %v", err)
+	}
+	if err := SendTrigger(ctx, w.AdminAddress(), "tok", "nosuch"); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("trigger of an unknown queue: %v", err)
+	}
+	if err := SendTrigger(ctx, w.AdminAddress(), "tok", "events"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case b := <-got:
+		if b != "wake" {
+			t.Fatalf("got %q", b)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the trigger did not wake the worker")
+	}
+	if l.Stats().Triggers < 1 {
+		t.Error("no trigger counted")
 	}
 }

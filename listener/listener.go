@@ -80,9 +80,15 @@ func New(q queue.Queue, h handler.Func, o Options) (*Listener, error) {
 	}
 	if o.QueueEmpty == nil {
 		idle := o.Idle
+		long := idle
+		if o.Notifier != nil {
+			// Triggered: sleep up to the safety interval, stop at the usual
+			// maximum (seed 002's modified QueueEmpty handler).
+			long.Max = o.SafetyInterval
+		}
 		o.QueueEmpty = func(l *Listener, k int) (time.Duration, bool) {
-			d := idle.Delay(k)
-			return d, idle.ShouldStop(d, l.ActiveTasks())
+			d := long.Delay(k)
+			return d, d >= idle.Max && l.ActiveTasks() > 1
 		}
 	}
 	l := &Listener{
@@ -144,7 +150,31 @@ func (l *Listener) Start(ctx context.Context, n int) error {
 	for i := 0; i < n; i++ {
 		l.startTaskLocked()
 	}
+	if l.o.Notifier != nil {
+		signals, unsubscribe := l.o.Notifier.Subscribe(l.q.Name())
+		g.Go(func() error {
+			defer unsubscribe()
+			for {
+				select {
+				case <-gctx.Done():
+					return nil
+				case <-signals:
+					l.triggered()
+				}
+			}
+		})
+	}
 	return nil
+}
+
+// triggered handles a push trigger: sleeping tasks get at once, and
+// WorkDetected lets a scaling agent size the pool before they even have.
+func (l *Listener) triggered() {
+	l.stats.triggers.Add(1)
+	l.Wake()
+	if l.o.WorkDetected != nil {
+		l.o.WorkDetected(l)
+	}
 }
 
 // Wait blocks until the listener started by Start has shut down, and
@@ -332,6 +362,8 @@ type Stats struct {
 	Released, Renewed, Hidden int64
 	// WorkDetected counts idle→busy edges.
 	WorkDetected int64
+	// Triggers counts push-trigger signals received.
+	Triggers int64
 	// Poisoned messages moved to the poison queue; LeasesLost counts
 	// renewals that found the message taken or gone (the handler's context
 	// was cancelled).
@@ -344,6 +376,7 @@ type counters struct {
 	getErrors, transientErrors, emptyGets       atomic.Int64
 	released, renewed, hidden, workDetected     atomic.Int64
 	poisoned, leasesLost                        atomic.Int64
+	triggers                                    atomic.Int64
 }
 
 // Stats reads the counters without calling the queue.
@@ -356,7 +389,7 @@ func (l *Listener) Stats() Stats {
 		GetErrors:    c.getErrors.Load(), TransientErrors: c.transientErrors.Load(), EmptyGets: c.emptyGets.Load(),
 		Released: c.released.Load(), Renewed: c.renewed.Load(), Hidden: c.hidden.Load(),
 		WorkDetected: c.workDetected.Load(),
-		Poisoned:     c.poisoned.Load(), LeasesLost: c.leasesLost.Load(),
+		Poisoned:     c.poisoned.Load(), LeasesLost: c.leasesLost.Load(), Triggers: c.triggers.Load(),
 	}
 }
 

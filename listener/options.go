@@ -95,6 +95,17 @@ type Options struct {
 	// QueueWorkDetected). It must not block.
 	WorkDetected func(l *Listener)
 
+	// Notifier, if set, is the push trigger: a Notify of the queue's name
+	// wakes every sleeping task and fires WorkDetected. With a trigger, the
+	// default QueueEmpty rule lets idle tasks stop down to MinTasks as
+	// usual, but the last ones back off up to SafetyInterval instead of
+	// Idle.Max: idle polling costs almost nothing, and a lost trigger
+	// delays work by at most SafetyInterval.
+	Notifier Notifier
+	// SafetyInterval is the longest idle sleep with a trigger (default
+	// DefaultSafetyInterval).
+	SafetyInterval time.Duration
+
 	// RetryDelay says how long to hide a message whose handler failed
 	// (0: leave it; it reappears when its visibility timeout ends).
 	// Default: DefaultPermanentRetryDelay for permanent errors, the
@@ -156,6 +167,9 @@ func (o Options) withDefaults() Options {
 		o.MaxTasks = DefaultMaxTasks
 	}
 	o.Idle = o.Idle.WithDefaults()
+	if o.SafetyInterval == 0 {
+		o.SafetyInterval = DefaultSafetyInterval
+	}
 	if o.MaxDequeueCount == 0 {
 		o.MaxDequeueCount = DefaultMaxDequeueCount
 	}
@@ -214,6 +228,8 @@ func (o Options) validate() error {
 		return bad("max_tasks", o.MaxTasks, fmt.Sprintf("is below min_tasks %d", o.MinTasks))
 	case o.Tasks < 1 || o.Tasks > o.MaxTasks:
 		return bad("tasks", o.Tasks, fmt.Sprintf("is outside 1..max_tasks %d", o.MaxTasks))
+	case o.SafetyInterval < o.Idle.Max:
+		return bad("safety_interval", o.SafetyInterval, fmt.Sprintf("is below idle.max %s", o.Idle.Max))
 	case o.MaxDequeueCount < 1:
 		return bad("max_dequeue_count", o.MaxDequeueCount, "is below 1")
 	case o.ShutdownGrace < 0:
