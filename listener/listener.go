@@ -497,3 +497,10 @@ func (e *ewma) known() (time.Duration, bool) {
 }
 
 var _ = clock.Real
+
+// Drained is the number of messages that have left the queue through this
+// listener: deleted after success or moved to the poison queue. A scaling
+// policy divides its growth by time and tasks to learn the drain rate.
+func (l *Listener) Drained() int64 {
+	return l.stats.deleted.Load() + l.stats.poisoned.Load()
+}
