@@ -70,6 +70,9 @@ type QueueStats struct {
 	CallsPerMessage float64          `json:"calls_per_message"`
 	// MonthlyCost extrapolates the calls since start to a 30-day month.
 	MonthlyCost float64 `json:"monthly_cost"`
+	// IdleCallsPerHour is empty gets per hour since start: what the queue
+	// costs while there is nothing to do.
+	IdleCallsPerHour float64 `json:"idle_calls_per_hour"`
 }
 
 // Duration is a time.Duration that reads and writes as a Go duration
@@ -122,6 +125,9 @@ func queueStats(name string, st listener.State, m meter.Snapshot, up time.Durati
 	}
 	if c := m.MonthlyCost(up); !math.IsNaN(c) && !math.IsInf(c, 0) {
 		q.MonthlyCost = c
+	}
+	if h := up.Hours(); h > 0 {
+		q.IdleCallsPerHour = float64(m.Calls[meter.GetEmpty]) / h
 	}
 	return q
 }

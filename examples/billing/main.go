@@ -370,6 +370,11 @@ func report(out io.Writer, p Params, s Summary, st adaptq.Stats) {
 	}
 	fmt.Fprintf(out, "  %-12s %8d\n", "total", s.Calls.Total())
 	fmt.Fprintf(out, "cost of these calls at $%.2f per 10,000: $%.4f\n", s.Calls.PricePer10k, s.Calls.Cost())
+	// Idle, each queue's pool is one task polling once per idle.max.
+	idlePerHour := float64(len(st.Queues)) * float64(time.Hour) / float64(p.IdleMax)
+	fmt.Fprintf(out, "idle cost: one get per idle.max per queue, %.0f calls/hour here (idle.max %s to show the pool shrink);\n", idlePerHour, p.IdleMax)
+	fmt.Fprintf(out, "  at the default idle.max of 1m that is %d/hour, $%.4f/month; with a push trigger %d/hour; seed 004's loop: 3,600/hour per thread, $%.2f/month\n",
+		2*60, meter.CostOf(2*60*meter.HoursPerMonth, s.Calls.PricePer10k), 2*12, meter.CostOf(3600*meter.HoursPerMonth, s.Calls.PricePer10k))
 	perMsg := float64(s.Calls.Total()) / math.Max(1, float64(s.Calls.MessagesDeleted))
 	fmt.Fprintf(out, "calls per message: %.3f, put included (seed 004's loop makes 3: put, get, delete; plus a get a second per thread while idle)\n", perMsg)
 }
