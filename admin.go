@@ -228,7 +228,7 @@ const TriggerTimeout = 2 * time.Second
 func SendTrigger(ctx context.Context, address, token, queueName string) error {
 	ctx, cancel := context.WithTimeout(ctx, TriggerTimeout)
 	defer cancel()
-	u := "http://" + address + strings.Replace(TriggerPath, "{name}", url.PathEscape(queueName), 1)
+	u := "http://" + DialAddress(address) + strings.Replace(TriggerPath, "{name}", url.PathEscape(queueName), 1)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
 	if err != nil {
 		return fmt.Errorf("adaptq: trigger %q: %w", queueName, err)
@@ -246,4 +246,21 @@ func SendTrigger(ctx context.Context, address, token, queueName string) error {
 		return fmt.Errorf("adaptq: trigger %q at %s: %s", queueName, address, resp.Status)
 	}
 	return nil
+}
+
+// DialAddress turns a listen address into one a client on the same machine
+// can dial: a wildcard or empty host (":8089", "0.0.0.0:8089", "[::]:8089")
+// becomes loopback.
+func DialAddress(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	switch host {
+	case "", "0.0.0.0":
+		host = "127.0.0.1"
+	case "::":
+		host = "::1"
+	}
+	return net.JoinHostPort(host, port)
 }

@@ -181,7 +181,13 @@ func DefaultQueueConfig() QueueConfig {
 type ConfigError struct {
 	Source   string
 	Problems []string
+	// Causes are the errors behind some problems (a driver's, the handler
+	// registry's), for errors.Is and errors.As.
+	Causes []error
 }
+
+// Unwrap returns the causes.
+func (e *ConfigError) Unwrap() []error { return e.Causes }
 
 func (e *ConfigError) Error() string {
 	var b strings.Builder

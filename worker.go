@@ -29,6 +29,12 @@ import (
 // ErrNoHandler: a configured queue names a handler that is not registered.
 var ErrNoHandler = errNoHandler
 
+// ErrStart wraps every error Run returns before the worker has started (a
+// queue that does not open, a handler that is not registered, an admin
+// address in use): the configuration or the environment is at fault, not
+// the running worker.
+var ErrStart = errors.New("adaptq: start-up failed")
+
 // Worker runs the listeners of one worker process.
 type Worker struct {
 	cfg   Config
@@ -105,8 +111,14 @@ func New(cfg Config, opts ...Option) (*Worker, error) {
 	return w, nil
 }
 
-// NewLogger builds the zap logger a LogConfig describes.
-func NewLogger(c LogConfig) (*zap.Logger, error) {
+// NewLogger builds the zap logger a LogConfig describes, writing to
+// standard error.
+func NewLogger(c LogConfig) (*zap.Logger, error) { return NewLoggerTo(c, nil) }
+
+// NewLoggerTo builds the zap logger a LogConfig describes, writing to out
+// (standard error if nil). Errors carry no stack traces: adaptq's errors
+// name what failed, and a poisoned message is not a crash.
+func NewLoggerTo(c LogConfig, out io.Writer) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(c.Level)
 	if err != nil {
 		return nil, fmt.Errorf("log.level: %w", err)
@@ -118,8 +130,27 @@ func NewLogger(c LogConfig) (*zap.Logger, error) {
 		zc.Encoding = "console"
 		zc.EncoderConfig = zap.NewDevelopmentEncoderConfig()
 	}
+	zc.DisableStacktrace = true
 	zc.OutputPaths, zc.ErrorOutputPaths = []string{"stderr"}, []string{"stderr"}
-	return zc.Build()
+	if out == nil {
+		return zc.Build()
+	}
+	enc := zapcore.NewJSONEncoder(zc.EncoderConfig)
+	if c.Format == "console" {
+		enc = zapcore.NewConsoleEncoder(zc.EncoderConfig)
+	}
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(out), zc.Level), zap.ErrorOutput(zapcore.AddSync(out))), nil
+}
+
+// Abort cancels every running handler at once instead of waiting out the
+// shutdown grace (a second signal). Run still returns only when they have.
+func (w *Worker) Abort() {
+	w.mu.Lock()
+	qs := append([]*workerQueue(nil), w.queues...)
+	w.mu.Unlock()
+	for _, wq := range qs {
+		wq.l.Abort()
+	}
 }
 
 // Config returns the worker's configuration, defaults filled in.
@@ -174,7 +205,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	qs, err := w.build(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrStart, err)
 	}
 	defer func() {
 		for _, wq := range qs {
@@ -187,7 +218,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	admin, err := w.startAdmin()
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrStart, err)
 	}
 
 	// Listeners run until ctx ends and then drain; agents stop with them.
@@ -245,11 +276,13 @@ func (w *Worker) build(ctx context.Context) (qs []*workerQueue, err error) {
 		}
 	}()
 	var problems []string
+	var causes []error
 	for i, qc := range w.cfg.Queues {
 		at := fmt.Sprintf("queues[%d]", i)
 		raw, err := queue.Open(ctx, qc.URL)
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("%s.url: %v", at, err))
+			causes = append(causes, err)
 			continue
 		}
 		if qc.Name != "" && raw.Name() != qc.Name {
@@ -274,6 +307,7 @@ func (w *Worker) build(ctx context.Context) (qs []*workerQueue, err error) {
 		h, err := w.handlerFor(qc)
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("%s (%s).handler: %v", at, qc.Name, err))
+			causes = append(causes, err)
 			continue
 		}
 		if err := w.assemble(wq, h); err != nil {
@@ -288,7 +322,7 @@ func (w *Worker) build(ctx context.Context) (qs []*workerQueue, err error) {
 		seen[wq.name] = true
 	}
 	if len(problems) > 0 {
-		return qs, &ConfigError{Source: "start-up", Problems: problems}
+		return qs, &ConfigError{Source: "start-up", Problems: problems, Causes: causes}
 	}
 	return qs, nil
 }

@@ -504,3 +504,15 @@ var _ = clock.Real
 func (l *Listener) Drained() int64 {
 	return l.stats.deleted.Load() + l.stats.poisoned.Load()
 }
+
+// Abort cancels the context of every running handler at once, without
+// waiting for the shutdown grace; their messages are released as in a
+// drain. It does not stop the listener: end the run's context for that.
+func (l *Listener) Abort() {
+	l.mu.Lock()
+	cancel := l.handlerCancel
+	l.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}

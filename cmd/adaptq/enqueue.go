@@ -1,0 +1,361 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/adaptq/adaptq"
+	"github.com/adaptq/adaptq/queue"
+)
+
+const (
+	// producers is how many puts enqueue keeps in flight: enough for the
+	// SQLite driver's group commit to share one fsync among several puts,
+	// and for a network backend's round trips to overlap.
+	producers = 8
+	// progressMin is the smallest run that shows a progress line on a
+	// terminal; a smaller one finishes before a line would help.
+	progressMin = 1000
+	// progressEvery is how often the progress line is redrawn (10 per
+	// second: smooth to the eye, cheap for the terminal).
+	progressEvery = 100 * time.Millisecond
+)
+
+type enqueueCmd struct {
+	target
+	ttl   durationFlag
+	delay durationFlag
+	count int
+	file  string
+	lines bool
+}
+
+func newEnqueueCmd(e env) *cobra.Command {
+	o := &enqueueCmd{ttl: durationFlag{allowNever: true}}
+	cmd := &cobra.Command{
+		Use:   "enqueue [--queue NAME | --url URL] [flags] (BODY | --file FILE | -)",
+		Short: "Put a message on a queue, once or many times",
+		Long: `Put a message on a queue: the BODY argument, the contents of --file FILE, or
+standard input with "-". With --count N the message is put N times; with --lines
+each line of the input is a message of its own (empty lines are skipped), which
+is a simple way for a producer in any language to hand work to adaptq.
+
+Puts run 8 at a time, so messages of one run are not stored in input order
+(queues never promise order anyway). Everything is checked before the first
+put: a bad flag or an oversized body writes nothing.`,
+		Example: `  adaptq enqueue --queue orders 'order 1001'
+  adaptq enqueue --queue orders --count 10000 'load test'
+  seq 1 100 | adaptq enqueue --queue orders --lines -
+  adaptq enqueue --url 'sqlite://./data/adaptq.db?queue=orders' --delay 1m --ttl 1h --file order.json`,
+		Args: maxArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd, e, args) },
+	}
+	o.addFlags(cmd, true)
+	f := cmd.Flags()
+	f.Var(&o.ttl, "ttl", "time-to-live of each message: a Go `duration` (\"1h\", \"30m\") or \"never\" (default 168h, the queue's 7 days)")
+	f.Var(&o.delay, "delay", "keep each message hidden for this `duration` after the put (at most 168h; default 0, visible at once)")
+	f.IntVarP(&o.count, "count", "n", 1, "put the message (or each line) `N` times")
+	f.StringVarP(&o.file, "file", "f", "", "read the body from `FILE` (\"-\" is standard input)")
+	f.BoolVar(&o.lines, "lines", false, "put each line of the input as its own message")
+	return cmd
+}
+
+func (o *enqueueCmd) run(cmd *cobra.Command, e env, args []string) (err error) {
+	ctx := cmd.Context()
+	if o.count < 1 {
+		return usageErrorf("--count %d: must be at least 1", o.count)
+	}
+	if err := o.checkTimes(); err != nil {
+		return err
+	}
+	input, source, err := o.readInput(cmd, e, args)
+	if err != nil {
+		return err
+	}
+	bodies := [][]byte{input}
+	if o.lines {
+		bodies = splitLines(input)
+		if len(bodies) == 0 {
+			return inputErrorf("--lines: %s has no non-empty line", source)
+		}
+	}
+
+	q, from, err := o.openConfigured(ctx, cmd)
+	if err != nil {
+		return err
+	}
+	defer closeQueue(q, &err)
+
+	opts := queue.PutOptions{TTL: o.ttl.d, InitialVisibilityDelay: o.delay.d}
+	limit := queue.MaxBodySize(q)
+	for i, b := range bodies {
+		if len(b) > limit {
+			what := source
+			if o.lines {
+				what = fmt.Sprintf("line %d of %s", lineNumber(input, i), source)
+			}
+			return inputErrorf("%s: %d bytes is over the limit of queue %s, %d bytes per message", what, len(b), q.Name(), limit)
+		}
+	}
+	if _, err := queue.CheckPut(bodies[0], opts, limit); err != nil {
+		return inputErrorf("--ttl %s, --delay %s: %w", o.ttl.d, o.delay.d, err)
+	}
+
+	total := len(bodies) * o.count
+	start := time.Now()
+	var done atomic.Int64
+	stopProgress := func() {}
+	if e.terminal && total >= progressMin {
+		stopProgress = showProgress(e.stdout, q.Name(), total, &done, start)
+	}
+	firstID, err := putAll(ctx, q, bodies, total, opts, &done)
+	stopProgress()
+	elapsed := time.Since(start)
+	if err != nil {
+		return failuref("put %d of %d messages to %s, then: %w", done.Load(), total, q.Name(), err)
+	}
+	noun := "messages"
+	if total == 1 {
+		noun = "message"
+	}
+	fmt.Fprintf(e.stdout, "put %d %s to %s in %s (%s/s)", total, noun, q.Name(), roundDuration(elapsed), rate(total, elapsed))
+	if total == 1 {
+		fmt.Fprintf(e.stdout, ": id %s", firstID)
+	}
+	if o.delay.d == 0 {
+		fmt.Fprint(e.stdout, trigger(ctx, from, q.Name()))
+	}
+	fmt.Fprintln(e.stdout)
+	return nil
+}
+
+// trigger pulls the push trigger of a configured queue that has one, on
+// the worker's admin endpoint, and says how that went. A trigger is a
+// hint: if it is lost, the worker finds the messages at its next poll,
+// within the queue's trigger.safety_interval.
+func trigger(ctx context.Context, from *configured, name string) string {
+	if from == nil || from.qc == nil || !from.qc.Trigger.Enabled || from.cfg.Admin.Address == "" {
+		return ""
+	}
+	admin := from.cfg.Admin
+	if err := adaptq.SendTrigger(ctx, adaptq.DialAddress(admin.Address), admin.Token, name); err != nil {
+		return fmt.Sprintf("; worker at %s not triggered (it finds the messages within trigger.safety_interval, %s)", admin.Address, from.qc.Trigger.SafetyInterval)
+	}
+	return "; worker triggered"
+}
+
+// checkTimes checks --ttl and --delay against each other and the queue
+// limits, naming the flags.
+func (o *enqueueCmd) checkTimes() error {
+	ttl := o.ttl.d
+	if ttl == 0 {
+		ttl = queue.DefaultTTL
+	}
+	d := o.delay.d
+	if d > queue.MaxVisibilityTimeout {
+		return inputErrorf("--delay %s: is above the longest delay, %s", d, queue.MaxVisibilityTimeout)
+	}
+	if ttl != queue.NoExpiry && d > 0 && d >= ttl {
+		return inputErrorf("--delay %s: is not shorter than the message's time-to-live %s (--ttl)", d, ttl)
+	}
+	return nil
+}
+
+// readInput reads the one body source the arguments give and names it.
+func (o *enqueueCmd) readInput(cmd *cobra.Command, e env, args []string) ([]byte, string, error) {
+	fileSet := cmd.Flags().Changed("file")
+	switch {
+	case len(args) == 1 && fileSet:
+		return nil, "", usageErrorf("two bodies: the argument %q and --file %q; give exactly one of BODY, --file FILE or -", shorten(args[0]), o.file)
+	case len(args) == 0 && !fileSet:
+		return nil, "", usageErrorf("no body: give BODY, --file FILE, or - to read standard input")
+	case fileSet && o.file == "":
+		return nil, "", usageErrorf("--file: no file name given")
+	}
+	path := o.file
+	if len(args) == 1 {
+		if args[0] != "-" {
+			return []byte(args[0]), "the BODY argument", nil
+		}
+		path = "-"
+	}
+	if path == "-" {
+		b, err := io.ReadAll(e.stdin)
+		if err != nil {
+			return nil, "", failuref("read standard input: %w", err)
+		}
+		return b, "standard input", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", inputErrorf("--file: %w", err)
+	}
+	return b, "--file " + path, nil
+}
+
+// putAll puts total messages, body i%len(bodies) for the i-th, with up to
+// producers puts in flight; done counts the stored ones. It returns the
+// id of the first message.
+func putAll(ctx context.Context, q queue.Queue, bodies [][]byte, total int, opts queue.PutOptions, done *atomic.Int64) (string, error) {
+	var next atomic.Int64
+	var firstID string
+	g, ctx := errgroup.WithContext(ctx)
+	for range min(producers, total) {
+		g.Go(func() error {
+			for {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				i := int(next.Add(1) - 1)
+				if i >= total {
+					return nil
+				}
+				id, err := q.Put(ctx, bodies[i%len(bodies)], opts)
+				if err != nil {
+					return err
+				}
+				if i == 0 {
+					firstID = id // read after g.Wait
+				}
+				done.Add(1)
+			}
+		})
+	}
+	err := g.Wait()
+	return firstID, err
+}
+
+// showProgress redraws one line on w until the returned func is called,
+// which erases it.
+func showProgress(w io.Writer, name string, total int, done *atomic.Int64, start time.Time) (stop func()) {
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				fmt.Fprint(w, "\r\033[K")
+				return
+			case <-t.C:
+				n := int(done.Load())
+				fmt.Fprintf(w, "\r\033[Kputting to %s: %d/%d (%d%%), %s/s", name, n, total, n*100/total, rate(n, time.Since(start)))
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		wg.Wait()
+	}
+}
+
+// splitLines returns the non-empty lines of b, without their line ends.
+func splitLines(b []byte) [][]byte {
+	var out [][]byte
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		l = bytes.TrimSuffix(l, []byte("\r"))
+		if len(l) > 0 {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// lineNumber is the 1-based line number of the i-th non-empty line of b.
+func lineNumber(b []byte, i int) int {
+	for n, l := range bytes.Split(b, []byte("\n")) {
+		if len(bytes.TrimSuffix(l, []byte("\r"))) == 0 {
+			continue
+		}
+		if i == 0 {
+			return n + 1
+		}
+		i--
+	}
+	return 0
+}
+
+func rate(n int, d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", float64(n)/d.Seconds())
+}
+
+func roundDuration(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Second:
+		return d.Round(time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	}
+	return d.Round(time.Microsecond)
+}
+
+func shorten(s string) string {
+	const max = 40
+	if r := []rune(s); len(r) > max {
+		return string(r[:max]) + "…"
+	}
+	return s
+}
+
+// durationFlag is a flag holding a Go duration; with allowNever, "never"
+// means queue.NoExpiry.
+type durationFlag struct {
+	d          time.Duration
+	allowNever bool
+}
+
+// String is "" when unset, so that help shows no default of its own (the
+// usage text says what unset means).
+func (f *durationFlag) String() string {
+	switch {
+	case f.d == 0:
+		return ""
+	case f.d == queue.NoExpiry && f.allowNever:
+		return "never"
+	}
+	return f.d.String()
+}
+
+func (f *durationFlag) Set(s string) error {
+	if f.allowNever && s == "never" {
+		f.d = queue.NoExpiry
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New(`not a duration; write a Go duration such as "30s", "10m" or "24h" (a bare number has no unit)`)
+	}
+	if d < 0 {
+		return errors.New("is negative")
+	}
+	f.d = d
+	return nil
+}
+
+func (f *durationFlag) Type() string { return "duration" }
+
+// maxArgs allows at most n positional arguments, as a usage error.
+func maxArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) > n {
+			return usageErrorf("%s takes at most %d argument(s), got %d (quote a body with spaces)", cmd.CommandPath(), n, len(args))
+		}
+		return nil
+	}
+}

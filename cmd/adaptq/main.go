@@ -1,0 +1,205 @@
+// Command adaptq runs adaptq workers and works on their queues from the
+// shell:
+//
+//	adaptq run     --config configs/adaptq.yaml          # the worker: exec: and http: handlers
+//	adaptq enqueue --queue orders 'hello'                # put a message (or --file F, or - for stdin)
+//	adaptq peek    --queue orders -n 5                   # look without taking
+//	adaptq stats                                         # depths, and the running worker's counters and costs
+//	adaptq purge   --queue orders --yes                  # delete every message
+//	adaptq version
+//
+// Every command that works on queues reads the worker's config (--config,
+// default configs/adaptq.yaml or $ADAPTQ_CONFIG) and picks a queue by
+// --queue NAME; enqueue, peek, purge and stats also take --url URL for a
+// queue no config names.
+//
+// Exit codes: 0 success, 1 a runtime failure, 2 bad usage, input or
+// configuration. Errors go to standard error, prefixed "adaptq:".
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/mattn/go-isatty"
+	"github.com/spf13/cobra"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1 // something failed at run time
+	exitUsage   = 2 // bad flags, input or configuration
+	// exitSignal is the code of a worker stopped by a second signal, as a
+	// shell reports a process killed by SIGINT (128 + 2).
+	exitSignal = 130
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run is the whole program, callable in-process: it parses args, runs the
+// command and returns the exit code. The worker's signals are the
+// process's SIGINT and SIGTERM.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return runContext(context.Background(), env{
+		stdin:    stdin,
+		stdout:   stdout,
+		stderr:   stderr,
+		terminal: isTerminal(stdout),
+		signals:  processSignals,
+	}, args)
+}
+
+// env is what a command reads and writes besides its flags. Tests build
+// their own: buffers for the streams, a channel for the signals.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	// terminal: stdout is a terminal (progress lines are shown).
+	terminal bool
+	// signals subscribes to the signals that stop a worker; stop
+	// unsubscribes. Nil: no signals.
+	signals func() (c <-chan os.Signal, stop func())
+}
+
+func (e env) subscribe() (<-chan os.Signal, func()) {
+	if e.signals == nil {
+		return nil, func() {}
+	}
+	return e.signals()
+}
+
+// processSignals delivers the process's SIGINT and SIGTERM.
+func processSignals() (<-chan os.Signal, func()) {
+	c := make(chan os.Signal, 2)
+	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
+	return c, func() { signal.Stop(c) }
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+}
+
+// runContext runs the command args name. Cancelling ctx stops a worker as
+// a first signal does.
+func runContext(ctx context.Context, e env, args []string) int {
+	root := newRootCmd(e)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return exitOK
+	}
+	code := exitCode(err)
+	if code == exitSignal {
+		return code
+	}
+	fmt.Fprintf(e.stderr, "adaptq: %v\n", err)
+	if code == exitUsage && cmd != nil && isUsage(err) {
+		fmt.Fprintf(e.stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+	}
+	return code
+}
+
+func newRootCmd(e env) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "adaptq",
+		Short: "Run adaptq workers and work on their queues",
+		Long: `adaptq runs queue workers whose handlers are programs (exec:) or URLs (http:),
+and puts, peeks at, counts and purges messages of the queues they drain.
+
+Exit codes: 0 success, 1 runtime failure, 2 bad usage, input or configuration.`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args:          noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return usageError{errors.New("no command given (commands: run, enqueue, peek, stats, purge, version)")}
+		},
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetIn(e.stdin)
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(
+		newRunCmd(e),
+		newEnqueueCmd(e),
+		newPeekCmd(e),
+		newStatsCmd(e),
+		newPurgeCmd(e),
+		newVersionCmd(e),
+	)
+	return root
+}
+
+// noArgs rejects positional arguments as a usage error.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		if cmd.HasSubCommands() {
+			return usageErrorf("unknown command %q (commands: run, enqueue, peek, stats, purge, version)", args[0])
+		}
+		return usageErrorf("%s takes no arguments, got %q", cmd.CommandPath(), args[0])
+	}
+	return nil
+}
+
+// usageError is bad usage, input or configuration: exit code 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usageErrorf(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// inputError is input or configuration that cannot be used (an unknown
+// queue, an oversized body, a config with a bad field): exit code 2, like
+// a usageError, but without the pointer to --help, since the message says
+// what is wrong with the input.
+type inputError struct{ err error }
+
+func (e inputError) Error() string { return e.err.Error() }
+func (e inputError) Unwrap() error { return e.err }
+
+func inputErrorf(format string, args ...any) error {
+	return inputError{fmt.Errorf(format, args...)}
+}
+
+// failure is an error at run time: exit code 1.
+type failure struct{ err error }
+
+func (e failure) Error() string { return e.err.Error() }
+func (e failure) Unwrap() error { return e.err }
+
+func failuref(format string, args ...any) error { return failure{fmt.Errorf(format, args...)} }
+
+// errSecondSignal ends a worker that was told twice to stop.
+var errSecondSignal = errors.New("second signal: exiting without waiting for the drain")
+
+func isUsage(err error) bool {
+	var u usageError
+	return errors.As(err, &u)
+}
+
+// exitCode maps an error to the process's exit code. Errors that no
+// command marked come from parsing the command line: bad usage.
+func exitCode(err error) int {
+	var f failure
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, errSecondSignal):
+		return exitSignal
+	case errors.As(err, &f):
+		return exitFailure
+	}
+	return exitUsage
+}
