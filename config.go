@@ -37,6 +37,10 @@ const (
 	// DefaultMaxDequeueCount moves a message to the poison queue after five
 	// failed runs (Azure Functions' maxDequeueCount).
 	DefaultMaxDequeueCount = 5
+	// DefaultTargetLatency is the sla policy's pickup-latency target when
+	// none is given: half of the default visibility timeout, so that a
+	// message waits no longer than it may then be held.
+	DefaultTargetLatency = 15 * time.Second
 	// PoisonSuffix names a queue's default poison queue (Azure Functions'
 	// "<queue>-poison").
 	PoisonSuffix = "-poison"
@@ -118,9 +122,12 @@ type PoolConfig struct {
 	Min     int `yaml:"min"`
 	Max     int `yaml:"max"`
 	Initial int `yaml:"initial"`
-	// Policy is "proportional" (one task per messages_per_task waiting) or
-	// "rules" (the table in rules, seed 002's by default).
+	// Policy is "proportional" (one task per messages_per_task waiting),
+	// "rules" (the table in rules, seed 002's by default) or "sla" (enough
+	// tasks, from the measured drain rate, that waiting messages are picked
+	// up within target_latency).
 	Policy          string        `yaml:"policy"`
+	TargetLatency   time.Duration `yaml:"target_latency"`
 	MessagesPerTask int           `yaml:"messages_per_task"`
 	Rules           []RuleConfig  `yaml:"rules"`
 	Else            int           `yaml:"else"`
@@ -139,6 +146,7 @@ type RuleConfig struct {
 const (
 	PolicyProportional = "proportional"
 	PolicyRules        = "rules"
+	PolicySLA          = "sla"
 )
 
 // DefaultConfig is the configuration with every default and no queues.
@@ -165,6 +173,7 @@ func DefaultQueueConfig() QueueConfig {
 		Pool: PoolConfig{
 			Min: 1, Max: listener.DefaultMaxTasks, Initial: 1,
 			Policy:          PolicyProportional,
+			TargetLatency:   DefaultTargetLatency,
 			MessagesPerTask: scaling.DefaultMessagesPerTask,
 			Rules:           rules,
 			Else:            scaling.SeedRules.Else,
@@ -668,8 +677,12 @@ func (q *QueueConfig) validate(at string) []string {
 		if err := pl.staticRules().Validate(); err != nil {
 			add("pool.rules", "%s", strings.TrimPrefix(err.Error(), "scaling: "))
 		}
+	case PolicySLA:
+		if pl.TargetLatency <= 0 {
+			add("pool.target_latency", "%s is not positive", pl.TargetLatency)
+		}
 	default:
-		add("pool.policy", "%q is not one of %s, %s", pl.Policy, PolicyProportional, PolicyRules)
+		add("pool.policy", "%q is not one of %s, %s, %s", pl.Policy, PolicyProportional, PolicyRules, PolicySLA)
 	}
 	if pl.SampleInterval <= 0 {
 		add("pool.sample_interval", "%s is not positive", pl.SampleInterval)
@@ -701,12 +714,20 @@ func (pl PoolConfig) staticRules() scaling.StaticRules {
 	return r
 }
 
-// Policy returns the pool policy the configuration names.
-func (pl PoolConfig) policy() scaling.Policy {
-	if pl.Policy == PolicyRules {
-		return pl.staticRules()
+// policy returns the pool policy the configuration names; an sla policy
+// is stateful, so each call makes a new one.
+func (pl PoolConfig) policy() (scaling.Policy, error) {
+	switch pl.Policy {
+	case PolicyRules:
+		return pl.staticRules(), nil
+	case PolicySLA:
+		p, err := scaling.NewSLA(pl.TargetLatency, scaling.SLAOptions{MinTasks: pl.Min, MaxTasks: pl.Max})
+		if err != nil {
+			return nil, fmt.Errorf("pool: %w", err)
+		}
+		return p, nil
 	}
-	return scaling.Proportional{PerTask: pl.MessagesPerTask}
+	return scaling.Proportional{PerTask: pl.MessagesPerTask}, nil
 }
 
 func isLoopback(host string) bool {

@@ -226,6 +226,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	agents, _ := errgroup.WithContext(agentsCtx)
 	for _, wq := range qs {
 		agents.Go(func() error { return wq.agent.Run(agentsCtx) })
+		// A queue that already holds work at start-up is busy from its first
+		// get, with no idle→busy edge to wake the agent: look once now.
+		wq.agent.WorkDetected()
 	}
 	listeners, lctx := errgroup.WithContext(ctx)
 	for _, wq := range qs {
@@ -432,13 +435,20 @@ func (w *Worker) assemble(wq *workerQueue, h handler.Func) error {
 	if err != nil {
 		return err
 	}
-	agent = scaling.NewAgent(l, qc.Pool.policy(), scaling.AgentOptions{
+	policy, err := qc.Pool.policy()
+	if err != nil {
+		return err
+	}
+	agent = scaling.NewAgent(l, policy, scaling.AgentOptions{
 		MinTasks:    qc.Pool.Min,
 		MaxTasks:    qc.Pool.Max,
 		Interval:    qc.Pool.SampleInterval,
 		ShrinkAfter: qc.Pool.ShrinkAfter,
-		Clock:       w.clock,
-		Logger:      log,
+		// Empty: back to the minimum at once, not after each surplus task's
+		// backoff has run its empty gets.
+		ShrinkWhenEmpty: true,
+		Clock:           w.clock,
+		Logger:          log,
 	})
 	wq.l, wq.agent = l, agent
 	return nil

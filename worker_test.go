@@ -317,8 +317,11 @@ queues:
     trigger: {enabled: true, safety_interval: 1h}
     idle: {max: 1m}
 `)
-	// The worker's clock never moves: only a trigger can end a sleep.
-	w, err := New(cfg, WithLogger(zap.NewNop()), withClock(clock.NewFake(time.Time{})))
+	// The worker's clock moves only by the trigger floor (100 ms), less than
+	// the task's first idle sleep (at least 180 ms): only a trigger can make
+	// it get again.
+	fake := clock.NewFake(time.Time{})
+	w, err := New(cfg, WithLogger(zap.NewNop()), withClock(fake))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,6 +350,15 @@ queues:
 	if err := SendTrigger(ctx, w.AdminAddress(), "tok", "events"); err != nil {
 		t.Fatal(err)
 	}
+	waitUntil(t, "the woken task waits out the trigger floor", func() bool {
+		for _, d := range fake.Deadlines() {
+			if d == 100*time.Millisecond {
+				return true
+			}
+		}
+		return false
+	})
+	fake.Advance(100 * time.Millisecond)
 	select {
 	case b := <-got:
 		if b != "wake" {

@@ -434,15 +434,18 @@ const (
 	sleepStop
 )
 
-// sleep waits d, ending early for a Wake, for shutdown, or for a Resize
-// that asks this task to stop.
-func (l *Listener) sleep(ctx context.Context, d time.Duration) sleepReason {
+// sleep waits d, ending early for shutdown, for a Resize that asks this
+// task to stop, and, if wakeable, for a Wake.
+func (l *Listener) sleep(ctx context.Context, d time.Duration, wakeable bool) sleepReason {
 	if d <= 0 {
 		return sleptFull
 	}
 	t := l.o.Clock.NewTimer(d)
 	defer t.Stop()
-	wake := l.wakeChan()
+	var wake <-chan struct{}
+	if wakeable {
+		wake = l.wakeChan()
+	}
 	for {
 		resize := l.resizeChan()
 		select {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue/meter"
+	"github.com/adaptq/adaptq/scaling"
 )
 
 func TestTriggerWakesTheLongSleepAndIdleCostsTwelveCallsAnHour(t *testing.T) {
@@ -44,15 +45,20 @@ func TestTriggerWakesTheLongSleepAndIdleCostsTwelveCallsAnHour(t *testing.T) {
 		t.Fatalf("%d empty gets in an idle hour with a trigger, want about 12", idle)
 	}
 
-	// The task sleeps up to five minutes; a trigger wakes it at once: the
-	// clock does not move.
+	// The task sleeps up to five minutes; a trigger wakes it within
+	// idle.min (no sooner than idle.min after its last empty get).
 	f.settle()
 	at := f.clock.Now()
 	f.put(3)
 	n.Notify("work")
-	eventually(t, "the triggered messages are handled", func() bool { return rec.distinct() == 3 })
-	if !f.clock.Now().Equal(at) {
-		t.Fatal("the clock moved: the message was picked up by polling, not by the trigger")
+	for rec.distinct() < 3 {
+		if f.clock.Now().Sub(at) > scaling.DefaultMinIdle {
+			t.Fatalf("not handled %s after the trigger; the task sleeps up to %s", f.clock.Now().Sub(at), listener.DefaultSafetyInterval)
+		}
+		if next, ok := f.clock.NextDeadline(); ok && next.Sub(at) <= scaling.DefaultMinIdle {
+			f.clock.AdvanceToNext()
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
 	if s := f.l.Stats(); s.Triggers != 1 {
 		t.Errorf("Triggers = %d", s.Triggers)
@@ -102,4 +108,35 @@ func TestLocalNotifierUnsubscribe(t *testing.T) {
 	<-b
 	stopB()
 	_ = context.Background()
+}
+
+// A trickle of triggered puts is fetched in batches: a woken task gets no
+// sooner than idle.min after its last empty get, instead of one get and
+// one empty get per message.
+func TestTriggerWaitsForTheFloorAfterAnEmptyGet(t *testing.T) {
+	var n listener.LocalNotifier
+	rec := newRecorder()
+	f := newFixture(t, rec.handle, listener.Options{Notifier: &n})
+	f.start()
+	f.settle() // an empty get at T, then a sleep of at least idle.min
+	gets := f.meter.Snapshot().Gets()
+	f.clock.Advance(10 * time.Millisecond)
+	f.put(1)
+	n.Notify("work")
+	floor := scaling.DefaultMinIdle - 10*time.Millisecond
+	eventually(t, "the woken task waits out the floor", func() bool {
+		ds := f.clock.Deadlines()
+		return len(ds) == 1 && ds[0] == floor
+	})
+	if got := f.meter.Snapshot().Gets() - gets; got != 0 {
+		t.Fatalf("%d gets before the floor", got)
+	}
+	// Puts that arrive meanwhile ride along with the first.
+	f.put(4)
+	n.Notify("work")
+	f.clock.Advance(floor)
+	eventually(t, "all five are handled", func() bool { return rec.distinct() == 5 })
+	if got := f.meter.Snapshot().Calls[meter.Get]; got != 1 {
+		t.Fatalf("%d gets found messages, want the five in one", got)
+	}
 }

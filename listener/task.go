@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/scaling"
 )
 
 // task is one dequeue task: seed 002's DequeueTaskMain. Its loop usually
@@ -107,7 +108,7 @@ func (t *task) loop() error {
 				t.errBackoff = l.newErrorBackoff()
 			}
 			wait := l.getFailed(log, err, t.errBackoff)
-			if l.sleep(ctx, wait) == sleepStop {
+			if l.sleep(ctx, wait, true) == sleepStop {
 				counted = false
 				return nil
 			}
@@ -128,8 +129,18 @@ func (t *task) loop() error {
 				log.Debug("listener: idle task stopped", zap.Int("idle_count", t.idle), zap.Duration("delay", delay))
 				return nil
 			}
+			emptyAt := l.o.Clock.Now()
 			l.idleTasks.Add(1)
-			r := l.sleep(ctx, delay)
+			r := l.sleep(ctx, delay, true)
+			if r == sleepWoken {
+				// A trigger: get again, but no sooner than the trigger floor
+				// after the empty get, so that a trickle of triggered puts
+				// is fetched in batches rather than one get (and one empty
+				// get) per message.
+				if floor := emptyAt.Add(l.triggerFloor()).Sub(l.o.Clock.Now()); floor > 0 {
+					r = l.sleep(ctx, floor, false)
+				}
+			}
 			l.idleTasks.Add(-1)
 			if r == sleepStop {
 				counted = false
@@ -241,4 +252,11 @@ func (l *Listener) release(id, receipt string) {
 		return
 	}
 	l.stats.released.Add(1)
+}
+
+// triggerFloor is the least time between an empty get and a get a trigger
+// wakes: idle.min, capped at scaling.DefaultMinIdle (100 ms) so that a long
+// idle.min, set to poll rarely, never slows triggered work.
+func (l *Listener) triggerFloor() time.Duration {
+	return min(l.o.Idle.Min, scaling.DefaultMinIdle)
 }

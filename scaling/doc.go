@@ -11,12 +11,19 @@
 //     cost thus falls to one get per maxIdle for the whole listener.
 //   - GetOptimalDequeueTaskCount maps a queue depth to a number of tasks: a
 //     Policy. StaticRules is the seed's table; Proportional is KEDA's rule
-//     (one task per so many waiting messages).
+//     (one task per so many waiting messages); SLA meets a pickup-latency
+//     target by Little's law, from a drain rate per task it learns from
+//     the agent's samples (a policy that learns is an Observer).
 //   - The QueueWorkDetected event, raised when a task that was idle finds
 //     messages, wakes the Agent, which reads the depth and resizes the pool
 //     to the policy's answer, then keeps sampling while the queue is busy.
+//     Step is one such sample, for callers that drive the agent in virtual
+//     time (the simulator, internal/sim).
 //
-// The agent only grows the pool and trims it while work remains; shrinking
-// to one task when the queue stays empty is the QueueEmpty stop rule's job,
-// so the two never fight over the same tasks.
+// The agent grows the pool and trims it while work remains. Shrinking to
+// one task when the queue stays empty is the QueueEmpty stop rule's job;
+// with ShrinkWhenEmpty the agent also resizes the pool to its minimum the
+// moment a sample finds the queue empty, which spares each surplus task the
+// empty gets of its backoff. It never grows an empty queue's pool, so the
+// two never fight over the same tasks.
 package scaling

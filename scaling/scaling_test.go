@@ -114,10 +114,12 @@ func TestPolicies(t *testing.T) {
 	}
 }
 
-// pool is a fake scaling.Pool whose depth the test sets.
+// pool is a fake scaling.Pool whose depth (and drained count) the test
+// sets.
 type pool struct {
 	mu      sync.Mutex
 	depth   int
+	drained int64
 	tasks   int
 	resizes []int
 	samples int
@@ -130,6 +132,7 @@ func (p *pool) Depth(context.Context) (int, error) {
 	return p.depth, nil
 }
 func (p *pool) ActiveTasks() int { p.mu.Lock(); defer p.mu.Unlock(); return p.tasks }
+func (p *pool) Drained() int64   { p.mu.Lock(); defer p.mu.Unlock(); return p.drained }
 func (p *pool) Resize(n int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

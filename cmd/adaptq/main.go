@@ -97,6 +97,10 @@ func runContext(ctx context.Context, e env, args []string) int {
 	if err == nil {
 		return exitOK
 	}
+	var silent exitWith
+	if errors.As(err, &silent) {
+		return silent.code
+	}
 	code := exitCode(err)
 	if code == exitSignal {
 		return code
@@ -120,7 +124,7 @@ Exit codes: 0 success, 1 runtime failure, 2 bad usage, input or configuration.`,
 		SilenceUsage:  true,
 		Args:          noArgs,
 		RunE: func(*cobra.Command, []string) error {
-			return usageError{errors.New("no command given (commands: run, enqueue, peek, stats, purge, version)")}
+			return usageError{errors.New("no command given (commands: run, enqueue, peek, stats, purge, simulate, version)")}
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
@@ -134,6 +138,7 @@ Exit codes: 0 success, 1 runtime failure, 2 bad usage, input or configuration.`,
 		newPeekCmd(e),
 		newStatsCmd(e),
 		newPurgeCmd(e),
+		newSimulateCmd(e),
 		newVersionCmd(e),
 	)
 	return root
@@ -143,7 +148,7 @@ Exit codes: 0 success, 1 runtime failure, 2 bad usage, input or configuration.`,
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
 		if cmd.HasSubCommands() {
-			return usageErrorf("unknown command %q (commands: run, enqueue, peek, stats, purge, version)", args[0])
+			return usageErrorf("unknown command %q (commands: run, enqueue, peek, stats, purge, simulate, version)", args[0])
 		}
 		return usageErrorf("%s takes no arguments, got %q", cmd.CommandPath(), args[0])
 	}

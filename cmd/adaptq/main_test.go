@@ -206,3 +206,23 @@ func TestSecretsStayOutOfErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestSimulate(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"simulate", "--policy", "naive-1,adaptq", "--days", "1"}, strings.NewReader(""), &out, &errb)
+	if code != 0 {
+		t.Fatalf("simulate: exit %d\n%s", code, errb.String())
+	}
+	for _, want := range []string{"naive-1", "adaptq", "calls/day", "$/month", "p99"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("simulate output lacks %q:\n%s", want, out.String())
+		}
+	}
+	errb.Reset()
+	if code := run([]string{"simulate", "--policy", "nope"}, strings.NewReader(""), &out, &errb); code != 2 || !strings.Contains(errb.String(), `"nope"`) {
+		t.Fatalf("simulate --policy nope: exit %d, %q", code, errb.String())
+	}
+	if strings.Contains(errb.String(), "exit 2") {
+		t.Errorf("the exit code leaked into the message: %q", errb.String())
+	}
+}

@@ -1,0 +1,174 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/adaptq/adaptq/queue/meter"
+	"github.com/adaptq/adaptq/scaling"
+)
+
+// Exit codes of Main.
+const (
+	ExitOK    = 0
+	ExitError = 1 // the workload could not be read or the run failed
+	ExitUsage = 2 // a bad flag or flag value
+)
+
+const usage = `usage: adaptq simulate [flags]
+
+Runs listener policies against the memory driver in virtual time and
+reports, per policy, the billed calls, the idle calls (empty gets), the
+cost per month, the pickup latency (p50, p99) and the largest backlog.
+The default workload is seed 002's scenario: an 8-hour workday in which
+8 packages of 2,000–200,000 transactions arrive, each over 15 minutes
+(busy 25% of the day), then 16 hours with no traffic.
+
+flags:
+`
+
+// names is a repeatable, comma-separated --policy flag.
+type names []string
+
+func (n *names) String() string { return strings.Join(*n, ",") }
+
+func (n *names) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*n = append(*n, s)
+		}
+	}
+	return nil
+}
+
+// Main is the command `adaptq simulate`: args are its arguments (after the
+// subcommand's name); the report goes to stdout, errors to stderr; it
+// returns the process's exit code. An interrupt stops the run.
+//
+//	adaptq simulate [--workload FILE] [--days N] [--service D] [--price P]
+//	                [--seed S] [--policy NAME…] [--json]
+//	                [--target D] [--burst-window D] [--batch-delete]
+//	                [--concurrency N] [--print-workload]
+func Main(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	return run(ctx, args, stdout, stderr)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("adaptq simulate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		workload   = fs.String("workload", "", "a YAML file of arrival phases (default: seed 002's scenario)")
+		days       = fs.Int("days", 1, "simulated days (a workload file's day is repeated)")
+		service    = fs.Duration("service", DefaultService, "handler service time per message")
+		price      = fs.Float64("price", meter.DefaultPricePer10k, "dollars per 10,000 calls")
+		seed       = fs.Int64("seed", DefaultSeed, "seed of the scenario and of the backoff jitter")
+		asJSON     = fs.Bool("json", false, "print the report as JSON")
+		target     = fs.Duration("target", scaling.DefaultSLATarget, "the SLA policy's pickup-latency target")
+		window     = fs.Duration("burst-window", SeedBurstWindow, "seed scenario: how long a package takes to arrive (0: at once)")
+		batchDel   = fs.Bool("batch-delete", false, "the backend deletes a batch in one call (default: one call per message, as Azure)")
+		conc       = fs.Int("concurrency", 0, "handlers running at once across the pool (0: no bound)")
+		printWork  = fs.Bool("print-workload", false, "print the workload as YAML and exit")
+		policyArgs names
+	)
+	fs.Var(&policyArgs, "policy", "a policy to run, repeatable or comma-separated, or all (default: "+strings.Join(DefaultPolicies, ",")+")")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+		fmt.Fprintln(fs.Output(), "\npolicies:")
+		for _, p := range Builtin(*target) {
+			fmt.Fprintf(fs.Output(), "  %-14s %s\n", p.Name, p.About)
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return ExitOK
+		}
+		return ExitUsage
+	}
+	bad := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "adaptq simulate: "+format+"\n", a...)
+		return ExitUsage
+	}
+	switch {
+	case fs.NArg() > 0:
+		return bad("unexpected argument %q (flags only)", fs.Arg(0))
+	case *days < 1:
+		return bad("--days: %d is below 1", *days)
+	case *service < 0:
+		return bad("--service: %s is negative", *service)
+	case *price <= 0:
+		return bad("--price: %v is not positive", *price)
+	case *target <= 0:
+		return bad("--target: %s is not positive", *target)
+	case *window < 0:
+		return bad("--burst-window: %s is negative", *window)
+	case *conc < 0:
+		return bad("--concurrency: %d is negative", *conc)
+	}
+	if len(policyArgs) == 0 {
+		policyArgs = DefaultPolicies
+	}
+	var policies []Policy
+	if len(policyArgs) == 1 && policyArgs[0] == "all" {
+		policies = Builtin(*target)
+	} else {
+		var err error
+		if policies, err = Lookup(policyArgs, *target); err != nil {
+			return bad("--policy: %v", strings.TrimPrefix(err.Error(), "sim: "))
+		}
+	}
+
+	var w Workload
+	if *workload != "" {
+		var err error
+		if w, err = LoadWorkload(*workload); err != nil {
+			fmt.Fprintf(stderr, "adaptq simulate: %v\n", err)
+			return ExitError
+		}
+		w = w.Repeat(*days)
+	} else {
+		w = SeedScenarioWindow(*seed, *days, *window)
+	}
+	if *printWork {
+		if err := w.Format(stdout); err != nil {
+			fmt.Fprintf(stderr, "adaptq simulate: %v\n", err)
+			return ExitError
+		}
+		return ExitOK
+	}
+
+	start := time.Now()
+	rep, err := Run(ctx, w, policies, Options{
+		Service: *service, PricePer10k: *price, Seed: *seed,
+		BatchDelete: *batchDel, Concurrency: *conc,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "adaptq simulate: %v\n", err)
+		return ExitError
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(rep)
+	} else {
+		err = rep.WriteTable(stdout)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "adaptq simulate: %v\n", err)
+		return ExitError
+	}
+	fmt.Fprintf(stderr, "simulated %s of %d policies in %s\n", fmtDuration(rep.Length), len(rep.Results), time.Since(start).Round(time.Millisecond))
+	return ExitOK
+}
