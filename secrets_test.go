@@ -1,7 +1,6 @@
 package adaptq
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,8 +8,9 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/adaptq/adaptq/internal/testutil"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -34,25 +34,8 @@ func init() {
 	}))
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-func (l *lockedBuffer) Sync() error { return nil }
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func TestSecretsNeverReachLogsErrorsOrStats(t *testing.T) {
-	logs := &lockedBuffer{}
+	logs := &testutil.SyncBuffer{}
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), logs, zap.DebugLevel))
 	cfg := testConfig(t, fmt.Sprintf(`
 log: {level: debug}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/adaptq/adaptq/internal/testutil"
+
 	"go.uber.org/zap"
 
 	"github.com/adaptq/adaptq/handler"
@@ -60,17 +62,6 @@ func runWorker(t *testing.T, w *Worker) func() error {
 	}
 	t.Cleanup(func() { _ = stop() })
 	return stop
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func TestWorkerProcessesEveryMessageOnTheEmbeddedDefault(t *testing.T) {
@@ -370,4 +361,9 @@ queues:
 	if l.Stats().Triggers < 1 {
 		t.Error("no trigger counted")
 	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	testutil.Eventually(t, 20*time.Second, what, cond)
 }

@@ -20,6 +20,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/adaptq/adaptq/internal/testutil"
+
 	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/queue"
 )
@@ -45,25 +47,6 @@ func writeScript(t *testing.T, dir, name, body string) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use, for output that a
-// test reads while a handler may still write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestExecStdinByteForByte(t *testing.T) {
@@ -542,7 +525,7 @@ func TestExecBackgroundProcessDoesNotHoldTheHandler(t *testing.T) {
 	// stdout and stderr open for a minute: the handler succeeds without
 	// waiting for it.
 	pidFile := filepath.Join(t.TempDir(), "pid")
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	h := mustExec(t, sh(`sleep 60 & echo $! > "$PIDFILE"; echo started`),
 		handler.ExecOptions{Env: []string{"PIDFILE=" + pidFile}, Stdout: &out})
 	if err := runAsync(t, context.Background(), h)(); err != nil {

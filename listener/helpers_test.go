@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/adaptq/adaptq/internal/testutil"
+
 	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/listener"
@@ -114,18 +116,6 @@ func (f *fixture) depth() int {
 	return n
 }
 
-// eventually polls cond (in real time) until it holds or 10 s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(200 * time.Microsecond)
-	}
-}
-
 // settle waits until every active task sleeps after an empty get (other
 // timers, such as a scaling agent's, may be pending too).
 func (f *fixture) settle() {
@@ -166,4 +156,10 @@ func (r *recorder) distinct() int {
 
 func scalingIdle(max time.Duration) scaling.IdleBackoff {
 	return scaling.IdleBackoff{Min: min(scaling.DefaultMinIdle, max), Max: max}
+}
+
+// eventually polls cond (in real time) until it holds or 10 s pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, what, cond)
 }

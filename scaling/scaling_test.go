@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/adaptq/adaptq/internal/testutil"
+
 	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/scaling"
 )
@@ -146,17 +148,6 @@ func (p *pool) state() (int, []int, int) {
 	return p.tasks, append([]int(nil), p.resizes...), p.samples
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
-}
-
 func TestAgentGrowsAtOnceShrinksWithHysteresisAndSleepsWhenEmpty(t *testing.T) {
 	c := clock.NewFake(time.Time{})
 	p := &pool{tasks: 1}
@@ -217,4 +208,9 @@ func TestAgentGrowsAtOnceShrinksWithHysteresisAndSleepsWhenEmpty(t *testing.T) {
 	if tasks != 50 || len(resizes) != 2 {
 		t.Fatalf("resizes %v, tasks %d: want [80 50]", resizes, tasks)
 	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	testutil.Eventually(t, 5*time.Second, what, cond)
 }

@@ -145,40 +145,15 @@ func (p *SLA) Validate() error {
 	return nil
 }
 
-func (p *SLA) target() time.Duration {
-	if p.Target <= 0 {
-		return DefaultSLATarget
-	}
-	return p.Target
-}
+func (p *SLA) target() time.Duration { return orDefault(p.Target, DefaultSLATarget) }
 
-func (p *SLA) alpha() float64 {
-	if p.Alpha <= 0 {
-		return DefaultSLAAlpha
-	}
-	return p.Alpha
-}
+func (p *SLA) alpha() float64 { return orDefault(p.Alpha, DefaultSLAAlpha) }
 
-func (p *SLA) margin() float64 {
-	if p.ShrinkMargin <= 0 {
-		return DefaultSLAShrinkMargin
-	}
-	return p.ShrinkMargin
-}
+func (p *SLA) margin() float64 { return orDefault(p.ShrinkMargin, DefaultSLAShrinkMargin) }
 
-func (p *SLA) minInterval() time.Duration {
-	if p.MinInterval <= 0 {
-		return DefaultSLAMinInterval
-	}
-	return p.MinInterval
-}
+func (p *SLA) minInterval() time.Duration { return orDefault(p.MinInterval, DefaultSLAMinInterval) }
 
-func (p *SLA) busyDepth() int {
-	if p.BusyDepth <= 0 {
-		return DefaultSLABusyDepth
-	}
-	return p.BusyDepth
-}
+func (p *SLA) busyDepth() int { return orDefault(p.BusyDepth, DefaultSLABusyDepth) }
 
 func (p *SLA) clamp(n int) int { return Clamp(n, max(p.MinTasks, 1), p.MaxTasks) }
 
@@ -286,4 +261,12 @@ func tasksFor(depth int, rate, seconds float64) int {
 		return math.MaxInt32
 	}
 	return int(n)
+}
+
+// orDefault is v, or d where v is not positive (unset).
+func orDefault[T int | float64 | time.Duration](v, d T) T {
+	if v <= 0 {
+		return d
+	}
+	return v
 }

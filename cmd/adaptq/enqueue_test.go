@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/adaptq/adaptq/internal/testutil"
 	"github.com/adaptq/adaptq/queue"
 )
 
@@ -225,7 +226,7 @@ func TestEnqueueProgressOnATerminal(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cfg := writeConfig(t, dir, baseConfig)
-	var out, errOut syncBuffer
+	var out, errOut testutil.SyncBuffer
 	e := env{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut, terminal: true}
 	if code := runContext(context.Background(), e, []string{"enqueue", "-c", cfg, "--count", "3000", "p"}); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())

@@ -7,31 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/adaptq/adaptq/internal/testutil"
+
 	"github.com/adaptq/adaptq/queue"
 )
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a
-// worker's exec handlers and the test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 type result struct {
 	code           int
@@ -41,7 +23,7 @@ type result struct {
 // cli runs the program in-process through run, as main does.
 func cli(t *testing.T, stdin string, args ...string) result {
 	t.Helper()
-	var out, errOut syncBuffer
+	var out, errOut testutil.SyncBuffer
 	code := run(args, strings.NewReader(stdin), &out, &errOut)
 	return result{code, out.String(), errOut.String()}
 }
@@ -102,17 +84,6 @@ func freeAddress(t *testing.T) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return addr
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func TestBadUsageExitsTwoAndNamesTheProblem(t *testing.T) {
@@ -225,4 +196,9 @@ func TestSimulate(t *testing.T) {
 	if strings.Contains(errb.String(), "exit 2") {
 		t.Errorf("the exit code leaked into the message: %q", errb.String())
 	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	testutil.Eventually(t, 30*time.Second, what, cond)
 }

@@ -12,13 +12,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/adaptq/adaptq/internal/testutil"
 )
 
 // startRun runs "adaptq run" in-process with signals from sigs; the
 // returned channel yields the exit code.
-func startRun(ctx context.Context, t *testing.T, sigs chan os.Signal, args ...string) (<-chan int, *syncBuffer, *syncBuffer) {
+func startRun(ctx context.Context, t *testing.T, sigs chan os.Signal, args ...string) (<-chan int, *testutil.SyncBuffer, *testutil.SyncBuffer) {
 	t.Helper()
-	var out, errOut syncBuffer
+	var out, errOut testutil.SyncBuffer
 	e := env{
 		stdin: strings.NewReader(""), stdout: &out, stderr: &errOut,
 		signals: func() (<-chan os.Signal, func()) { return sigs, func() {} },
@@ -28,7 +30,7 @@ func startRun(ctx context.Context, t *testing.T, sigs chan os.Signal, args ...st
 	return code, &out, &errOut
 }
 
-func exitCodeWithin(t *testing.T, code <-chan int, stderr *syncBuffer) int {
+func exitCodeWithin(t *testing.T, code <-chan int, stderr *testutil.SyncBuffer) int {
 	t.Helper()
 	select {
 	case c := <-code:

@@ -8,9 +8,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/adaptq/adaptq/internal/testutil"
 
 	"github.com/adaptq/adaptq/queue"
 	_ "github.com/adaptq/adaptq/queue/sqlite"
@@ -50,7 +51,7 @@ func TestEmbedExample(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestEmbedExample$")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "ADAPTQ_EMBED_CHILD=1")
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -82,21 +83,4 @@ func TestEmbedExample(t *testing.T) {
 	}
 	_ = q.Close()
 	log.SetOutput(os.Stderr)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
