@@ -5,9 +5,19 @@ GO ?= go
 
 .PHONY: test fuzz bench vet fmt
 
-test:
+# Azurite, the Azure Storage emulator the queue/azure tests run against,
+# pinned by tools/azurite/package-lock.json. npm ci runs again only when
+# the lock file changes (rm -rf tools/azurite/node_modules to force it).
+AZURITE := tools/azurite/node_modules/.adaptq-installed
+
+$(AZURITE): tools/azurite/package.json tools/azurite/package-lock.json
+	npm ci --prefix tools/azurite --no-audit --no-fund --loglevel=error
+	touch $@
+
+test: $(AZURITE)
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 9m ./...
+	cd bench && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 	$(MAKE) fuzz FUZZTIME=10s
 
 # Short fuzz runs of the config loader and of the SQLite driver against the
@@ -18,8 +28,11 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz '^FuzzMatchesMemory$$' -fuzztime $(FUZZTIME) ./queue/sqlite/
 
+# Every figure of BENCHMARKS.md, measured in one run on this machine
+# (bench/ is its own module, so goqite stays out of adaptq's go.mod). Size
+# flags: `cd bench && go run ./cmd/benchreport -h`.
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./queue/memory/ ./queue/sqlite/ ./listener/
+	cd bench && $(GO) run ./cmd/benchreport -o ../BENCHMARKS.md
 
 vet:
 	$(GO) vet ./...

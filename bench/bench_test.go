@@ -1,0 +1,186 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/adaptq/adaptq/bench"
+)
+
+func TestMain(m *testing.M) {
+	bench.RunChildIfAsked() // peak-RSS children are this test binary again
+	os.Exit(m.Run())
+}
+
+// figures are the rows each section must have, by a part of their "What
+// was run" cell: one per figure of BENCHMARKS.md.
+var figures = map[string][]string{
+	"overhead": {
+		"plain loop, 1 worker:", "listener, 1 task, concurrency", "listener ÷ plain loop, 1 task",
+		"plain loop, 4 workers:", "listener, 4 tasks, concurrency", "listener ÷ plain loop, 4 tasks",
+		"peak RSS: a Go process that does nothing", "no consumer", "drained by the plain loop, 1 worker",
+		"drained by the listener, 1 task", "drained by the listener, 4 tasks",
+	},
+	"embedded": {
+		"goqite loop, 1 consumer", "adaptq listener, 1 task", "goqite loop, 4 consumers", "adaptq listener, 4 tasks",
+		"goqite jobs runner, Limit", "adaptq listener (1 task) ÷ goqite loop (1 consumer)",
+		"adaptq listener (4 tasks) ÷ goqite loop (4 consumers)", "adaptq listener (1 task) ÷ goqite jobs runner",
+	},
+	"azurite": {"Azure driver against Azurite"},
+	"calls": {
+		"memory driver, Azure-like", "memory driver, batch delete", "SQLite driver, Azure-like", "SQLite driver, batch delete",
+	},
+	"burst": {
+		"with the push trigger: burst landed → pool", "with the push trigger: burst landed → queue empty",
+		"without a trigger (idle.max 100ms): burst landed → pool", "without a trigger (idle.max 100ms): burst landed → queue empty",
+	},
+	"work": {
+		"handler no-op, concurrency 1", "handler no-op, concurrency 16", "handler no-op, concurrency 128",
+		"handler sleep 1ms, concurrency 1", "handler sleep 1ms, concurrency 16", "handler sleep 1ms, concurrency 128",
+		"handler sleep 10ms, concurrency 1", "handler sleep 10ms, concurrency 16", "handler sleep 10ms, concurrency 128",
+	},
+	"raw": {
+		"SQLite: Put, 1 producer", "SQLite: Put, 4 producers", "SQLite: Get(32)+DeleteBatch, 1 consumer",
+		"SQLite: Get(32)+DeleteBatch, 4 consumers", "SQLite: mixed", "memory: Put, 1 producer",
+		"memory: Get(32)+DeleteBatch, 1 consumer", "memory: Get(32)+DeleteBatch, 4 consumers", "memory: mixed",
+	},
+	"trigger": {
+		"wake latency with the trigger: Notify", "wake latency with the trigger, trickle", "wake latency without a trigger", "idle calls per hour per process, trigger configured",
+		"idle calls per hour per process, no trigger",
+	},
+}
+
+// TestReportTiny runs every section at tiny sizes and checks the Markdown:
+// every section, a row per figure, each row with a figure, the machine
+// described. It asserts no timing: at these sizes, and on a loaded
+// machine, targets may miss, and the report says so.
+func TestReportTiny(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var progress bytes.Buffer
+	env := &bench.Env{Sizes: bench.TinySizes(), Dir: t.TempDir(), Self: []string{exe}, Progress: &progress}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := bench.Run(ctx, env, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range rep.Failed() {
+		t.Errorf("section %s: %v", s.Key, s.Err)
+	}
+	var b bytes.Buffer
+	if err := rep.WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	if t.Failed() {
+		t.Fatalf("progress:\n%s\nreport:\n%s", progress.String(), md)
+	}
+
+	for _, want := range []string{"# adaptq benchmarks", "## Machine", "| CPU |", "| Cores |", "| Go |", "| OS |", "| Date |", "| Load average", "## Summary"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the report has no %q", want)
+		}
+	}
+	if len(bench.Sections) != len(figures) {
+		t.Errorf("%d sections, the test knows %d: add the new section's figures here", len(bench.Sections), len(figures))
+	}
+	for _, sp := range bench.Sections {
+		body, ok := section(md, bench.Heading(sp.Key, sp.Title))
+		if !ok {
+			t.Errorf("no section %q", bench.Heading(sp.Key, sp.Title))
+			continue
+		}
+		rows := tableRows(body)
+		for _, what := range figures[sp.Key] {
+			found := false
+			for _, r := range rows {
+				if mentions(r[0], what) {
+					found = true
+					if strings.TrimSpace(r[1]) == "" {
+						t.Errorf("%s: row %q has no figure", sp.Key, r[0])
+					}
+				}
+			}
+			if !found {
+				t.Errorf("%s: no row for %q in:\n%s", sp.Key, what, body)
+			}
+		}
+		if len(rows) != len(figures[sp.Key]) {
+			t.Errorf("%s: %d rows, want %d", sp.Key, len(rows), len(figures[sp.Key]))
+		}
+	}
+	if t.Failed() {
+		t.Logf("report:\n%s", md)
+	}
+	for _, s := range rep.Sections {
+		t.Logf("section %s ran in %s", s.Key, s.Elapsed.Round(time.Millisecond))
+	}
+}
+
+// mentions reports whether cell contains what, not followed by a digit
+// ("concurrency 1" is not "concurrency 16").
+func mentions(cell, what string) bool {
+	for i := 0; ; {
+		j := strings.Index(cell[i:], what)
+		if j < 0 {
+			return false
+		}
+		end := i + j + len(what)
+		if end == len(cell) || cell[end] < '0' || cell[end] > '9' {
+			return true
+		}
+		i = end
+	}
+}
+
+// section returns the text under heading, up to the next "## ".
+func section(md, heading string) (string, bool) {
+	i := strings.Index(md, heading+"\n")
+	if i < 0 {
+		return "", false
+	}
+	rest := md[i+len(heading)+1:]
+	if j := strings.Index(rest, "\n## "); j >= 0 {
+		rest = rest[:j]
+	}
+	return rest, true
+}
+
+// tableRows returns the cells of the table rows of body (header and rule
+// left out).
+func tableRows(body string) [][]string {
+	var out [][]string
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, "| ") || strings.HasPrefix(line, "| What was run |") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), " | ")
+		if len(cells) < 5 {
+			continue
+		}
+		out = append(out, cells)
+	}
+	return out
+}
+
+func TestSizesValidate(t *testing.T) {
+	if err := bench.DefaultSizes().Validate(); err != nil {
+		t.Error(err)
+	}
+	if err := bench.TinySizes().Validate(); err != nil {
+		t.Error(err)
+	}
+	s := bench.TinySizes()
+	s.Burst, s.WorkWindow = 0, time.Millisecond
+	err := s.Validate()
+	if err == nil || !strings.Contains(err.Error(), "-burst 0") || !strings.Contains(err.Error(), "-work-window 1ms") {
+		t.Errorf("bad sizes: %v", err)
+	}
+}

@@ -1,0 +1,151 @@
+package bench
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Sizes scale every section. DefaultSizes is the full run; TinySizes runs
+// every code path in seconds.
+type Sizes struct {
+	// Repeats is how many times each throughput figure is measured (the
+	// report gives the median); baseline and adaptq runs alternate.
+	Repeats int
+	// Overhead is the number of messages each overhead run drains.
+	Overhead int
+	// Backlog is the queue depth of the peak-RSS runs.
+	Backlog int
+	// Embedded is the number of messages each SQLite-vs-goqite run drains.
+	Embedded int
+	// Calls is the number of messages of each calls-per-message run.
+	Calls int
+	// Burst is the number of messages that land at once on an idle worker;
+	// BurstTrials the number of bursts per mode; BurstIdleMax the idle.max
+	// of the listener without a trigger.
+	Burst        int
+	BurstTrials  int
+	BurstIdleMax time.Duration
+	// WorkWindow is how long each cell of the scaling-with-work grid is
+	// measured (after a tenth of it as warm-up); WorkBacklog caps a
+	// cell's backlog.
+	WorkWindow  time.Duration
+	WorkBacklog int
+	// RawSQLite and RawMemory are the message counts of the raw driver
+	// figures.
+	RawSQLite int
+	RawMemory int
+	// TriggerTrials are the wake-latency trials with a trigger;
+	// PollTrials those without one, run in PollLanes concurrent lanes with
+	// idle.max = PollIdleMax.
+	TriggerTrials int
+	PollTrials    int
+	PollLanes     int
+	PollIdleMax   time.Duration
+	// IdleHours is the virtual time over which idle calls are counted.
+	IdleHours int
+}
+
+// DefaultSizes finish in under ten minutes on a two-core machine.
+func DefaultSizes() Sizes {
+	return Sizes{
+		Repeats:       5,
+		Overhead:      500_000,
+		Backlog:       100_000,
+		Embedded:      20_000,
+		Calls:         50_000,
+		Burst:         10_000,
+		BurstTrials:   3,
+		BurstIdleMax:  2 * time.Second,
+		WorkWindow:    2 * time.Second,
+		WorkBacklog:   600_000,
+		RawSQLite:     50_000,
+		RawMemory:     1_000_000,
+		TriggerTrials: 200,
+		PollTrials:    200,
+		PollLanes:     40,
+		PollIdleMax:   2 * time.Second,
+		IdleHours:     24,
+	}
+}
+
+// TinySizes exercise every section in seconds: for the test that keeps the
+// harness from rotting, not for figures.
+func TinySizes() Sizes {
+	return Sizes{
+		Repeats:       1,
+		Overhead:      2_000,
+		Backlog:       2_000,
+		Embedded:      200,
+		Calls:         500,
+		Burst:         300,
+		BurstTrials:   1,
+		BurstIdleMax:  100 * time.Millisecond,
+		WorkWindow:    60 * time.Millisecond,
+		WorkBacklog:   5_000,
+		RawSQLite:     400,
+		RawMemory:     5_000,
+		TriggerTrials: 5,
+		PollTrials:    4,
+		PollLanes:     2,
+		PollIdleMax:   100 * time.Millisecond,
+		IdleHours:     1,
+	}
+}
+
+// RegisterFlags binds each size to a flag of fs, with s's values as the
+// defaults.
+func (s *Sizes) RegisterFlags(fs *flag.FlagSet) {
+	fs.IntVar(&s.Repeats, "repeats", s.Repeats, "measurements per throughput figure (median reported)")
+	fs.IntVar(&s.Overhead, "overhead", s.Overhead, "messages per listener-overhead run")
+	fs.IntVar(&s.Backlog, "backlog", s.Backlog, "backlog of the peak-RSS runs")
+	fs.IntVar(&s.Embedded, "embedded", s.Embedded, "messages per SQLite-vs-goqite run")
+	fs.IntVar(&s.Calls, "calls", s.Calls, "messages per calls-per-message run")
+	fs.IntVar(&s.Burst, "burst", s.Burst, "messages in a burst")
+	fs.IntVar(&s.BurstTrials, "burst-trials", s.BurstTrials, "bursts per mode")
+	fs.DurationVar(&s.BurstIdleMax, "burst-idle-max", s.BurstIdleMax, "idle.max of the burst listener without a trigger")
+	fs.DurationVar(&s.WorkWindow, "work-window", s.WorkWindow, "measurement window per scaling-with-work cell")
+	fs.IntVar(&s.WorkBacklog, "work-backlog", s.WorkBacklog, "largest backlog of a scaling-with-work cell")
+	fs.IntVar(&s.RawSQLite, "raw-sqlite", s.RawSQLite, "messages per raw SQLite figure")
+	fs.IntVar(&s.RawMemory, "raw-memory", s.RawMemory, "messages per raw memory figure")
+	fs.IntVar(&s.TriggerTrials, "trigger-trials", s.TriggerTrials, "wake-latency trials with a trigger")
+	fs.IntVar(&s.PollTrials, "poll-trials", s.PollTrials, "wake-latency trials without a trigger")
+	fs.IntVar(&s.PollLanes, "poll-lanes", s.PollLanes, "concurrent lanes of the trials without a trigger")
+	fs.DurationVar(&s.PollIdleMax, "poll-idle-max", s.PollIdleMax, "idle.max of the listener without a trigger")
+	fs.IntVar(&s.IdleHours, "idle-hours", s.IdleHours, "virtual hours over which idle calls are counted")
+}
+
+// Validate rejects sizes that cannot measure anything.
+func (s Sizes) Validate() error {
+	var bad []string
+	for name, v := range map[string]int{
+		"repeats": s.Repeats, "overhead": s.Overhead, "backlog": s.Backlog, "embedded": s.Embedded,
+		"calls": s.Calls, "burst": s.Burst, "burst-trials": s.BurstTrials, "raw-sqlite": s.RawSQLite, "work-backlog": s.WorkBacklog,
+		"raw-memory": s.RawMemory, "trigger-trials": s.TriggerTrials, "poll-trials": s.PollTrials,
+		"poll-lanes": s.PollLanes, "idle-hours": s.IdleHours,
+	} {
+		if v < 1 {
+			bad = append(bad, fmt.Sprintf("-%s %d is below 1", name, v))
+		}
+	}
+	for name, v := range map[string]time.Duration{
+		"burst-idle-max": s.BurstIdleMax, "work-window": s.WorkWindow, "poll-idle-max": s.PollIdleMax,
+	} {
+		if v < 10*time.Millisecond {
+			bad = append(bad, fmt.Sprintf("-%s %s is below 10ms", name, v))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("bench: sizes: %s", strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// String lists the sizes as the flags that reproduce them.
+func (s Sizes) String() string {
+	return fmt.Sprintf("-repeats %d -overhead %d -backlog %d -embedded %d -calls %d -burst %d -burst-trials %d -burst-idle-max %s "+
+		"-work-window %s -work-backlog %d -raw-sqlite %d -raw-memory %d -trigger-trials %d -poll-trials %d -poll-lanes %d -poll-idle-max %s -idle-hours %d",
+		s.Repeats, s.Overhead, s.Backlog, s.Embedded, s.Calls, s.Burst, s.BurstTrials, s.BurstIdleMax,
+		s.WorkWindow, s.WorkBacklog, s.RawSQLite, s.RawMemory, s.TriggerTrials, s.PollTrials, s.PollLanes, s.PollIdleMax, s.IdleHours)
+}
