@@ -1,0 +1,383 @@
+package azure_test
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue"
+
+	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/azure"
+	"github.com/adaptq/adaptq/queue/azure/azuritetest"
+)
+
+func randomBody(n int) []byte {
+	b := make([]byte, n)
+	r := rand.New(rand.NewPCG(uint64(n), 7))
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// rawText peeks the first message's text as the SDK (another consumer)
+// sees it.
+func rawText(t *testing.T, srv *azuritetest.Server, name string) string {
+	t.Helper()
+	resp, err := rawQueue(t, srv, name).PeekMessages(ctx, &azqueue.PeekMessagesOptions{NumberOfMessages: to.Ptr(int32(1))})
+	if err != nil || len(resp.Messages) != 1 {
+		t.Fatalf("raw peek: %v", err)
+	}
+	return *resp.Messages[0].MessageText
+}
+
+// TestClaimCheck1MiB follows one large body through its life: stored as a
+// blob with a small envelope in the message, read back whole, carried
+// through a visibility update, deleted with its message.
+func TestClaimCheck1MiB(t *testing.T) {
+	srv := azuritetest.Shared(t)
+	acct := newAccount(t, srv, azure.Config{})
+	q := openQueue(t, acct, "claim-1mib")
+	if got := queue.MaxBodySize(q); got != azure.DefaultMaxBodySize {
+		t.Errorf("MaxBodySize = %d, want %d", got, azure.DefaultMaxBodySize)
+	}
+	body := randomBody(1 << 20)
+	id, err := q.Put(ctx, body, queue.PutOptions{TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := blobs(t, srv, azure.DefaultContainer, "claim-1mib/")
+	if len(stored) != 1 {
+		t.Fatalf("payload blobs = %v, want one", stored)
+	}
+	env, err := base64.StdEncoding.DecodeString(rawText(t, srv, "claim-1mib"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(env, []byte(`{"adaptq":"claim-check/v1"`)) || !bytes.Contains(env, []byte(stored[0])) || len(env) > 200 {
+		t.Fatalf("message text is %q, want a small envelope naming %s", env, stored[0])
+	}
+
+	ps, err := q.Peek(ctx, 1)
+	if err != nil || len(ps) != 1 || !bytes.Equal(ps[0].Body, body) {
+		t.Fatalf("Peek did not return the payload (%d messages, %v)", len(ps), err)
+	}
+	ms, err := q.Get(ctx, 1, time.Minute)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("Get: %d messages, %v", len(ms), err)
+	}
+	if ms[0].ID != id || !bytes.Equal(ms[0].Body, body) {
+		t.Fatal("Get did not return the 1 MiB body exactly")
+	}
+	r2, err := q.UpdateVisibility(ctx, ms[0].ID, ms[0].PopReceipt, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Delete(ctx, ms[0].ID, ms[0].PopReceipt); !errors.Is(err, queue.ErrReceiptMismatch) {
+		t.Fatalf("Delete with the receipt before the update: %v", err)
+	}
+	if bs := blobs(t, srv, azure.DefaultContainer, "claim-1mib/"); len(bs) != 1 {
+		t.Fatal("a refused delete deleted the payload")
+	}
+	if err := q.Delete(ctx, ms[0].ID, r2); err != nil {
+		t.Fatal(err)
+	}
+	if bs := blobs(t, srv, azure.DefaultContainer, "claim-1mib/"); len(bs) != 0 {
+		t.Fatalf("payload %v left after its message was deleted", bs)
+	}
+	if n, _ := q.Count(ctx); n != 0 {
+		t.Fatalf("Count = %d", n)
+	}
+	if _, err := q.Put(ctx, make([]byte, azure.DefaultMaxBodySize+1), queue.PutOptions{}); !errors.Is(err, queue.ErrTooLarge) {
+		t.Fatalf("Put over the claim-check limit: %v", err)
+	}
+}
+
+// TestClaimCheckThreshold: a body that fits a message travels inline, one
+// byte more goes to a blob, in both encodings.
+func TestClaimCheckThreshold(t *testing.T) {
+	srv := azuritetest.Shared(t)
+	for _, c := range []struct {
+		enc   azure.Encoding
+		limit int
+		name  string
+	}{
+		{azure.Base64, azure.MaxInlineBody, "threshold-base64"},
+		{azure.Text, azure.MaxMessageSize, "threshold-text"},
+	} {
+		acct := newAccount(t, srv, azure.Config{Encoding: c.enc})
+		q := openQueue(t, acct, c.name)
+		for _, n := range []int{c.limit, c.limit + 1} {
+			// ASCII: Azurite 3.37 decodes a request body of over 64 KiB
+			// chunk by chunk and garbles a multi-byte character split
+			// between two chunks (U+FFFD), which Azure does not.
+			body := bytes.Repeat([]byte("z"), n)
+			if _, err := q.Put(ctx, body, queue.PutOptions{}); err != nil {
+				t.Fatalf("%s: Put(%d): %v", c.enc, n, err)
+			}
+			wantBlobs := 0
+			if n > c.limit {
+				wantBlobs = 1
+			}
+			if bs := blobs(t, srv, azure.DefaultContainer, c.name+"/"); len(bs) != wantBlobs {
+				t.Fatalf("%s: %d bytes made blobs %v, want %d", c.enc, n, bs, wantBlobs)
+			}
+			ms, err := q.Get(ctx, 1, time.Minute)
+			if err != nil || len(ms) != 1 || !bytes.Equal(ms[0].Body, body) {
+				t.Fatalf("%s: %d bytes did not round-trip (%v)", c.enc, n, err)
+			}
+			if err := q.Delete(ctx, ms[0].ID, ms[0].PopReceipt); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestClaimCheckLookalike: an inline body never starts like an envelope,
+// so a body that does travels as a blob and comes back as it was.
+func TestClaimCheckLookalike(t *testing.T) {
+	srv := azuritetest.Shared(t)
+	acct := newAccount(t, srv, azure.Config{})
+	q := openQueue(t, acct, "lookalike")
+	body := []byte(`{"adaptq":"claim-check/v1","container":"adaptq-payloads","blob":"lookalike/00","size":3}`)
+	if _, err := q.Put(ctx, body, queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if bs := blobs(t, srv, azure.DefaultContainer, "lookalike/"); len(bs) != 1 {
+		t.Fatalf("blobs %v, want the look-alike stored as one", bs)
+	}
+	ms, err := q.Get(ctx, 1, time.Minute)
+	if err != nil || len(ms) != 1 || !bytes.Equal(ms[0].Body, body) {
+		t.Fatalf("look-alike did not round-trip: %v", err)
+	}
+	off := newAccount(t, srv, azure.Config{NoClaimCheck: true})
+	qo := openQueue(t, off, "lookalike")
+	if _, err := qo.Put(ctx, body, queue.PutOptions{}); !errors.Is(err, queue.ErrInvalidArgument) {
+		t.Fatalf("look-alike with claim_check=false: %v, want ErrInvalidArgument", err)
+	}
+	// A consumer without claim-check of its own still reads payloads.
+	if _, err := q.Put(ctx, randomBody(100_000), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if ms, err := qo.Get(ctx, 1, time.Minute); err != nil || len(ms) != 1 || len(ms[0].Body) != 100_000 {
+		t.Fatalf("claim_check=false consumer: %v", err)
+	}
+}
+
+// TestClaimCheckSweep: payloads of expired messages are deleted by Sweep
+// and by the automatic sweep; live and never-expiring ones stay.
+func TestClaimCheckSweep(t *testing.T) {
+	srv := azuritetest.Shared(t)
+	acct := newAccount(t, srv, azure.Config{PayloadGrace: -1, SweepInterval: -1})
+	q := openQueue(t, acct, "sweep")
+	big := randomBody(60_000)
+	for _, ttl := range []time.Duration{time.Second, time.Hour, queue.NoExpiry} {
+		if _, err := q.Put(ctx, big, queue.PutOptions{TTL: ttl}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := q.Sweep(ctx); err != nil || n != 0 {
+		t.Fatalf("Sweep before any expiry = %d, %v", n, err)
+	}
+	time.Sleep(2200 * time.Millisecond)
+	if n, err := q.Sweep(ctx); err != nil || n != 1 {
+		t.Fatalf("Sweep after one expiry = %d, %v; want 1", n, err)
+	}
+	if bs := blobs(t, srv, azure.DefaultContainer, "sweep/"); len(bs) != 2 {
+		t.Fatalf("blobs after the sweep: %v, want the two live ones", bs)
+	}
+	ms, err := q.Get(ctx, 32, time.Minute)
+	if err != nil || len(ms) != 2 {
+		t.Fatalf("Get after the sweep = %d, %v; want the two live messages", len(ms), err)
+	}
+
+	// The automatic sweep, started by the first claim-check put.
+	auto := newAccount(t, srv, azure.Config{PayloadGrace: -1, SweepInterval: 300 * time.Millisecond})
+	qa := openQueue(t, auto, "sweep-auto")
+	if _, err := qa.Put(ctx, big, queue.PutOptions{TTL: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(blobs(t, srv, azure.DefaultContainer, "sweep-auto/")) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the automatic sweep did not delete the expired payload")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestClaimCheckClear: Clear deletes the payloads of the cleared messages
+// and no other queue's.
+func TestClaimCheckClear(t *testing.T) {
+	srv := azuritetest.Shared(t)
+	acct := newAccount(t, srv, azure.Config{})
+	q := openQueue(t, acct, "clear-payloads")
+	other := openQueue(t, acct, "clear-payloads-other")
+	for range 2 {
+		if _, err := q.Put(ctx, randomBody(70_000), queue.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := other.Put(ctx, randomBody(70_000), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // creation times are in whole seconds
+	if err := q.Clear(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if bs := blobs(t, srv, azure.DefaultContainer, "clear-payloads/"); len(bs) != 0 {
+		t.Fatalf("payloads %v left after Clear", bs)
+	}
+	if bs := blobs(t, srv, azure.DefaultContainer, "clear-payloads-other/"); len(bs) != 1 {
+		t.Fatalf("Clear touched another queue's payloads: %v", bs)
+	}
+}
+
+// TestClaimCheckPayloadGone: a message whose payload was deleted behind
+// the driver's back can never be handled; Get deletes it and goes on.
+func TestClaimCheckPayloadGone(t *testing.T) {
+	srv := azuritetest.Shared(t)
+	acct := newAccount(t, srv, azure.Config{})
+	q := openQueue(t, acct, "payload-gone")
+	if _, err := q.Put(ctx, randomBody(70_000), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Put(ctx, []byte("small"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c := rawContainer(t, srv, azure.DefaultContainer)
+	for _, b := range blobs(t, srv, azure.DefaultContainer, "payload-gone/") {
+		if _, err := c.NewBlobClient(b).Delete(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms, err := q.Get(ctx, 32, time.Minute)
+	if err != nil || len(ms) != 1 || string(ms[0].Body) != "small" {
+		t.Fatalf("Get = %d messages, %v; want only the small one", len(ms), err)
+	}
+	if n, _ := q.Count(ctx); n != 1 {
+		t.Fatalf("Count = %d; the message without its payload should be deleted", n)
+	}
+}
+
+// TestClaimCheckToSibling: moving a large message to another queue (as the
+// listener does with poison messages) copies the payload; deleting the
+// original deletes only its own.
+func TestClaimCheckToSibling(t *testing.T) {
+	srv := azuritetest.Shared(t)
+	q, err := queue.Open(ctx, srv.URL("sibling-src"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	poison, err := queue.OpenSibling(q, "sibling-src-poison")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer poison.Close()
+	body := randomBody(200_000)
+	if _, err := q.Put(ctx, body, queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := q.Get(ctx, 1, time.Minute)
+	if err != nil || len(ms) != 1 {
+		t.Fatal(err)
+	}
+	if _, err := poison.Put(ctx, ms[0].Body, queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Delete(ctx, ms[0].ID, ms[0].PopReceipt); err != nil {
+		t.Fatal(err)
+	}
+	if bs := blobs(t, srv, azure.DefaultContainer, "sibling-src/"); len(bs) != 0 {
+		t.Fatalf("original payload left: %v", bs)
+	}
+	pm, err := poison.Get(ctx, 1, time.Minute)
+	if err != nil || len(pm) != 1 || !bytes.Equal(pm[0].Body, body) {
+		t.Fatalf("the poison queue's copy did not round-trip: %v", err)
+	}
+}
+
+func TestTextEncoding(t *testing.T) {
+	srv := azuritetest.Shared(t)
+	q, err := queue.Open(ctx, srv.URL("text-enc", "encoding", "text"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	good := "héllo <wörld> & \"friends\"\ttab\nnewline 日本語 🎉"
+	if _, err := q.Put(ctx, []byte(good), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := rawText(t, srv, "text-enc"); got != good {
+		t.Fatalf("raw text %q, want the body as it is", got)
+	}
+	for _, bad := range [][]byte{{0xff, 0xfe}, []byte("nul\x00"), []byte("cr\r\n"), []byte("bell\a"), []byte("\uFFFE")} {
+		_, err := q.Put(ctx, bad, queue.PutOptions{})
+		if !errors.Is(err, queue.ErrInvalidArgument) || !strings.Contains(err.Error(), "base64") {
+			t.Errorf("text Put(%q): %v, want ErrInvalidArgument pointing to base64", bad, err)
+		}
+	}
+	if n, _ := q.Count(ctx); n != 1 {
+		t.Fatalf("refused text puts wrote messages: Count = %d", n)
+	}
+	ms, err := q.Get(ctx, 1, time.Minute)
+	if err != nil || len(ms) != 1 || string(ms[0].Body) != good {
+		t.Fatalf("text round trip: %v", err)
+	}
+}
+
+// TestInterop: messages written by other producers through the SDK.
+func TestInterop(t *testing.T) {
+	srv := azuritetest.Shared(t)
+	q, err := queue.Open(ctx, srv.URL("interop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	raw := rawQueue(t, srv, "interop")
+	bin := []byte{0, 1, 2, 0xff}
+	for _, text := range []string{base64.StdEncoding.EncodeToString(bin), "plain text, not base64!"} {
+		if _, err := raw.EnqueueMessage(ctx, text, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms, err := q.Get(ctx, 2, time.Minute)
+	if err != nil || len(ms) != 2 {
+		t.Fatalf("Get: %d, %v", len(ms), err)
+	}
+	if !bytes.Equal(ms[0].Body, bin) {
+		t.Errorf("a base64 producer's message = %q, want %q", ms[0].Body, bin)
+	}
+	if string(ms[1].Body) != "plain text, not base64!" {
+		t.Errorf("a text producer's message in base64 mode = %q, want its text", ms[1].Body)
+	}
+}
+
+// TestVisibilityRounding: Azure counts in whole seconds; sub-second and
+// fractional visibilities round up, never down.
+func TestVisibilityRounding(t *testing.T) {
+	srv := azuritetest.Shared(t)
+	acct := newAccount(t, srv, azure.Config{})
+	q := openQueue(t, acct, "rounding")
+	if _, err := q.Put(ctx, []byte("r"), queue.PutOptions{InitialVisibilityDelay: 300 * time.Millisecond, TTL: 1500 * time.Millisecond}); err != nil {
+		t.Fatalf("Put with sub-second delay and TTL: %v", err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	ms, err := q.Get(ctx, 1, 200*time.Millisecond)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("Get with a 200ms visibility: %d, %v", len(ms), err)
+	}
+	if d := ms[0].NextVisibleAt.Sub(ms[0].InsertedAt); d < time.Second {
+		t.Errorf("200ms visibility hid the message for %s, want ≥ 1s", d)
+	}
+	if got, _ := q.Get(ctx, 1, time.Second); len(got) != 0 {
+		t.Error("a 200ms visibility did not hide the message at once")
+	}
+}

@@ -1,0 +1,122 @@
+// Package azure is adaptq's Azure Queue Storage driver, on the official SDK
+// (azqueue, and azblob for large bodies). Seeds 000–002 describe this very
+// service; the other drivers imitate it, this one is it.
+//
+// Take queues from an Account:
+//
+//	acct, err := azure.NewAccount(azure.Config{Account: "myaccount", Key: key})
+//	…
+//	defer acct.Close()
+//	q, err := acct.Queue(ctx, "orders") // created unless Config.NoCreate
+//
+// or, importing the package for its side effect, open one by URL with
+// queue.Open (see OpenURL for every parameter):
+//
+//	azure://myaccount/orders                         credential from $AZURE_STORAGE_CONNECTION_STRING
+//	azure://myaccount/orders?key_env=STORAGE_KEY     a shared key from the environment
+//	azure://myaccount/orders?sas_env=ORDERS_SAS      a SAS token from the environment
+//	azure://devstoreaccount1/orders?endpoint=http://127.0.0.1:10001/devstoreaccount1
+//	azure:///orders?dev=true                         Azurite on its default ports
+//
+// # Credentials
+//
+// One of: a connection string in an environment variable
+// (connection_string_env=NAME, or $AZURE_STORAGE_CONNECTION_STRING when the
+// URL names none; UseDevelopmentStorage=true works), a shared key (key_env=,
+// or key= in the URL), or a SAS token (sas_env=, or sas=). Azurite's
+// development account, devstoreaccount1, needs none: its published key is
+// used. A SAS for claim-check must cover the blob service too (an account
+// SAS with ss=bq). Secrets never appear in errors or logs: URLs are shown
+// through queue.Redact, and errors carry Azure's status, code and message,
+// never a request's query string.
+//
+// # Bodies
+//
+// Bodies are bytes and round-trip exactly (seed 000 §6.7): by default they
+// travel base64-encoded, as Azure Functions and the other SDKs' base64
+// policies expect. encoding=text sends them as they are, for producers and
+// consumers that use plain text; Put then refuses (queue.ErrInvalidArgument,
+// nothing written) a body that is not valid UTF-8 or holds a character XML
+// text cannot carry unchanged (control characters but tab and newline,
+// carriage return, U+FFFE/U+FFFF). In base64 mode a message that is not
+// valid base64, written by a text producer, arrives as its text's bytes.
+//
+// # Claim-check
+//
+// A message holds 64 KiB of text (MaxMessageSize): 48 KiB of body in base64
+// (MaxInlineBody), 64 KiB in text. A larger body, up to Config.MaxBodySize
+// (64 MiB by default, max_body_size=), is stored as a block blob in the
+// container adaptq-payloads (container=; created on demand unless
+// create=false), named QUEUE/<random hex>, and the message carries a small
+// JSON envelope:
+//
+//	{"adaptq":"claim-check/v1","container":"adaptq-payloads","blob":"orders/3f…","size":1048576}
+//
+// Get and Peek replace the envelope with the blob's bytes, so consumers see
+// the original body. No inline body starts with the envelope's first bytes
+// (a body that does is stored as a blob as well), so the two never mix up.
+// The receipt of a claim-check message names its blob (Azure's pop receipt,
+// "|", the blob's name), so Delete, in any process, deletes the blob after
+// the message; UpdateVisibility carries the name forward.
+//
+// A payload whose message expires instead of being deleted is swept: each
+// blob's metadata holds its message's expiry (adaptq_expires, Unix
+// seconds), and Sweep deletes the queue's payloads more than
+// Config.PayloadGrace (1 h) past it. A queue handle that has put or got a
+// claim-check message sweeps by itself every Config.SweepInterval (1 h;
+// sweep_interval=0 turns it off). Payloads of messages put with
+// queue.NoExpiry are never swept. Clear deletes the payloads created before
+// it began. A message whose payload is gone for good (deleted by hand) can
+// never be handled: Get deletes it, logs a warning and leaves it out. A
+// payload that cannot be read now (a transient error) has its message
+// released and left out of the batch.
+//
+// claim_check=false turns the blob store off: bodies over the inline limit
+// are queue.ErrTooLarge. A queue without a blob endpoint (an endpoint= that
+// is not https://ACCOUNT.queue.… and no blob_endpoint=) has no claim-check
+// either. MaxBodySize reports the limit in force.
+//
+// Blob calls (upload, download, delete, list) are not queue calls: the cost
+// meter does not count them.
+//
+// # Retries and errors
+//
+// The SDK's retry policy is off (one try per call): the caller's backoff
+// (the listener's) is the only retry policy, and the cost meter counts
+// every attempt. Each request is bounded by Config.Timeout (timeout=, 30 s).
+// Errors map to the contract's:
+//
+//	400 PopReceiptMismatch                 queue.ErrReceiptMismatch
+//	404 MessageNotFound                    queue.ErrNotFound
+//	404 QueueNotFound                      created again (create=true, the default), else ErrQueueNotFound
+//	413 MessageTooLarge, RequestBodyTooLarge  queue.ErrTooLarge
+//	500, 503 ServerBusy, 408, 502, 504     queue.Transient, RetryAfter from Retry-After
+//	429                                    queue.Throttled
+//	no response (reset, refused, closed, timeout)  queue.Transient
+//
+// as *Error values that name the operation, the queue, the status and
+// Azure's code and message. A 503 ServerBusy without a Retry-After leaves
+// the wait to the caller's backoff, as the Azure SDK's own policy does (seed
+// 003's 10 s is SQL Azure's rule, not Storage's).
+//
+// # Limits and rounding
+//
+// Azure counts time in whole seconds. Visibility timeouts, initial delays
+// and TTLs are rounded up to whole seconds, so nothing is hidden or kept
+// for less than asked; a Get's visibility of under a second becomes one
+// second. NoExpiry is Azure's messagettl=-1 (a TTL over 68 years is too).
+// Timestamps have one-second resolution. Get and Peek take at most 32.
+// Count is Azure's ApproximateMessagesCount. Clear is Clear Messages.
+// Message order is approximate, as on Azure (Azurite keeps it).
+//
+// Azure has no batch delete, and Queue does not implement
+// queue.BatchDeleter: queue.DeleteBatch makes one Delete, one billed
+// request, per message, and the cost meter counts each.
+//
+// # Tests
+//
+// The tests run against Azurite (package azuritetest), installed from
+// tools/azurite by `make test` and started on free loopback ports: the
+// conformance suite, the listener end to end, faults injected by a proxy,
+// claim-check and error mapping. No mock of Azure.
+package azure

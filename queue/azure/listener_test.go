@@ -1,0 +1,216 @@
+package azure_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/adaptq/adaptq/listener"
+	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/azure"
+	"github.com/adaptq/adaptq/queue/azure/azuritetest"
+	"github.com/adaptq/adaptq/queue/meter"
+	"github.com/adaptq/adaptq/scaling"
+)
+
+const (
+	e2eMessages = 2000
+	e2eTasks    = 8
+)
+
+// handled counts handler runs per message id.
+type handled struct {
+	mu   sync.Mutex
+	runs map[string]int
+}
+
+func (h *handled) handle(_ context.Context, m *queue.Message) error {
+	h.mu.Lock()
+	h.runs[m.ID]++
+	h.mu.Unlock()
+	return nil
+}
+
+// missing is how many of ids have not been handled yet.
+func (h *handled) missing(ids map[string]bool) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for id := range ids {
+		if h.runs[id] == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// listenerOptions are quick to react: a short idle backoff so the drain's
+// tail is not spent asleep, and a short error backoff.
+func listenerOptions(vis time.Duration) listener.Options {
+	return listener.Options{
+		Tasks:               e2eTasks,
+		MaxTasks:            e2eTasks,
+		MinTasks:            e2eTasks,
+		BatchSize:           queue.MaxBatchSize,
+		Concurrency:         e2eTasks * 2 * queue.MaxBatchSize,
+		VisibilityTimeout:   vis,
+		Idle:                scaling.IdleBackoff{Min: 10 * time.Millisecond, Max: 250 * time.Millisecond, Delta: 10 * time.Millisecond},
+		ErrorBackoffInitial: 20 * time.Millisecond,
+		ErrorBackoffMax:     500 * time.Millisecond,
+		ShutdownGrace:       5 * time.Second,
+	}
+}
+
+// runUntil runs l until done reports true (checked every 100 ms) or the
+// deadline passes; it fails the test if Run returned on its own.
+func runUntil(t *testing.T, l *listener.Listener, deadline time.Duration, done func() bool) {
+	t.Helper()
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	exited := make(chan error, 1)
+	go func() { exited <- l.Run(rctx) }()
+	end := time.Now().Add(deadline)
+	for !done() {
+		select {
+		case err := <-exited:
+			t.Fatalf("the listener exited on its own: %v", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(end) {
+			cancel()
+			<-exited
+			t.Fatalf("not done after %s: %+v", deadline, l.Stats())
+		}
+	}
+	cancel()
+	if err := <-exited; err != nil {
+		t.Fatalf("Run after shutdown: %v", err)
+	}
+}
+
+// TestListenerEndToEnd drains 2,000 messages with the adaptive listener's
+// 8 tasks on a metered Azure queue: every message handled once and
+// deleted, and the meter's counts are the calls that did it.
+func TestListenerEndToEnd(t *testing.T) {
+	srv := azuritetest.Shared(t)
+	acct := newAccount(t, srv, azure.Config{})
+	m := meter.New(0)
+	q := m.Wrap(openQueue(t, acct, "listener-e2e"))
+	ids := fill(t, q, e2eMessages)
+
+	h := &handled{runs: map[string]int{}}
+	l, err := listener.New(q, h.handle, listenerOptions(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	runUntil(t, l, 2*time.Minute, func() bool { return l.Stats().Deleted >= e2eMessages })
+	took := time.Since(start)
+
+	for id := range ids {
+		if n := h.runs[id]; n != 1 {
+			t.Errorf("message %s handled %d times", id, n)
+		}
+	}
+	if len(h.runs) != e2eMessages {
+		t.Errorf("handled %d distinct messages, want %d", len(h.runs), e2eMessages)
+	}
+	if n, err := q.Count(ctx); err != nil || n != 0 {
+		t.Fatalf("Count after the drain = %d, %v", n, err)
+	}
+	s := m.Snapshot()
+	st := l.Stats()
+	t.Logf("drained %d in %s (%.0f msgs/s); meter %v, errors %d; listener %+v",
+		e2eMessages, took.Round(time.Millisecond), e2eMessages/took.Seconds(), s.Map(), s.TotalErrors(), st)
+	switch {
+	case s.Calls[meter.Put] != e2eMessages || s.MessagesPut != e2eMessages:
+		t.Errorf("meter: %d puts of %d messages, want %d", s.Calls[meter.Put], s.MessagesPut, e2eMessages)
+	case s.MessagesGot != e2eMessages:
+		t.Errorf("meter: got %d messages, want %d", s.MessagesGot, e2eMessages)
+	case s.Calls[meter.Delete] != e2eMessages || s.MessagesDeleted != e2eMessages || s.Calls[meter.DeleteBatch] != 0:
+		t.Errorf("meter: %d delete calls (%d batch) deleted %d; Azure has no batch delete, so want one call per message",
+			s.Calls[meter.Delete], s.Calls[meter.DeleteBatch], s.MessagesDeleted)
+	case s.Calls[meter.Get] < e2eMessages/queue.MaxBatchSize || s.Calls[meter.Get] > e2eMessages/4:
+		t.Errorf("meter: %d non-empty gets for %d messages: batching is not at work", s.Calls[meter.Get], e2eMessages)
+	case s.TotalErrors() != 0:
+		t.Errorf("meter: %d errors without faults", s.TotalErrors())
+	case st.Processed != e2eMessages || st.Deleted != e2eMessages:
+		t.Errorf("listener: processed %d, deleted %d", st.Processed, st.Deleted)
+	}
+	if cpm := float64(s.Calls[meter.Get]+s.Calls[meter.GetEmpty]+s.Calls[meter.Delete]) / e2eMessages; cpm > 1.2 {
+		t.Errorf("%.2f get and delete calls per message; batched gets should make it about 1.03", cpm)
+	}
+}
+
+// TestListenerFaults drains 2,000 messages through a proxy that answers a
+// share of requests with 503 ServerBusy (with and without Retry-After) and
+// closes connections before and after the server acted. No message is
+// lost, the listener never exits, and the meter counts the failed calls.
+func TestListenerFaults(t *testing.T) {
+	srv := azuritetest.Shared(t)
+	direct := newAccount(t, srv, azure.Config{})
+	dq := openQueue(t, direct, "listener-faults")
+	ids := fill(t, dq, e2eMessages)
+
+	p := newFaultProxy(t, srv.QueueEndpoint)
+	viaProxy := newAccount(t, srv, azure.Config{QueueEndpoint: p.Endpoint, Timeout: 5 * time.Second})
+	m := meter.New(0)
+	q := m.Wrap(openQueue(t, viaProxy, "listener-faults"))
+	p.Busy.Store(30)           // 3% 503 ServerBusy without a hint
+	p.BusyRetryAfter.Store(20) // 2% with Retry-After: 1
+	p.DropBefore.Store(20)     // 2% closed before reaching Azurite
+	p.DropAfter.Store(20)      // 2% closed after Azurite acted
+
+	h := &handled{runs: map[string]int{}}
+	l, err := listener.New(q, h.handle, listenerOptions(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	runUntil(t, l, 3*time.Minute, func() bool {
+		if h.missing(ids) > 0 {
+			return false
+		}
+		n, err := dq.Count(ctx)
+		return err == nil && n == 0
+	})
+	took := time.Since(start)
+
+	s := m.Snapshot()
+	st := l.Stats()
+	requests, faults := p.counts()
+	dup := 0
+	for _, n := range h.runs {
+		dup += n - 1
+	}
+	t.Logf("drained %d in %s with %d re-runs; proxy requests %v faults %v; meter calls %v errors %d (transient %d); listener %+v",
+		e2eMessages, took.Round(time.Millisecond), dup, requests, faults, s.Map(), s.TotalErrors(), s.Transient, st)
+
+	if len(h.runs) != e2eMessages {
+		t.Errorf("handled %d distinct messages, want %d", len(h.runs), e2eMessages)
+	}
+	for id := range h.runs {
+		if !ids[id] {
+			t.Errorf("handled unknown id %s", id)
+		}
+	}
+	if sum(faults) == 0 {
+		t.Fatal("the proxy injected no fault")
+	}
+	if s.TotalErrors() == 0 || s.Transient == 0 {
+		t.Errorf("meter: %d errors, %d transient; want the injected faults counted", s.TotalErrors(), s.Transient)
+	}
+	if st.GetErrors == 0 || st.TransientErrors == 0 {
+		t.Errorf("listener: %d get errors, %d transient; want the injected faults seen", st.GetErrors, st.TransientErrors)
+	}
+	// Every attempt is a request the meter saw: no hidden retries by the
+	// SDK. (Go's transport may resend a GET on a reused connection that
+	// was closed under it, so the proxy may count a few more.)
+	if calls, reqs := s.Total()-s.Calls[meter.Put], int64(sum(requests)-requests["create"]); calls > reqs {
+		t.Errorf("meter counts %d calls but the proxy saw %d requests", calls, reqs)
+	}
+	if e := s.TotalErrors(); e > int64(sum(faults)) {
+		t.Errorf("meter counts %d errors but the proxy injected %d faults", e, sum(faults))
+	}
+}

@@ -1,0 +1,304 @@
+package azure
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/streaming"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+	"go.uber.org/zap"
+
+	"github.com/adaptq/adaptq/queue"
+)
+
+// The claim-check envelope: the text of a message whose body is a blob.
+// Its first bytes are envelopePrefix, which no inline body may start with
+// (Put stores such a body as a blob too), so a consumer tells the two
+// apart without doubt.
+type envelope struct {
+	Version   string `json:"adaptq"`
+	Container string `json:"container"`
+	Blob      string `json:"blob"`
+	Size      int    `json:"size"`
+}
+
+const envelopeVersion = "claim-check/v1"
+
+var envelopePrefix = []byte(`{"adaptq":"` + envelopeVersion + `"`)
+
+// metaExpires is the payload blob's metadata key holding its message's
+// expiry (Unix seconds, by this host's clock); a payload of a message put
+// with queue.NoExpiry has none and is never swept.
+const metaExpires = "adaptq_expires"
+
+// receiptSep joins Azure's pop receipt and the payload blob's name in the
+// receipts the driver hands out for claim-check messages, so that Delete,
+// in any process, knows which blob to delete. Azure's receipts are base64
+// and never hold it.
+const receiptSep = "|"
+
+func isEnvelope(b []byte) bool { return bytes.HasPrefix(b, envelopePrefix) }
+
+// newBlobName is a fresh payload name under the queue's prefix.
+func (q *Queue) newBlobName() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return q.name + "/" + hex.EncodeToString(b[:])
+}
+
+// ownBlob reports whether name is a payload name of this queue (the shape
+// newBlobName makes), so a receipt cannot name any other blob.
+func (q *Queue) ownBlob(name string) bool {
+	rest, ok := strings.CutPrefix(name, q.name+"/")
+	if !ok || len(rest) != 32 {
+		return false
+	}
+	_, err := hex.DecodeString(rest)
+	return err == nil
+}
+
+func joinReceipt(azureReceipt, blobName string) string {
+	if blobName == "" {
+		return azureReceipt
+	}
+	return azureReceipt + receiptSep + blobName
+}
+
+// splitReceipt separates Azure's pop receipt from the payload's name.
+func (q *Queue) splitReceipt(r string) (azureReceipt, blobName string) {
+	if a, b, ok := strings.Cut(r, receiptSep); ok && q.ownBlob(b) {
+		return a, b
+	}
+	return r, ""
+}
+
+// storePayload uploads body as a new blob and returns the envelope text's
+// body and the blob's name.
+func (q *Queue) storePayload(ctx context.Context, body []byte, ttl time.Duration) (env []byte, name string, err error) {
+	a := q.a
+	if err := a.ensureContainer(ctx, q.name); err != nil {
+		return nil, "", err
+	}
+	q.startSweeper()
+	name = q.newBlobName()
+	meta := map[string]*string{}
+	if ttl != queue.NoExpiry {
+		exp := queue.ExpiresAt(time.Now(), ttl)
+		if !exp.IsZero() {
+			meta[metaExpires] = to.Ptr(strconv.FormatInt(exp.Unix(), 10))
+		}
+	}
+	_, err = a.payloads.NewBlockBlobClient(name).Upload(ctx, streaming.NopCloser(bytes.NewReader(body)), &blockblob.UploadOptions{
+		Metadata:    meta,
+		HTTPHeaders: &blob.HTTPHeaders{BlobContentType: to.Ptr("application/octet-stream")},
+	})
+	if err != nil {
+		return nil, "", classify(ctx, "put", q.name, err)
+	}
+	env, _ = json.Marshal(envelope{Version: envelopeVersion, Container: a.cfg.Container, Blob: name, Size: len(body)})
+	return env, name, nil
+}
+
+// maxPayload bounds the size an envelope may claim, so that a corrupt one
+// cannot make a consumer allocate without limit.
+const maxPayload = 1 << 30
+
+// errPayloadGone: a claim-check message whose blob is missing.
+var errPayloadGone = errors.New("azure: claim-check payload blob is missing")
+
+// loadPayload reads the blob an envelope names.
+func (q *Queue) loadPayload(ctx context.Context, op string, env []byte) (body []byte, name string, err error) {
+	var e envelope
+	if jerr := json.Unmarshal(env, &e); jerr != nil || e.Version != envelopeVersion || e.Blob == "" || e.Size < 0 || e.Size > maxPayload {
+		return nil, "", fmt.Errorf("azure: %s %q: malformed claim-check envelope", op, q.name)
+	}
+	if q.a.blobs == nil {
+		return nil, "", fmt.Errorf("azure: %s %q: the message's body is in blob %s/%s, but no blob endpoint is configured (blob_endpoint=)", op, q.name, e.Container, e.Blob)
+	}
+	q.startSweeper()
+	c := q.a.payloads
+	if e.Container != q.a.cfg.Container {
+		c = q.a.containerClient(e.Container)
+	}
+	resp, err := c.NewBlobClient(e.Blob).DownloadStream(ctx, nil)
+	if err != nil {
+		err = classify(ctx, op, q.name, err)
+		if hasCode(err, codeBlobNotFound, codeContainerNotFound) {
+			return nil, e.Blob, fmt.Errorf("%w: %s/%s: %w", errPayloadGone, e.Container, e.Blob, err)
+		}
+		return nil, e.Blob, err
+	}
+	defer resp.Body.Close()
+	if resp.ContentLength != nil && *resp.ContentLength != int64(e.Size) {
+		return nil, e.Blob, fmt.Errorf("azure: %s %q: payload %s/%s is %d bytes, its envelope says %d",
+			op, q.name, e.Container, e.Blob, *resp.ContentLength, e.Size)
+	}
+	body = make([]byte, e.Size)
+	if _, err := io.ReadFull(resp.Body, body); err != nil {
+		return nil, e.Blob, classify(ctx, op, q.name, err) // the connection broke mid-body
+	}
+	if e.Container == q.a.cfg.Container && q.ownBlob(e.Blob) {
+		// Deleted with the message. A payload in another container or
+		// under another queue's name (a message copied between queues
+		// as it was) is left to its own queue's sweep.
+		name = e.Blob
+	}
+	return body, name, nil
+}
+
+// containerClient is a client for another container of the account (a
+// producer configured with another container).
+func (a *Account) containerClient(name string) *container.Client {
+	return a.blobs.NewContainerClient(name)
+}
+
+// deletePayload deletes a payload after its message was deleted. A failure
+// is logged, not returned: the message is gone, and the sweep deletes the
+// blob after its expiry.
+func (q *Queue) deletePayload(ctx context.Context, msgID, name string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.a.cfg.Timeout+time.Second)
+	defer cancel()
+	_, err := q.a.payloads.NewBlobClient(name).Delete(ctx, nil)
+	if err != nil {
+		err = classify(ctx, "delete", q.name, err)
+		if hasCode(err, codeBlobNotFound) {
+			return
+		}
+		q.log.Warn("azure: deleting a claim-check payload failed; the sweep will delete it after its expiry",
+			zap.String("msg_id", msgID), zap.String("blob", name), zap.Error(err))
+	}
+}
+
+// Sweep deletes this queue's claim-check payloads whose message has
+// expired: blobs under "QUEUE/" in the container whose adaptq_expires
+// metadata is more than Config.PayloadGrace in the past. It returns how
+// many it deleted. A handle that has put or got a claim-check message
+// sweeps by itself every Config.SweepInterval; call Sweep to clean up on
+// your own schedule (a cron job, after an outage).
+func (q *Queue) Sweep(ctx context.Context) (deleted int, err error) {
+	if err := q.begin(ctx, "sweep"); err != nil {
+		return 0, err
+	}
+	if q.a.payloads == nil {
+		return 0, nil
+	}
+	cutoff := time.Now().Add(-q.a.cfg.PayloadGrace)
+	return q.deletePayloads(ctx, "sweep", func(it *container.BlobItem) bool {
+		if it.Metadata == nil {
+			return false
+		}
+		v := it.Metadata[metaExpires]
+		if v == nil {
+			// Azure returns metadata keys as they were set; be lenient.
+			for k, vv := range it.Metadata {
+				if strings.EqualFold(k, metaExpires) {
+					v = vv
+				}
+			}
+		}
+		if v == nil {
+			return false
+		}
+		sec, err := strconv.ParseInt(*v, 10, 64)
+		return err == nil && time.Unix(sec, 0).Before(cutoff)
+	})
+}
+
+// deletePayloads deletes the queue's payload blobs that match.
+func (q *Queue) deletePayloads(ctx context.Context, op string, match func(*container.BlobItem) bool) (int, error) {
+	pager := q.a.payloads.NewListBlobsFlatPager(&container.ListBlobsFlatOptions{
+		Prefix:  to.Ptr(q.name + "/"),
+		Include: container.ListBlobsInclude{Metadata: true},
+	})
+	deleted := 0
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			err = classify(ctx, op, q.name, err)
+			if hasCode(err, codeContainerNotFound) {
+				return deleted, nil
+			}
+			return deleted, err
+		}
+		for _, it := range page.Segment.BlobItems {
+			if it.Name == nil || !q.ownBlob(*it.Name) || !match(it) {
+				continue
+			}
+			_, err := q.a.payloads.NewBlobClient(*it.Name).Delete(ctx, nil)
+			if err != nil {
+				err = classify(ctx, op, q.name, err)
+				if hasCode(err, codeBlobNotFound) {
+					continue
+				}
+				return deleted, err
+			}
+			deleted++
+		}
+	}
+	return deleted, nil
+}
+
+// startSweeper starts the handle's periodic sweep once, when it first
+// meets a claim-check payload.
+func (q *Queue) startSweeper() {
+	if q.a.cfg.SweepInterval <= 0 {
+		return
+	}
+	q.sweepOnce.Do(func() {
+		q.sweepStop = make(chan struct{})
+		q.sweepDone = make(chan struct{})
+		go q.sweepLoop()
+	})
+}
+
+func (q *Queue) sweepLoop() {
+	defer close(q.sweepDone)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-q.sweepStop
+		cancel()
+	}()
+	t := time.NewTicker(q.a.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		sctx, scancel := context.WithTimeout(ctx, 10*time.Minute)
+		n, err := q.Sweep(sctx)
+		scancel()
+		switch {
+		case err != nil && ctx.Err() == nil && !errors.Is(err, queue.ErrClosed):
+			q.log.Warn("azure: sweeping expired claim-check payloads failed", zap.Error(err))
+		case n > 0:
+			q.log.Debug("azure: swept expired claim-check payloads", zap.Int("blobs", n))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if q.a.closed.Load() {
+			return // the account was closed under an open queue
+		}
+	}
+}
+
+// stopSweeper stops the sweep, if it runs, and waits for it.
+func (q *Queue) stopSweeper() {
+	q.sweepOnce.Do(func() {}) // no sweeper may start after Close
+	if q.sweepStop != nil {
+		close(q.sweepStop)
+		<-q.sweepDone
+	}
+}
