@@ -21,7 +21,9 @@ import (
 	"github.com/adaptq/adaptq/queue/meter"
 	"github.com/adaptq/adaptq/scaling"
 
-	// The built-in drivers: memory:// and the embedded default, sqlite://.
+	// The built-in drivers: memory://, the embedded default sqlite://, and
+	// azure:// (Azure Queue Storage).
+	_ "github.com/adaptq/adaptq/queue/azure"
 	_ "github.com/adaptq/adaptq/queue/memory"
 	_ "github.com/adaptq/adaptq/queue/sqlite"
 )

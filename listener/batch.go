@@ -434,47 +434,63 @@ func (b *batch) renewHeld() {
 }
 
 // deleteReceipts deletes succeeded messages in as few calls as the driver
-// allows, retrying transient failures; shutdown does not cancel it.
+// allows. A failed call, or a message whose own delete failed with a
+// transient error, is tried again, three times in all; shutdown does not
+// cancel it.
 func (l *Listener) deleteReceipts(rs []queue.Receipt) {
 	if len(rs) == 0 {
 		return
 	}
+	const attempts = 3
 	ctx := l.opCtx
-	var res []error
-	var err error
-	for attempt := 0; ; attempt++ {
-		res, err = queue.DeleteBatch(ctx, l.q, rs)
-		if err == nil || !queue.IsTransient(err) || attempt == 2 || ctx.Err() != nil {
-			break
+	for attempt := 1; len(rs) > 0; attempt++ {
+		last := attempt == attempts || ctx.Err() != nil
+		res, err := queue.DeleteBatch(ctx, l.q, rs)
+		var retry []queue.Receipt
+		var wait time.Duration
+		deleted := 0
+		if err != nil {
+			if !queue.IsTransient(err) || last {
+				l.stats.deleteErrors.Add(int64(len(rs)))
+				l.log.Warn("listener: deleting processed messages failed; they will run again", zap.Int("messages", len(rs)), zap.Error(err))
+				return
+			}
+			retry, wait = rs, retryWait(attempt, err)
 		}
-		wait := time.Duration(attempt+1) * 100 * time.Millisecond
-		if ra, ok := queue.RetryAfter(err); ok {
-			wait = ra
+		for i, r := range res {
+			switch {
+			case r == nil:
+				deleted++
+			case errors.Is(r, queue.ErrReceiptMismatch):
+				l.stats.mismatches.Add(1)
+				l.log.Debug("listener: message was taken by another consumer before its delete", zap.String("msg_id", rs[i].ID))
+			case errors.Is(r, queue.ErrNotFound):
+				// Gone: deleted by an earlier attempt whose answer was lost,
+				// expired, or taken and finished by another consumer.
+				l.stats.notFound.Add(1)
+				l.log.Debug("listener: message was gone before its delete", zap.String("msg_id", rs[i].ID))
+			case queue.IsTransient(r) && !last:
+				retry = append(retry, rs[i])
+				wait = max(wait, retryWait(attempt, r))
+			default:
+				l.stats.deleteErrors.Add(1)
+				l.log.Warn("listener: delete failed; the message will run again", zap.String("msg_id", rs[i].ID), zap.Error(r))
+			}
 		}
-		if !clock.Sleep(ctx, l.o.Clock, wait, nil) {
-			break
+		l.stats.deleted.Add(int64(deleted))
+		if len(retry) > 0 && !clock.Sleep(ctx, l.o.Clock, wait, nil) {
+			l.stats.deleteErrors.Add(int64(len(retry)))
+			return
 		}
+		rs = retry
 	}
-	if err != nil {
-		l.stats.deleteErrors.Add(int64(len(rs)))
-		l.log.Warn("listener: deleting processed messages failed; they will run again", zap.Int("messages", len(rs)), zap.Error(err))
-		return
+}
+
+// retryWait is the pause before delete attempt n+1: the server's hint, or
+// 100 ms times n.
+func retryWait(n int, err error) time.Duration {
+	if ra, ok := queue.RetryAfter(err); ok {
+		return ra
 	}
-	deleted := 0
-	for i, r := range res {
-		switch {
-		case r == nil:
-			deleted++
-		case errors.Is(r, queue.ErrReceiptMismatch):
-			l.stats.mismatches.Add(1)
-			l.log.Debug("listener: message was taken by another consumer before its delete", zap.String("msg_id", rs[i].ID))
-		case errors.Is(r, queue.ErrNotFound):
-			l.stats.notFound.Add(1)
-			l.log.Debug("listener: message was gone before its delete", zap.String("msg_id", rs[i].ID))
-		default:
-			l.stats.deleteErrors.Add(1)
-			l.log.Warn("listener: delete failed; the message will run again", zap.String("msg_id", rs[i].ID), zap.Error(r))
-		}
-	}
-	l.stats.deleted.Add(int64(deleted))
+	return time.Duration(n) * 100 * time.Millisecond
 }

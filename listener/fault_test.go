@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -177,5 +178,47 @@ func TestFaultsLoseNothing(t *testing.T) {
 	}
 	if got := s.TotalErrors(); got != f.injected.Load()+f.lostAcks.Load() {
 		t.Errorf("meter counted %d failed calls, %d were injected", got, f.injected.Load()+f.lostAcks.Load())
+	}
+}
+
+// flakyItems fails the first delete of every other message with a
+// transient error of its own, as Azure's per-message deletes can.
+type flakyItems struct {
+	queue.Queue
+	mu    sync.Mutex
+	tried map[string]bool
+}
+
+func (f *flakyItems) DeleteBatch(ctx context.Context, rs []queue.Receipt) ([]error, error) {
+	out := make([]error, len(rs))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, r := range rs {
+		if n, _ := strconv.Atoi(r.ID); n%2 == 0 && !f.tried[r.ID] {
+			f.tried[r.ID] = true
+			out[i] = queue.Transient(errors.New("injected: 503 on this delete"), 0)
+			continue
+		}
+		out[i] = f.Queue.Delete(ctx, r.ID, r.PopReceipt)
+	}
+	return out, nil
+}
+
+func TestTransientDeleteOfOneMessageIsRetried(t *testing.T) {
+	rec := newRecorder()
+	f := newFixtureWith(t, rec.handle, listener.Options{}, func(q queue.Queue) queue.Queue {
+		return &flakyItems{Queue: q, tried: map[string]bool{}}
+	})
+	f.put(64)
+	f.start()
+	eventually(t, "all 64 are handled", func() bool { return f.l.Stats().Processed == 64 })
+	eventually(t, "the first deletes are done", func() bool { return f.l.Stats().Deleted == 32 })
+	f.clock.Advance(100 * time.Millisecond) // the retry's pause
+	eventually(t, "all 64 are deleted", func() bool { return f.l.Stats().Deleted == 64 })
+	if s := f.l.Stats(); s.DeleteErrors != 0 || s.Processed != 64 {
+		t.Fatalf("stats %+v: every message must be deleted on a retry, none run twice", s)
+	}
+	if d := f.depth(); d != 0 {
+		t.Fatalf("depth %d", d)
 	}
 }

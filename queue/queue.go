@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -204,11 +205,42 @@ func DeleteBatch(ctx context.Context, q Queue, receipts []Receipt) (results []er
 	if bd, ok := q.(BatchDeleter); ok {
 		return bd.DeleteBatch(ctx, receipts)
 	}
-	results = make([]error, len(receipts))
-	for i, r := range receipts {
-		results[i] = q.Delete(ctx, r.ID, r.PopReceipt)
+	return DeleteEach(ctx, q, receipts), nil
+}
+
+// DeleteEach deletes receipts with one Delete each, up to MaxBatchSize at
+// once, for drivers without a batch delete (Azure bills every delete
+// anyway, and a round trip per message one after another would hold a
+// consumer back). A receipt whose id came earlier in the list is deleted
+// after the earlier one, so results are those of deleting in order: the
+// repeat finds its message gone.
+func DeleteEach(ctx context.Context, q Queue, receipts []Receipt) []error {
+	results := make([]error, len(receipts))
+	if len(receipts) == 1 {
+		results[0] = q.Delete(ctx, receipts[0].ID, receipts[0].PopReceipt)
+		return results
 	}
-	return results, nil
+	seen := make(map[string]bool, len(receipts))
+	var repeats []int
+	sem := make(chan struct{}, MaxBatchSize)
+	var wg sync.WaitGroup
+	for i, r := range receipts {
+		if seen[r.ID] {
+			repeats = append(repeats, i)
+			continue
+		}
+		seen[r.ID] = true
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			results[i] = q.Delete(ctx, r.ID, r.PopReceipt)
+		})
+	}
+	wg.Wait()
+	for _, i := range repeats {
+		results[i] = q.Delete(ctx, receipts[i].ID, receipts[i].PopReceipt)
+	}
+	return results
 }
 
 // CheckBatchSize returns ErrBatchSize, naming n, unless 1 ≤ n ≤ MaxBatchSize.

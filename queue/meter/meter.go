@@ -311,12 +311,13 @@ func (q *Queue) DeleteBatch(ctx context.Context, receipts []queue.Receipt) ([]er
 		}
 		return res, err
 	}
-	res := make([]error, len(receipts))
-	for i, r := range receipts {
-		res[i] = q.Delete(ctx, r.ID, r.PopReceipt)
-	}
-	return res, nil
+	// One billed Delete per message, through this meter, concurrently.
+	return queue.DeleteEach(ctx, deleter{q}, receipts), nil
 }
+
+// deleter is the metered queue without its BatchDeleter method, so that
+// DeleteEach calls the metered Delete.
+type deleter struct{ *Queue }
 
 // UpdateVisibility counts one update.
 func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d time.Duration) (string, error) {
