@@ -255,3 +255,45 @@ func TestOptionsAreValidated(t *testing.T) {
 	}
 	_ = meter.Put
 }
+
+// cutOffGets holds each get until released, then lets the backend act (the
+// messages are hidden) and reports the caller's cancellation if it came
+// meanwhile, as a network call cut off midway would.
+type cutOffGets struct {
+	queue.Queue
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (c *cutOffGets) Get(ctx context.Context, n int, vis time.Duration) ([]*queue.Message, error) {
+	select {
+	case c.entered <- struct{}{}:
+	default:
+	}
+	<-c.release
+	ms, err := c.Queue.Get(context.Background(), n, vis)
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return ms, err
+}
+
+func TestShutdownDuringAGetLeavesNothingHidden(t *testing.T) {
+	cut := &cutOffGets{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	f := newFixtureWith(t, newRecorder().handle, listener.Options{VisibilityTimeout: time.Hour},
+		func(q queue.Queue) queue.Queue { cut.Queue = q; return cut })
+	f.put(5)
+	f.start()
+	<-cut.entered // the task's get is on its way
+	f.cancel()
+	f.cancel = nil
+	close(cut.release)
+	if err := <-f.done; err != nil {
+		t.Fatal(err)
+	}
+	// Whatever that get took is visible again at once, not in an hour.
+	ms, err := f.raw.Get(context.Background(), 32, time.Minute)
+	if err != nil || len(ms) != 5 {
+		t.Fatalf("a second consumer got %d of 5 messages (%v): the rest are hidden with nobody holding them", len(ms), err)
+	}
+}

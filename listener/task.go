@@ -94,7 +94,11 @@ func (t *task) loop() error {
 		if !ok {
 			return nil
 		}
-		ms, err := l.q.Get(ctx, held, l.o.VisibilityTimeout)
+		// The get itself is not cancelled by shutdown: a get cut off midway
+		// may have hidden messages on the backend that it never returns,
+		// which nobody would then hold until their visibility timeout.
+		// Whatever it brings back after shutdown began is released below.
+		ms, err := l.q.Get(l.opCtx, held, l.o.VisibilityTimeout)
 		if err != nil {
 			l.sem.Release(int64(held))
 			if ctx.Err() != nil {

@@ -213,6 +213,11 @@ func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*qu
 		return nil, q.wrap("get", err)
 	}
 	now := q.now()
+	// Once begun, the get runs to its end whatever becomes of ctx: SQLite
+	// hides the messages on the statement's first step, so a get cut off
+	// while its rows are read would hide messages it never returns. The
+	// busy timeout bounds it.
+	ctx = context.WithoutCancel(ctx)
 	q.purge(ctx, now)
 	visibleAt := now + int64(visibility)
 	rows, err := q.db.st.get.QueryContext(ctx, q.qid, now, visibleAt, n)
