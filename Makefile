@@ -31,7 +31,7 @@ fuzz:
 # Every figure of BENCHMARKS.md, measured in one run on this machine
 # (bench/ is its own module, so goqite stays out of adaptq's go.mod). Size
 # flags: `cd bench && go run ./cmd/benchreport -h`.
-bench:
+bench: $(AZURITE)
 	cd bench && $(GO) run ./cmd/benchreport -o ../BENCHMARKS.md
 
 vet:

@@ -30,7 +30,11 @@ var figures = map[string][]string{
 		"goqite jobs runner, Limit", "adaptq listener (1 task) ÷ goqite loop (1 consumer)",
 		"adaptq listener (4 tasks) ÷ goqite loop (4 consumers)", "adaptq listener (1 task) ÷ goqite jobs runner",
 	},
-	"azurite": {"Azure driver against Azurite"},
+	"azurite": {
+		"Put, 16 producers", "naive loop (seed 004)", "hand-written loop: 16 goroutines", "listener: 16 tasks",
+		"listener ÷ hand-written loop", "listener ÷ naive loop", "listener's calls per message on Azure",
+		"30ms per request: hand-written loop", "30ms per request: listener:", "30ms per request: listener ÷ hand-written loop",
+	},
 	"calls": {
 		"memory driver, Azure-like", "memory driver, batch delete", "SQLite driver, Azure-like", "SQLite driver, batch delete",
 	},

@@ -1,13 +1,16 @@
 package bench
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+	"unsafe"
 )
 
 // machineCPU is a reading of the whole machine's CPU time (Linux
@@ -107,3 +110,69 @@ func (u usage) describe(msgs int) string {
 	}
 	return s
 }
+
+// procCPU is the CPU time (user + system) a process has used, from Linux
+// /proc/<pid>/stat; with tid > 0, that of the process's thread tid alone
+// (/proc/<pid>/task/<tid>/stat). ok is false where /proc cannot be read.
+func procCPU(pid, tid int) (time.Duration, bool) {
+	path := fmt.Sprintf("/proc/%d/stat", pid)
+	if tid > 0 {
+		path = fmt.Sprintf("/proc/%d/task/%d/stat", pid, tid)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	// The command name, field 2, is in parentheses and may hold spaces:
+	// the fields after its closing parenthesis start at field 3 (state).
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, false
+	}
+	fs := strings.Fields(string(b[i+1:]))
+	if len(fs) < 13 {
+		return 0, false
+	}
+	// utime and stime are fields 14 and 15, in clock ticks.
+	ut, err1 := strconv.ParseUint(fs[11], 10, 64)
+	st, err2 := strconv.ParseUint(fs[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(ut+st) * time.Second / time.Duration(clockTicks()), true
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc's CPU times: the
+// AT_CLKTCK entry of this process's auxiliary vector, 100 (what Linux uses
+// on every common architecture) if it cannot be read.
+func clockTicks() int64 {
+	clkTckOnce.Do(func() {
+		clkTck = 100
+		b, err := os.ReadFile("/proc/self/auxv")
+		if err != nil {
+			return
+		}
+		w := int(unsafe.Sizeof(uintptr(0)))
+		word := func(p []byte) uint64 {
+			if w == 8 {
+				return binary.NativeEndian.Uint64(p)
+			}
+			return uint64(binary.NativeEndian.Uint32(p))
+		}
+		const atClkTck = 17
+		for i := 0; i+2*w <= len(b); i += 2 * w {
+			if word(b[i:]) == atClkTck {
+				if v := word(b[i+w:]); v > 0 {
+					clkTck = int64(v)
+				}
+				return
+			}
+		}
+	})
+	return clkTck
+}
+
+var (
+	clkTckOnce sync.Once
+	clkTck     int64
+)

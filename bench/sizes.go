@@ -19,6 +19,12 @@ type Sizes struct {
 	Backlog int
 	// Embedded is the number of messages each SQLite-vs-goqite run drains.
 	Embedded int
+	// Azurite is the number of messages each drain of the Azurite section
+	// starts with; AzuriteLatency the same with latency added to every
+	// request; AzuriteRounds how many times each consumer drains them.
+	Azurite        int
+	AzuriteLatency int
+	AzuriteRounds  int
 	// Calls is the number of messages of each calls-per-message run.
 	Calls int
 	// Burst is the number of messages that land at once on an idle worker;
@@ -50,23 +56,26 @@ type Sizes struct {
 // DefaultSizes finish in under ten minutes on a two-core machine.
 func DefaultSizes() Sizes {
 	return Sizes{
-		Repeats:       5,
-		Overhead:      500_000,
-		Backlog:       100_000,
-		Embedded:      20_000,
-		Calls:         50_000,
-		Burst:         10_000,
-		BurstTrials:   3,
-		BurstIdleMax:  2 * time.Second,
-		WorkWindow:    2 * time.Second,
-		WorkBacklog:   600_000,
-		RawSQLite:     50_000,
-		RawMemory:     1_000_000,
-		TriggerTrials: 200,
-		PollTrials:    200,
-		PollLanes:     40,
-		PollIdleMax:   2 * time.Second,
-		IdleHours:     24,
+		Repeats:        5,
+		Overhead:       500_000,
+		Backlog:        100_000,
+		Embedded:       20_000,
+		Azurite:        1_500,
+		AzuriteLatency: 1_000,
+		AzuriteRounds:  5,
+		Calls:          50_000,
+		Burst:          10_000,
+		BurstTrials:    3,
+		BurstIdleMax:   2 * time.Second,
+		WorkWindow:     2 * time.Second,
+		WorkBacklog:    600_000,
+		RawSQLite:      50_000,
+		RawMemory:      1_000_000,
+		TriggerTrials:  200,
+		PollTrials:     200,
+		PollLanes:      40,
+		PollIdleMax:    2 * time.Second,
+		IdleHours:      24,
 	}
 }
 
@@ -74,23 +83,26 @@ func DefaultSizes() Sizes {
 // harness from rotting, not for figures.
 func TinySizes() Sizes {
 	return Sizes{
-		Repeats:       1,
-		Overhead:      2_000,
-		Backlog:       2_000,
-		Embedded:      200,
-		Calls:         500,
-		Burst:         300,
-		BurstTrials:   1,
-		BurstIdleMax:  100 * time.Millisecond,
-		WorkWindow:    60 * time.Millisecond,
-		WorkBacklog:   5_000,
-		RawSQLite:     400,
-		RawMemory:     5_000,
-		TriggerTrials: 5,
-		PollTrials:    4,
-		PollLanes:     2,
-		PollIdleMax:   100 * time.Millisecond,
-		IdleHours:     1,
+		Repeats:        1,
+		Overhead:       2_000,
+		Backlog:        2_000,
+		Embedded:       200,
+		Azurite:        200,
+		AzuriteLatency: 100,
+		AzuriteRounds:  1,
+		Calls:          500,
+		Burst:          300,
+		BurstTrials:    1,
+		BurstIdleMax:   100 * time.Millisecond,
+		WorkWindow:     60 * time.Millisecond,
+		WorkBacklog:    5_000,
+		RawSQLite:      400,
+		RawMemory:      5_000,
+		TriggerTrials:  5,
+		PollTrials:     4,
+		PollLanes:      2,
+		PollIdleMax:    100 * time.Millisecond,
+		IdleHours:      1,
 	}
 }
 
@@ -101,6 +113,9 @@ func (s *Sizes) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&s.Overhead, "overhead", s.Overhead, "messages per listener-overhead run")
 	fs.IntVar(&s.Backlog, "backlog", s.Backlog, "backlog of the peak-RSS runs")
 	fs.IntVar(&s.Embedded, "embedded", s.Embedded, "messages per SQLite-vs-goqite run")
+	fs.IntVar(&s.Azurite, "azurite", s.Azurite, "messages per drain of the Azurite section")
+	fs.IntVar(&s.AzuriteLatency, "azurite-latency", s.AzuriteLatency, "messages per drain of the Azurite section with latency added")
+	fs.IntVar(&s.AzuriteRounds, "azurite-rounds", s.AzuriteRounds, "drains per consumer in the Azurite section")
 	fs.IntVar(&s.Calls, "calls", s.Calls, "messages per calls-per-message run")
 	fs.IntVar(&s.Burst, "burst", s.Burst, "messages in a burst")
 	fs.IntVar(&s.BurstTrials, "burst-trials", s.BurstTrials, "bursts per mode")
@@ -121,6 +136,7 @@ func (s Sizes) Validate() error {
 	var bad []string
 	for name, v := range map[string]int{
 		"repeats": s.Repeats, "overhead": s.Overhead, "backlog": s.Backlog, "embedded": s.Embedded,
+		"azurite": s.Azurite, "azurite-latency": s.AzuriteLatency, "azurite-rounds": s.AzuriteRounds,
 		"calls": s.Calls, "burst": s.Burst, "burst-trials": s.BurstTrials, "raw-sqlite": s.RawSQLite, "work-backlog": s.WorkBacklog,
 		"raw-memory": s.RawMemory, "trigger-trials": s.TriggerTrials, "poll-trials": s.PollTrials,
 		"poll-lanes": s.PollLanes, "idle-hours": s.IdleHours,
@@ -144,8 +160,8 @@ func (s Sizes) Validate() error {
 
 // String lists the sizes as the flags that reproduce them.
 func (s Sizes) String() string {
-	return fmt.Sprintf("-repeats %d -overhead %d -backlog %d -embedded %d -calls %d -burst %d -burst-trials %d -burst-idle-max %s "+
+	return fmt.Sprintf("-repeats %d -overhead %d -backlog %d -embedded %d -azurite %d -azurite-latency %d -azurite-rounds %d -calls %d -burst %d -burst-trials %d -burst-idle-max %s "+
 		"-work-window %s -work-backlog %d -raw-sqlite %d -raw-memory %d -trigger-trials %d -poll-trials %d -poll-lanes %d -poll-idle-max %s -idle-hours %d",
-		s.Repeats, s.Overhead, s.Backlog, s.Embedded, s.Calls, s.Burst, s.BurstTrials, s.BurstIdleMax,
+		s.Repeats, s.Overhead, s.Backlog, s.Embedded, s.Azurite, s.AzuriteLatency, s.AzuriteRounds, s.Calls, s.Burst, s.BurstTrials, s.BurstIdleMax,
 		s.WorkWindow, s.WorkBacklog, s.RawSQLite, s.RawMemory, s.TriggerTrials, s.PollTrials, s.PollLanes, s.PollIdleMax, s.IdleHours)
 }
