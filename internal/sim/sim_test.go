@@ -111,9 +111,7 @@ func TestSeedScenarioDay(t *testing.T) {
 	rep := run(t, w, lookup(t, names...), sim.Options{})
 	took := time.Since(start)
 	t.Logf("a simulated day of %d policies took %s", len(names), took)
-	if !raceEnabled && took > 10*time.Second {
-		t.Errorf("a simulated day took %s, want a few seconds", took)
-	}
+	// How fast is reported, not asserted: timings stay out of pass/fail.
 	if rep.Length != 24*time.Hour || rep.Messages != w.Messages() {
 		t.Fatalf("report of %s and %d messages, want 24h and %d", rep.Length, rep.Messages, w.Messages())
 	}
