@@ -40,6 +40,9 @@ type TokenCredential struct {
 	Audience string
 	// Issuer, if set, replaces the iss claim.
 	Issuer string
+	// Lifetime, if set, replaces TokenLifetime (a short one makes the
+	// SDK ask for a new token on each request once the last expired).
+	Lifetime time.Duration
 	// Fail, if set, is called before each token is minted; an error it
 	// returns is GetToken's (to test a credential that cannot get a
 	// token).
@@ -70,8 +73,12 @@ func (c *TokenCredential) GetToken(_ context.Context, opts policy.TokenRequestOp
 	if iss == "" {
 		iss = Issuer
 	}
+	life := c.Lifetime
+	if life <= 0 {
+		life = TokenLifetime
+	}
 	now := time.Now()
-	exp := now.Add(TokenLifetime)
+	exp := now.Add(life)
 	tok, err := mintJWT(map[string]any{
 		"aud": aud,
 		"iss": iss,
