@@ -2,7 +2,6 @@ package azure
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 
 	"github.com/adaptq/adaptq/queue"
@@ -138,67 +136,34 @@ func credentialName(cfg Config) string {
 	return ""
 }
 
-// jwtLike matches a JSON Web Token, which no error text should carry.
-var jwtLike = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*`)
+// jwtLike matches a JSON Web Token, and secretField a token or secret in
+// a token service's JSON answer: no error text carries either.
+var (
+	jwtLike     = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*`)
+	secretField = regexp.MustCompile(`("(?:access_token|refresh_token|id_token|client_secret|client_assertion)"\s*:\s*")[^"]*`)
+)
 
-// credentialReason describes a credential's error on one line: for a
-// token service's refusal its status and error description, otherwise
+// credentialReason describes a credential's error on one line:
 // azidentity's text (each credential of a chain and why it was
-// unavailable) with its lines joined.
+// unavailable; a token service's status and answer) with its lines
+// joined and its separator lines dropped, tokens cut out.
 func credentialReason(err error) string {
-	var s string
-	var afe *azidentity.AuthenticationFailedError
-	if errors.As(err, &afe) && afe.RawResponse != nil {
-		first, _, _ := strings.Cut(afe.Error(), "\n")
-		s = strings.TrimSpace(first) + fmt.Sprintf(" HTTP %d", afe.RawResponse.StatusCode)
-		if d := tokenErrorDescription(afe.RawResponse); d != "" {
-			s += ": " + d
+	var parts []string
+	for _, line := range strings.Split(err.Error(), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.Trim(line, "-") == "" {
+			continue
 		}
-	} else {
-		var parts []string
-		for _, line := range strings.Split(err.Error(), "\n") {
-			line = strings.TrimSpace(line)
-			if line == "" || strings.Trim(line, "-") == "" {
-				continue
-			}
-			parts = append(parts, line)
-		}
-		s = strings.Join(parts, " ")
+		parts = append(parts, line)
 	}
+	s := strings.Join(parts, " ")
 	s = jwtLike.ReplaceAllString(s, "REDACTED")
-	const max = 1500
+	s = secretField.ReplaceAllString(s, "${1}REDACTED")
+	const max = 2000
 	if len(s) > max {
 		s = s[:max] + "…"
 	}
 	return s
-}
-
-// tokenErrorDescription is the error description of a token service's
-// JSON answer (Entra ID's error_description, IMDS's, App Service's
-// message), first line.
-func tokenErrorDescription(resp *http.Response) string {
-	body, err := runtime.Payload(resp)
-	if err != nil || len(body) == 0 {
-		return ""
-	}
-	var v struct {
-		Error            any    `json:"error"`
-		ErrorDescription string `json:"error_description"`
-		Message          string `json:"message"`
-	}
-	if json.Unmarshal(body, &v) != nil {
-		return ""
-	}
-	d := v.ErrorDescription
-	if d == "" {
-		d = v.Message
-	}
-	if d == "" {
-		if s, ok := v.Error.(string); ok {
-			d = s
-		}
-	}
-	return firstLine(strings.TrimSpace(d))
 }
 
 // credentialTransient reports whether a retry may get a token: the token
