@@ -321,19 +321,32 @@ func explainAuth(e *Error, re *azcore.ResponseError) bool {
 		hints = append(hints, "shared key access is disabled on account "+info.account+
 			": authorize with Microsoft Entra ID instead (auth=entra, auth=managed_identity … or Config.Credential)")
 	case codeAuthorizationPermission, codeAuthorizationFailure:
+		var h string
 		switch info.method {
 		case "entra":
-			role := "Storage Blob Data Contributor on the container " + info.container + " (claim-check payloads)"
-			if info.service != "blob" {
-				role = queueRoles[e.Op]
-				if role == "" {
-					role = "Storage Queue Data Contributor"
-				}
+			scope, role := "queue", queueRoles[e.Op]
+			if info.service == "blob" {
+				scope, role = "container", "Storage Blob Data Contributor on the container "+info.container+" (claim-check payloads)"
+			} else if role == "" {
+				role = "Storage Queue Data Contributor"
 			}
-			hints = append(hints, fmt.Sprintf("the identity of credential %s lacks a role for %s: assign %s on the %s or the storage account %s (an assignment takes a few minutes to apply)",
-				info.credential, e.Op, role, map[bool]string{true: "container", false: "queue"}[info.service == "blob"], info.account))
+			h = fmt.Sprintf("the identity of credential %s lacks a role for %s: assign %s on the %s or the storage account %s (an assignment takes a few minutes to apply)",
+				info.credential, e.Op, role, scope, info.account)
 		case "sas":
-			hints = append(hints, "the SAS does not allow "+e.Op+" on the "+info.service+" service (see its sp= permissions, ss= services and srt= resource types)")
+			h = "the SAS does not allow " + e.Op + " on the " + info.service + " service (see its sp= permissions, ss= services and srt= resource types)"
+		}
+		if e.Code == codeAuthorizationFailure {
+			// Azure's answer to a request its firewall or network rules
+			// refuse, as well as to a missing permission.
+			n := "the account's network rules (firewall, virtual networks, private endpoints) may refuse this host"
+			if h != "" {
+				h = n + "; or " + h
+			} else {
+				h = n
+			}
+		}
+		if h != "" {
+			hints = append(hints, h)
 		}
 	case codeAuthorizationService, codeAuthorizationResourceType:
 		if info.method == "sas" {

@@ -62,6 +62,7 @@ func TestExplainAuth(t *testing.T) {
 		{"update", 403, "AuthorizationPermissionMismatch", "", entraQ, []string{"Storage Queue Data Contributor", "Message Processor lacks"}},
 		{"count", 403, "AuthorizationPermissionMismatch", "", entraQ, []string{"Storage Queue Data Reader"}},
 		{"open", 403, "AuthorizationPermissionMismatch", "", entraQ, []string{"Storage Queue Data Contributor to create the queue", "create=false"}},
+		{"get", 403, "AuthorizationFailure", "", entraQ, []string{"network rules", "Storage Queue Data Message Processor"}},
 		{"put", 403, "AuthorizationPermissionMismatch", "", entraB, []string{"Storage Blob Data Contributor on the container adaptq-payloads"}},
 		{"get", 401, "InvalidAuthenticationInfo", "Audience validation failed. Audience did not match.", entraQ,
 			[]string{"Audience validation failed", "another audience", "https://storage.azure.com"}},
