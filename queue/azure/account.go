@@ -371,7 +371,8 @@ func newHTTPClient() *http.Client {
 func (a *Account) Name() string { return a.cfg.Account }
 
 // Config returns the account's configuration with defaults filled in and
-// the credential removed.
+// the key and SAS replaced by "REDACTED" (a Credential is kept: it is
+// an object, and printing the Config shows only its address).
 func (a *Account) Config() Config {
 	c := a.cfg
 	if c.Key != "" {
