@@ -21,6 +21,7 @@ import (
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/azure"
 	"github.com/adaptq/adaptq/queue/azure/azuritetest"
+	"github.com/adaptq/adaptq/queue/driver"
 	"github.com/adaptq/adaptq/queue/queuetest"
 )
 
@@ -62,7 +63,7 @@ func TestEntra(t *testing.T) {
 			var mu sync.Mutex
 			acct := entraAccount(t, srv, cred, azure.Config{})
 			return &queuetest.Harness{
-				NewQueue: func(ctx context.Context, name string) (queue.Queue, error) {
+				NewQueue: func(ctx context.Context, name string) (*queue.Queue, error) {
 					mu.Lock()
 					a := acct
 					mu.Unlock()
@@ -77,9 +78,10 @@ func TestEntra(t *testing.T) {
 					acct = entraAccount(t, srv, cred, azure.Config{})
 					return nil
 				},
-				MaxBodySize:         azure.DefaultMaxBodySize,
-				TimeResolution:      time.Second,
-				ApproximateCount:    true,
+				Features: driver.Features{
+					MaxPeek: queue.MaxPeek, MaxBody: azure.DefaultMaxBodySize, Siblings: true,
+					Durability: driver.Replicated, Billed: true, TimeResolution: time.Second,
+				},
 				ConcurrencyMessages: 1000, // the HTTP suite runs the full 5,000; this proves the auth path
 			}
 		})
