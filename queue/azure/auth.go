@@ -148,15 +148,23 @@ var (
 // unavailable; a token service's status and answer) with its lines
 // joined and its separator lines dropped, tokens cut out.
 func credentialReason(err error) string {
-	var parts []string
+	var b strings.Builder
 	for _, line := range strings.Split(err.Error(), "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.Trim(line, "-") == "" {
 			continue
 		}
-		parts = append(parts, line)
+		if prev := b.String(); prev != "" {
+			// Lines of a list (a chain's credentials) are split by "; ".
+			if strings.HasSuffix(prev, ":") || strings.HasSuffix(prev, ".") {
+				b.WriteString(" ")
+			} else {
+				b.WriteString("; ")
+			}
+		}
+		b.WriteString(line)
 	}
-	s := strings.Join(parts, " ")
+	s := b.String()
 	s = jwtLike.ReplaceAllString(s, "REDACTED")
 	s = secretField.ReplaceAllString(s, "${1}REDACTED")
 	const max = 2000
