@@ -2,7 +2,6 @@ package azure
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -403,25 +402,22 @@ func (a *Account) Close() error {
 func (a *Account) Queue(ctx context.Context, name string, opts ...queue.Option) (*queue.Queue, error) {
 	d, err := a.open(ctx, name)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("azure: open %q: %w", name, err)
 	}
 	return queue.New(d, opts...), nil
 }
 
-// open returns the driver of the queue called name.
+// open returns the driver of the queue called name. Its errors name
+// neither the driver nor the queue: the callers do.
 func (a *Account) open(ctx context.Context, name string) (*Queue, error) {
 	if err := queue.ValidateName(name); err != nil {
-		return nil, fmt.Errorf("azure: open: %w", err)
+		return nil, err
 	}
 	if a.closed.Load() {
-		return nil, fmt.Errorf("azure: open %q: %w", name, queue.ErrClosed)
+		return nil, queue.ErrClosed
 	}
 	q := newQueue(a, name)
 	if err := q.ensure(ctx); err != nil {
-		var e *Error
-		if errors.As(err, &e) {
-			return nil, fmt.Errorf("azure: open %q: %w", name, err)
-		}
 		return nil, err
 	}
 	return q, nil

@@ -107,7 +107,7 @@ func classify(ctx context.Context, op, name string, err error) error {
 		return nil
 	}
 	if cerr := ctx.Err(); cerr != nil {
-		return fmt.Errorf("azure: %s %q: %w", op, name, cerr)
+		return cerr
 	}
 	e := &Error{Op: op, Queue: name, err: err}
 	if ce := (*CredentialError)(nil); errors.As(err, &ce) {

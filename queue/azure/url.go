@@ -120,7 +120,7 @@ func OpenURL(ctx context.Context, u *url.URL) (driver.Queue, error) {
 	q, err := a.open(ctx, name)
 	if err != nil {
 		_ = a.Close()
-		return nil, err
+		return nil, fmt.Errorf("azure: open %q: %w", name, err)
 	}
 	q.onClose = a.release
 	return q, nil

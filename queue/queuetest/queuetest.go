@@ -993,9 +993,21 @@ func testSibling(t *testing.T, e *env) {
 	if _, err := q.Sibling(e.ctx, "Bad_Name"); !errors.Is(err, queue.ErrInvalidName) {
 		t.Fatalf("Sibling with a bad name: %v", err)
 	}
-	// Closing the sibling leaves the main queue working.
+	// Closing the sibling leaves the main queue working, and closing the
+	// main queue leaves another sibling working (they may share a file,
+	// an account or a connection pool).
 	_ = s.Close()
 	e.put(t, q, "still", queue.PutOptions{})
+	s2, err := q.Sibling(e.ctx, "sibling-main-poison")
+	if err != nil {
+		t.Fatalf("Sibling again: %v", err)
+	}
+	t.Cleanup(func() { _ = s2.Close() })
+	_ = q.Close()
+	e.put(t, s2, "after-parent-closed", queue.PutOptions{})
+	if n := e.count(t, s2); n != 2 {
+		t.Fatalf("the sibling counts %d after its parent closed, want 2", n)
+	}
 }
 
 func testSubscribe(t *testing.T, e *env) {
