@@ -10,6 +10,8 @@ require (
 	modernc.org/sqlite v1.61.1
 )
 
+require go.uber.org/goleak v1.3.0 // indirect
+
 require (
 	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.22.0 // indirect
 	github.com/Azure/azure-sdk-for-go/sdk/internal v1.12.0 // indirect

@@ -15,11 +15,12 @@ import (
 // The five ways a message could be lost, stranded or run wrong that issue
 // 11 reproduced; each test failed on the listener before it.
 
-// warmUp runs 200 fast messages so that the listener runs later batches
-// inline, and waits until every task sleeps.
+// warmUp starts the listener on 200 fast messages, so that it runs later
+// batches inline, and waits until every task sleeps.
 func warmUp(t *testing.T, f *fixture) {
 	t.Helper()
 	f.put(200)
+	f.start()
 	eventually(t, "the warm-up is deleted", func() bool { return f.l.Stats().Deleted >= 200 })
 	f.settle()
 }
@@ -45,7 +46,6 @@ func TestAbortCancelsRunningHandlersAndNothingAfter(t *testing.T) {
 		return rec.handle(ctx, m)
 	}
 	f := newFixture(t, h, listener.Options{Tasks: 1, ShutdownGrace: 50 * time.Millisecond})
-	f.start()
 	warmUp(t, f)
 	ids := f.put(3)
 	blockID.Store(ids[0])
@@ -91,7 +91,6 @@ func TestStallAfterAHandOffStillSpillsTheNextBatch(t *testing.T) {
 		return rec.handle(ctx, m)
 	}
 	f := newFixture(t, h, listener.Options{Tasks: 1, BatchSize: 2})
-	f.start()
 	warmUp(t, f)
 	ids := f.put(4) // batch A: slowA, fastA; batch B: slowB, fastB
 	slowA.Store(ids[0])
