@@ -80,7 +80,6 @@ type batch struct {
 	onTask    bool        // the first runner is the task's goroutine
 	handedOff bool        // the watchdog moved the task's loop to a new goroutine
 	spilled   bool        // the watchdog has fired
-	watchdog  *time.Timer // inline batches: spills the batch if it stalls
 	tick      clock.Timer // the next flush or renewal; nil until armed
 	renewAt   time.Time   // when held messages are next extended
 }
@@ -138,18 +137,67 @@ func (l *Listener) dispatch(t *task, ms []*queue.Message) (handedOff bool) {
 		b.armMaintenance()
 		b.mu.Unlock()
 		for i := 0; i < n; i++ {
-			l.wg.Go(func() { b.run(false) })
+			l.wg.Go(b.runParallel)
 		}
 		return false
 	}
+	// The task lends the batch its handler context and its watchdog, and
+	// takes them back after the run unless the loop was handed off (the
+	// new goroutine makes its own) or they are spent (cancelled, fired).
+	ctx, cancel, w := t.hctx, t.hcancel, t.watchdog
+	t.hctx, t.hcancel, t.watchdog = nil, nil, nil
+	if ctx == nil || ctx.Err() != nil {
+		if cancel != nil {
+			cancel()
+		}
+		ctx, cancel = l.handlerContext()
+	}
+	if w == nil {
+		w = newWatchdog()
+	}
+	b.mu.Lock()
 	b.onTask = true
-	b.watchdog = time.AfterFunc(stallAfter, b.spill)
-	b.run(true)
+	w.b.Store(b)
+	w.timer.Reset(stallAfter)
+	b.mu.Unlock()
+	ctx, cancel = b.run(true, ctx, cancel)
+	stopped := w.timer.Stop()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.onTask = false
-	b.watchdog.Stop()
-	return b.handedOff
+	if b.handedOff {
+		cancel()
+		return true
+	}
+	if stopped {
+		w.b.Store(nil)
+		t.watchdog = w
+	}
+	if ctx.Err() == nil {
+		t.hctx, t.hcancel = ctx, cancel
+	} else {
+		cancel()
+	}
+	return false
+}
+
+// watchdog spills the inline batch it watches if that batch runs longer
+// than stallAfter. It belongs to one batch at a time: a task reuses it for
+// its next inline batch only if it was stopped before it fired.
+type watchdog struct {
+	timer *time.Timer
+	b     atomic.Pointer[batch]
+}
+
+func newWatchdog() *watchdog {
+	w := &watchdog{}
+	w.timer = time.AfterFunc(time.Hour, func() {
+		if b := w.b.Load(); b != nil {
+			b.spill()
+		}
+	})
+	w.timer.Stop()
+	return w
 }
 
 // spill rescues a stalled inline batch: its unclaimed messages go to new
@@ -165,20 +213,27 @@ func (b *batch) spill() {
 	b.spilled = true
 	b.armMaintenance()
 	for k := len(b.msgs) - int(b.next.Load()); k > 0; k-- {
-		b.l.wg.Go(func() { b.run(false) })
+		b.l.wg.Go(b.runParallel)
 	}
 	// The task's goroutine is inside this batch, so the group is not done.
 	b.handedOff = true
 	b.l.group.Go(b.t.loop)
 }
 
-// run claims and handles messages until none are left to claim. The
-// inline runner settles its counters once at the end; a parallel runner
-// settles each message as it finishes.
-func (b *batch) run(inline bool) {
+// runParallel is a runner on its own goroutine, with its own context.
+func (b *batch) runParallel() {
+	ctx, cancel := b.l.handlerContext()
+	_, cancel = b.run(false, ctx, cancel)
+	cancel()
+}
+
+// run claims and handles messages until none are left to claim, with
+// handler context ctx, which it replaces when it finds it cancelled (by
+// Abort, or by renewal for a lost lease); it returns the context it ends
+// with. The inline runner settles its counters once at the end; a
+// parallel runner settles each message as it finishes.
+func (b *batch) run(inline bool, ctx context.Context, cancel context.CancelFunc) (context.Context, context.CancelFunc) {
 	l := b.l
-	ctx, cancel := l.handlerContext()
-	defer func() { cancel() }()
 	start := time.Now()
 	ran, ok, claimed := 0, 0, 0
 	for {
@@ -238,6 +293,7 @@ func (b *batch) run(inline bool) {
 	if claimed > 0 {
 		b.settle(claimed, ok)
 	}
+	return ctx, cancel
 }
 
 // settle accounts for n messages a runner has finished with, ok of them
@@ -366,9 +422,6 @@ func (b *batch) complete() {
 	if b.tick != nil {
 		b.tick.Stop()
 	}
-	if b.watchdog != nil {
-		b.watchdog.Stop()
-	}
 	rs := b.takeSucceeded((*buf)[:0])
 	b.mu.Unlock()
 	b.l.deleteReceipts(rs)
@@ -395,7 +448,11 @@ func (b *batch) maintain() {
 		b.renewAt = now.Add(l.o.VisibilityTimeout / 2)
 	}
 	b.tick = l.o.Clock.AfterFunc(min(flushAfter, b.renewAt.Sub(now)), b.maintain)
+	// The flush may outlast the batch: Wait waits for it too (the batch
+	// is open, so the WaitGroup is not at zero).
+	l.wg.Add(1)
 	b.mu.Unlock()
+	defer l.wg.Done()
 	l.deleteReceipts(rs)
 }
 

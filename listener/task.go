@@ -30,6 +30,12 @@ type task struct {
 	// gets. Only the goroutine running the loop touches them.
 	idle       int
 	errBackoff *backoff.ExponentialBackOff
+	// hctx is the handler context and watchdog the task lends its inline
+	// batches, reused while neither is spent; only the goroutine running
+	// the loop touches them (see dispatch).
+	hctx     context.Context
+	hcancel  context.CancelFunc
+	watchdog *watchdog
 }
 
 func (l *Listener) taskMain(ctx context.Context, id int) error {
@@ -46,6 +52,12 @@ func (t *task) loop() error {
 	defer func() {
 		if counted {
 			l.taskEnded()
+			if t.hcancel != nil {
+				t.hcancel()
+			}
+			if t.watchdog != nil {
+				t.watchdog.timer.Stop()
+			}
 		}
 	}()
 	for {
