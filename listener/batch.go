@@ -271,15 +271,21 @@ func (b *batch) run(inline bool, ctx context.Context, cancel context.CancelFunc)
 			if !inline {
 				l.ewma.add(time.Since(start))
 			}
-			if err == nil {
-				if b.state[i].CompareAndSwap(stRunning, stSucceeded) {
-					ok++
-				}
-			} else if b.state[i].CompareAndSwap(stRunning, stSettling) {
+			switch {
+			case err == nil && b.state[i].CompareAndSwap(stRunning, stSucceeded):
+				ok++
+			case err != nil && b.state[i].CompareAndSwap(stRunning, stSettling):
 				b.failed(i, err)
 				b.state[i].Store(stDone)
-			} else {
-				b.l.stats.failed.Add(1) // its lease was lost meanwhile
+			default:
+				// Renewal found its lease lost and took it, and is about to
+				// cancel ctx, if it has not yet: the next message must not
+				// run under that context.
+				if err != nil {
+					l.stats.failed.Add(1)
+				}
+				cancel()
+				ctx, cancel = l.handlerContext()
 			}
 		}
 		if !inline {
