@@ -10,6 +10,8 @@ import (
 	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/memory"
+	"github.com/adaptq/adaptq/scaling"
 )
 
 // The five ways a message could be lost, stranded or run wrong that issue
@@ -190,4 +192,41 @@ func (f *fixture) startN(n int) {
 		f.t.Fatal(err)
 	}
 	go func() { f.done <- f.l.Wait() }()
+}
+
+// Suspected in issue 11 and real: the old drain waited on the batches'
+// WaitGroup from a goroutine of its own, which could outlive Wait and race
+// the next run's batches. Many short runs back to back, under -race.
+func TestBackToBackRunsShareNothing(t *testing.T) {
+	raw, err := memory.NewStore().Queue("cycles")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	l, err := listener.New(raw, rec.handle, listener.Options{Tasks: 2, ShutdownGrace: time.Millisecond,
+		Idle: scaling.IdleBackoff{Min: time.Millisecond, Max: 2 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 30; i++ {
+		for j := 0; j < 20; j++ {
+			if _, err := raw.Put(context.Background(), []byte("x"), queue.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		if err := l.Start(ctx, 1+i%3); err != nil {
+			t.Fatal(err)
+		}
+		for l.Stats().Deleted < int64(10*(i+1)) {
+			time.Sleep(100 * time.Microsecond)
+		}
+		cancel()
+		if err := l.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		if n := l.ActiveTasks(); n != 0 {
+			t.Fatalf("run %d: ActiveTasks %d after Wait", i, n)
+		}
+	}
 }
