@@ -49,6 +49,7 @@ func TestTorture(t *testing.T) {
 		runTorture(t, *tortureSeed)
 		return
 	}
+	var sum listener.Stats
 	d := *tortureDuration
 	if testing.Short() {
 		d = min(d, 3*time.Second)
@@ -57,10 +58,22 @@ func TestTorture(t *testing.T) {
 	base := uint64(time.Now().UnixNano())
 	n := 0
 	for time.Now().Before(end) && !t.Failed() {
-		runTorture(t, base+uint64(n))
+		st := runTorture(t, base+uint64(n))
 		n++
+		sum.Processed += st.Processed
+		sum.Failed += st.Failed
+		sum.Panics += st.Panics
+		sum.Deleted += st.Deleted
+		sum.Poisoned += st.Poisoned
+		sum.Released += st.Released
+		sum.Renewed += st.Renewed
+		sum.LeasesLost += st.LeasesLost
+		sum.Hidden += st.Hidden
+		sum.ReceiptMismatches += st.ReceiptMismatches
+		sum.GetErrors += st.GetErrors
 	}
-	t.Logf("%d schedules in %s", n, d)
+	t.Logf("%d schedules in %s; in all: %d processed, %d failed (%d panics), %d deleted, %d poisoned, %d released, %d hidden, %d renewals, %d leases lost, %d stale deletes, %d failed gets",
+		n, d, sum.Processed, sum.Failed, sum.Panics, sum.Deleted, sum.Poisoned, sum.Released, sum.Hidden, sum.Renewed, sum.LeasesLost, sum.ReceiptMismatches, sum.GetErrors)
 }
 
 // tortureRun is one schedule and what it observed.
@@ -163,7 +176,7 @@ func (r *tortureRun) handle(ctx context.Context, m *queue.Message) error {
 	return nil
 }
 
-func runTorture(t *testing.T, seed uint64) {
+func runTorture(t *testing.T, seed uint64) listener.Stats {
 	t.Helper()
 	ignore := goleak.IgnoreCurrent()
 	rng := rand.New(rand.NewPCG(seed, 1))
@@ -222,6 +235,7 @@ func runTorture(t *testing.T, seed uint64) {
 		t.Errorf("torture schedule failed; replay it with\n\tgo test -race -run '^TestTorture$' ./listener/ -args -torture.seed=%d\noptions %+v\n%s",
 			seed, o, strings.Join(r.fails, "\n"))
 	}
+	return l.Stats()
 }
 
 func (r *tortureRun) put(n int) {
