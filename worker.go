@@ -306,10 +306,23 @@ func (w *Worker) build(ctx context.Context) (qs []*workerQueue, err error) {
 		if qc.PoisonQueue == "" {
 			qc.PoisonQueue = qc.Name + PoisonSuffix
 		}
+		if qc.PoisonQueue == qc.Name {
+			// The name may have come from the URL, past the config check:
+			// a queue poisoning onto itself would run a failing message
+			// forever.
+			_ = raw.Close()
+			problems = append(problems, fmt.Sprintf("%s (%s).poison_queue: %q is the queue itself", at, qc.Name, qc.PoisonQueue))
+			continue
+		}
 		wq := &workerQueue{cfg: qc, name: qc.Name, q: raw, meter: m}
 		qs = append(qs, wq)
 		if wq.poison, err = raw.Sibling(ctx, qc.PoisonQueue); err != nil {
 			problems = append(problems, fmt.Sprintf("%s (%s).poison_queue: %v", at, qc.Name, err))
+			continue
+		}
+		if wq.poison.Name() == wq.name {
+			// However the name was spelled, the driver opened the queue itself.
+			problems = append(problems, fmt.Sprintf("%s (%s).poison_queue: %q is the queue itself", at, qc.Name, qc.PoisonQueue))
 			continue
 		}
 		h, err := w.handlerFor(qc)

@@ -153,6 +153,8 @@ func TestStartupErrorsNameTheQueue(t *testing.T) {
 		{"unknown scheme", "queues: [{url: 'nosuch://x'}]", `queues[0].url:`},
 		{"bad sqlite URL", "queues: [{url: 'sqlite:///tmp/x.db'}]", `queues[0].url:`},
 		{"name and url disagree", "queues: [{name: abc, url: 'memory://xyz'}]", `queues[0].name: "abc" but the url opens queue "xyz"`},
+		{"poison queue is the queue, name from the url", "queues: [{url: 'memory://selfp', handler: 'exec: cat', poison_queue: selfp}]",
+			`queues[0] (selfp).poison_queue: "selfp" is the queue itself`},
 		{"exec command missing", "queues: [{url: 'memory://ex-a', handler: 'exec: /no/such/program'}]", `/no/such/program`},
 		{"admin port taken", "admin: {address: '$ADDR'}\nqueues: [{url: 'memory://ad-a', handler: 'exec: cat'}]", "admin.address"},
 	} {

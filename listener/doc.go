@@ -52,6 +52,23 @@
 // slower ones run in parallel; a batch whose sequential run stalls spills
 // its unstarted messages onto parallel runners.
 //
+// # The life of a message
+//
+// Each fetched message has one state (fetched → running → succeeded or
+// settling → done) that only its owner changes, by compare-and-swap: the
+// runner that claimed it, the batch delete for succeeded messages, or the
+// renewal when it finds the lease lost. Renewal extends only fetched and
+// running messages and holds the batch's lock across the call, so a
+// message being poisoned, hidden or released always uses its newest
+// receipt, and nothing settles a message another path owns. Every message
+// is claimed by exactly one runner, which accounts for it exactly once.
+// The stall watchdog belongs to its batch. The torture test (make torture)
+// drives random schedules against these rules.
+//
+// Abort cancels the handlers running at that moment; later handlers get
+// live contexts. Start may run the listener again after Wait, from clean
+// counters.
+//
 // # Shutdown
 //
 // When the run's context ends, tasks stop getting at once, messages fetched
