@@ -39,7 +39,7 @@ func TestEmbedExample(t *testing.T) {
 	}
 	// Put two orders and a bad one before the worker starts.
 	ctx := context.Background()
-	q, err := queue.Open(ctx, "sqlite://"+filepath.Join(root, "data", "embed.db")+"?queue=orders")
+	q, err := queue.Open(ctx, "sqlite://"+filepath.Join(cfgDir, "data", "embed.db")+"?queue=orders") // beside the config
 	if err != nil {
 		t.Fatal(err)
 	}
