@@ -16,6 +16,7 @@ import (
 	"github.com/adaptq/adaptq/internal/testutil"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/internal/clock"
@@ -371,4 +372,27 @@ queues:
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	testutil.Eventually(t, 20*time.Second, what, cond)
+}
+
+// A trigger with no admin endpoint can be pulled only from the worker's own
+// process: the worker says so at start-up.
+func TestTriggerWithoutAdminAddressWarns(t *testing.T) {
+	cfg := testConfig(t, `
+admin: {address: ""}
+queues: [{url: 'memory://warn-q', handler: 'exec: cat', trigger: {enabled: true}}]
+`)
+	core, logs := observer.New(zap.WarnLevel)
+	w, err := New(cfg, WithLogger(zap.New(core)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runWorker(t, w)
+	<-w.Ready()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	found := logs.FilterMessageSnippet("admin.address is empty").FilterField(zap.String("queue", "warn-q"))
+	if found.Len() != 1 {
+		t.Errorf("want one warning naming the queue, got %v", logs.All())
+	}
 }
