@@ -93,10 +93,13 @@ type Result struct {
 type Summary struct {
 	Transactions, WorkMessages, Results int
 	Cents, FeeCents, Checksum           int64
-	Wall                                time.Duration
-	MaxTasks                            int
-	Timeline                            []int // active processing tasks, sampled
-	Calls                               meter.Snapshot
+	// Wall is from the worker's start until the last result was
+	// aggregated; Settle the wait after it, for the pool to shrink back;
+	// Total all of Run, setting up and shutting down included.
+	Wall, Settle, Total time.Duration
+	MaxTasks            int
+	Timeline            []int // active processing tasks, sampled
+	Calls               meter.Snapshot
 }
 
 func main() {
@@ -138,6 +141,7 @@ func transaction(burst, i int) Transaction {
 
 // Run runs the scenario and writes the report to out.
 func Run(ctx context.Context, p Params, out io.Writer) (Summary, error) {
+	begin := time.Now()
 	var sum Summary
 	if err := os.MkdirAll(filepath.Dir(p.DB), 0o755); err != nil {
 		return sum, err
@@ -285,6 +289,7 @@ func Run(ctx context.Context, p Params, out io.Writer) (Summary, error) {
 	sum = agg
 	mu.Unlock()
 	sum.Wall = wall
+	sum.Settle = p.Gap
 	sum.WorkMessages = want.WorkMessages
 	tlMu.Lock()
 	sum.Timeline = timeline
@@ -309,6 +314,7 @@ func Run(ctx context.Context, p Params, out io.Writer) (Summary, error) {
 		return sum, fmt.Errorf("aggregate mismatch: got %d¢ / fees %d¢ / checksum %d, want %d¢ / %d¢ / %d",
 			sum.Cents, sum.FeeCents, sum.Checksum, want.Cents, want.FeeCents, want.Checksum)
 	}
+	sum.Total = time.Since(begin)
 	report(out, p, sum, stats)
 	return sum, nil
 }
@@ -358,6 +364,8 @@ func report(out io.Writer, p Params, s Summary, st adaptq.Stats) {
 	busy := s.Wall - time.Duration(p.Bursts-1)*p.Gap
 	fmt.Fprintf(out, "wall time %s, of which %s between bursts; %.0f transactions/s while busy\n",
 		s.Wall.Round(time.Millisecond), time.Duration(p.Bursts-1)*p.Gap, float64(s.Transactions)/busy.Seconds())
+	fmt.Fprintf(out, "the run took %s in all: the wall time, then %s letting the pool shrink back before this report, and %s opening and closing the queues (go run also builds the program first)\n",
+		s.Total.Round(100*time.Millisecond), s.Settle, max(0, s.Total-s.Wall-s.Settle).Round(time.Millisecond))
 	fmt.Fprintf(out, "processing pool (tasks, every 250 ms): %s\n", sparkline(s.Timeline))
 	fmt.Fprintf(out, "pool grew to %d tasks and shrank back to %d\n", s.MaxTasks, lastOr(s.Timeline, 0))
 	fmt.Fprintf(out, "\nqueue calls (each one billed):\n")
