@@ -96,7 +96,7 @@ func TestListenerEndToEnd(t *testing.T) {
 	srv := azuritetest.Shared(t)
 	acct := newAccount(t, srv, azure.Config{})
 	m := meter.New(0)
-	q := m.Wrap(openQueue(t, acct, "listener-e2e"))
+	q := m.Wrap(openQueue(t, acct, uniq(t, "listener-e2e")))
 	ids := fill(t, q, e2eMessages)
 
 	h := &handled{runs: map[string]int{}}
@@ -150,13 +150,13 @@ func TestListenerEndToEnd(t *testing.T) {
 func TestListenerFaults(t *testing.T) {
 	srv := azuritetest.Shared(t)
 	direct := newAccount(t, srv, azure.Config{})
-	dq := openQueue(t, direct, "listener-faults")
+	dq := openQueue(t, direct, uniq(t, "listener-faults"))
 	ids := fill(t, dq, e2eMessages)
 
 	p := newFaultProxy(t, srv.QueueEndpoint)
 	viaProxy := newAccount(t, srv, azure.Config{QueueEndpoint: p.Endpoint, Timeout: 5 * time.Second})
 	m := meter.New(0)
-	q := m.Wrap(openQueue(t, viaProxy, "listener-faults"))
+	q := m.Wrap(openQueue(t, viaProxy, uniq(t, "listener-faults")))
 	p.Busy.Store(30)           // 3% 503 ServerBusy without a hint
 	p.BusyRetryAfter.Store(20) // 2% with Retry-After: 1
 	p.DropBefore.Store(20)     // 2% closed before reaching Azurite
