@@ -45,7 +45,7 @@ func runWorker(t *testing.T, w *Worker) func() error {
 	case err := <-done:
 		cancel()
 		t.Fatalf("Run: %v", err)
-	case <-time.After(10 * time.Second):
+	case <-time.After(testutil.HangGuard):
 		t.Fatal("worker did not start")
 	}
 	var once sync.Once
@@ -55,7 +55,7 @@ func runWorker(t *testing.T, w *Worker) func() error {
 			cancel()
 			select {
 			case err = <-done:
-			case <-time.After(30 * time.Second):
+			case <-time.After(testutil.HangGuard):
 				err = errors.New("Run did not return")
 			}
 		})
@@ -361,7 +361,7 @@ queues:
 		if b != "wake" {
 			t.Fatalf("got %q", b)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testutil.HangGuard):
 		t.Fatal("the trigger did not wake the worker")
 	}
 	if l.Stats().Triggers < 1 {

@@ -35,7 +35,7 @@ func exitCodeWithin(t *testing.T, code <-chan int, stderr *testutil.SyncBuffer) 
 	select {
 	case c := <-code:
 		return c
-	case <-time.After(60 * time.Second):
+	case <-time.After(testutil.HangGuard):
 		t.Fatalf("run did not return\nstderr: %s", stderr.String())
 		return -1
 	}
