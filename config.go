@@ -103,7 +103,7 @@ type QueueConfig struct {
 	Trigger TriggerConfig `yaml:"trigger"`
 }
 
-// TriggerConfig is a queue's push trigger (seed 002): producers signal
+// TriggerConfig is a queue's push trigger (the Best Practices article): producers signal
 // after they put — Worker.Put does, `adaptq enqueue` does, and any program
 // can POST /v1/queues/NAME/trigger to the admin address — and sleeping
 // tasks get at once. Idle tasks then stop down to one, which polls only
@@ -113,7 +113,7 @@ type TriggerConfig struct {
 	SafetyInterval time.Duration `yaml:"safety_interval"`
 }
 
-// IdleConfig is seed 002's idle backoff.
+// IdleConfig is the Best Practices article's idle backoff.
 type IdleConfig struct {
 	Min   time.Duration `yaml:"min"`
 	Max   time.Duration `yaml:"max"`
@@ -126,7 +126,7 @@ type PoolConfig struct {
 	Max     int `yaml:"max"`
 	Initial int `yaml:"initial"`
 	// Policy is "proportional" (one task per messages_per_task waiting),
-	// "rules" (the table in rules, seed 002's by default) or "sla" (enough
+	// "rules" (the table in rules, the Best Practices article's by default) or "sla" (enough
 	// tasks, from the measured drain rate, that waiting messages are picked
 	// up within target_latency).
 	Policy          string        `yaml:"policy"`

@@ -31,7 +31,7 @@ func TestConfigDefaults(t *testing.T) {
 		t.Errorf("pool defaults: %+v", q.Pool)
 	}
 	if len(q.Pool.Rules) != 2 || q.Pool.Rules[0] != (RuleConfig{Below: 100, Tasks: 10}) || q.Pool.Else != 100 {
-		t.Errorf("rules default to seed 002's table: %+v", q.Pool.Rules)
+		t.Errorf("rules default to the Best Practices article's table: %+v", q.Pool.Rules)
 	}
 	if q.Handler != "orders" || q.PoisonQueue != "orders-poison" || q.MaxDequeueCount != 5 {
 		t.Errorf("derived defaults: handler %q, poison %q, max dequeue %d", q.Handler, q.PoisonQueue, q.MaxDequeueCount)

@@ -13,7 +13,7 @@ import (
 	"github.com/adaptq/adaptq/scaling"
 )
 
-// task is one dequeue task: seed 002's DequeueTaskMain. Its loop usually
+// task is one dequeue task: the Best Practices article's DequeueTaskMain. Its loop usually
 // runs on one goroutine, but a batch that stalls while running inline hands
 // the loop to a new goroutine (see batch.spill), so the task's state lives
 // here rather than on a stack.

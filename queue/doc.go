@@ -3,7 +3,7 @@
 // on, optional capability interfaces, and the driver registry behind
 // Open(ctx, url).
 //
-// The semantics are Azure Queue Storage's (seeds 000 and 001), held on every
+// The semantics are Azure Queue Storage's (the Windows Azure Queue white paper and the message visibility article), held on every
 // driver by the conformance suite in package queuetest:
 //
 //   - Put stores a message with a time-to-live and an optional initial

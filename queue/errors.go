@@ -13,7 +13,7 @@ import (
 // offending value, so the text always says what was wrong.
 var (
 	// ErrReceiptMismatch: the pop receipt is not the newest for the message,
-	// which timed out and was got again by someone else (seed 001: Azure's
+	// which timed out and was got again by someone else (the message visibility article: Azure's
 	// 400 PopReceiptMismatch). An expected event for a consumer.
 	ErrReceiptMismatch = errors.New("queue: pop receipt mismatch")
 	// ErrNotFound: no message with this id (deleted, expired, or never
@@ -35,11 +35,11 @@ var (
 )
 
 // ThrottleRetryAfter is how long to wait after a throttling error that gives
-// no hint of its own (seed 003: errors 40501, 10928 and 10929 say "back off
+// no hint of its own (the worker thread governance post: errors 40501, 10928 and 10929 say "back off
 // and retry the request after 10 seconds").
 const ThrottleRetryAfter = 10 * time.Second
 
-// Throttling error codes of seed 003 (SQL Azure's worker-thread governance).
+// Throttling error codes of the worker thread governance post (SQL Azure's worker-thread governance).
 // Drivers for backends that return them mark the error with Throttled.
 const (
 	CodeServiceBusy     = 40501
@@ -47,7 +47,7 @@ const (
 	CodeWorkerLimitBusy = 10929
 )
 
-// IsThrottlingCode reports whether code is one of seed 003's throttling codes.
+// IsThrottlingCode reports whether code is one of the worker thread governance post's throttling codes.
 func IsThrottlingCode(code int) bool {
 	switch code {
 	case CodeServiceBusy, CodeWorkerLimit, CodeWorkerLimitBusy:

@@ -29,7 +29,7 @@ const usage = `usage: adaptq simulate [flags]
 Runs listener policies against the memory driver in virtual time and
 reports, per policy, the billed calls, the idle calls (empty gets), the
 cost per month, the pickup latency (p50, p99) and the largest backlog.
-The default workload is seed 002's scenario: an 8-hour workday in which
+The default workload is the Best Practices article's scenario: an 8-hour workday in which
 8 packages of 2,000–200,000 transactions arrive, each over 15 minutes
 (busy 25% of the day), then 16 hours with no traffic.
 
@@ -72,7 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.SortFlags = true
 	var (
-		workload   = fs.String("workload", "", "a YAML file of arrival phases (default: seed 002's scenario)")
+		workload   = fs.String("workload", "", "a YAML file of arrival phases (default: the Best Practices article's scenario)")
 		days       = fs.Int("days", 1, "simulated days (a workload file's day is repeated)")
 		service    = fs.Duration("service", DefaultService, "handler service time per message")
 		price      = fs.Float64("price", meter.DefaultPricePer10k, "dollars per 10,000 calls")

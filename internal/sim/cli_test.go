@@ -59,7 +59,7 @@ func TestCLITable(t *testing.T) {
 			t.Errorf("row %d is %q, want %s", i, rows[i], name)
 		}
 	}
-	for _, want := range []string{path, "5,000 messages", "service 10ms", "one call per message deleted (Azure)", "seed 002: idle tasks stop down to 1"} {
+	for _, want := range []string{path, "5,000 messages", "service 10ms", "one call per message deleted (Azure)", "the Best Practices article: idle tasks stop down to 1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the report does not mention %q:\n%s", want, out)
 		}

@@ -32,7 +32,7 @@
 //
 // # Bodies
 //
-// Bodies are bytes and round-trip exactly (seed 000 §6.7): by default they
+// Bodies are bytes and round-trip exactly (the Windows Azure Queue white paper §6.7): by default they
 // travel base64-encoded, as Azure Functions and the other SDKs' base64
 // policies expect. encoding=text sends them as they are, for producers and
 // consumers that use plain text; Put then refuses (queue.ErrInvalidArgument,
