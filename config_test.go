@@ -16,6 +16,7 @@ queues:
 `
 
 func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
 	cfg, err := parseConfig("good.yaml", []byte(goodQueue), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -42,6 +43,7 @@ func TestConfigDefaults(t *testing.T) {
 }
 
 func TestConfigValuesAndEnvironment(t *testing.T) {
+	t.Parallel()
 	yaml := `
 log: {level: debug, format: json}
 price_per_10k: 0.004
@@ -84,6 +86,7 @@ queues:
 }
 
 func TestBadConfigsNameTheField(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, yaml string
 		env        []string
@@ -128,6 +131,7 @@ func TestBadConfigsNameTheField(t *testing.T) {
 		{"empty value", "queues: [{url: 'memory://a1b', batch_size: }]", nil, "queues[0].batch_size: has no value"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			_, err := parseConfig("bad.yaml", []byte(tc.yaml), tc.env)
 			var ce *ConfigError
 			if !errors.As(err, &ce) {
@@ -144,6 +148,7 @@ func TestBadConfigsNameTheField(t *testing.T) {
 }
 
 func TestOneProblemIsOneLine(t *testing.T) {
+	t.Parallel()
 	_, err := parseConfig("bad.yaml", []byte("queues: [{url: 'memory://a1b', batch_size: 40}]"), nil)
 	if got, want := err.Error(), "config bad.yaml: queues[0].batch_size: 40 is above 32 (the most one get may return)"; got != want {
 		t.Errorf("error = %q, want %q", got, want)
@@ -155,6 +160,7 @@ func TestOneProblemIsOneLine(t *testing.T) {
 }
 
 func TestWholeNumbersInExponentForm(t *testing.T) {
+	t.Parallel()
 	cfg, err := parseConfig("e.yaml", []byte("queues: [{url: 'memory://a1b', concurrency: 1e3}]"), []string{"ADAPTQ_QUEUES_0_POOL_MAX=2e2"})
 	if err != nil {
 		t.Fatal(err)
@@ -204,6 +210,7 @@ queues:
 }
 
 func TestConfigReportsEveryProblem(t *testing.T) {
+	t.Parallel()
 	_, err := parseConfig("bad.yaml", []byte("queues: [{url: 'memory://a1b', batch_size: 40, concurrency: 0, idle: {delta: 0s}}]"), nil)
 	var ce *ConfigError
 	if !errors.As(err, &ce) || len(ce.Problems) != 3 {
@@ -212,6 +219,7 @@ func TestConfigReportsEveryProblem(t *testing.T) {
 }
 
 func TestSecretsStayOutOfConfigErrors(t *testing.T) {
+	t.Parallel()
 	for _, yaml := range []string{
 		"queues: [{url: 'acct/q?sig=SECRETSIG&x=1'}]",                                   // no scheme
 		"queues: [{url: 'memory://a1b', handler: 'http: ftp://user:hunter2@ex.com/x'}]", // not http

@@ -66,6 +66,7 @@ func runWorker(t *testing.T, w *Worker) func() error {
 }
 
 func TestWorkerProcessesEveryMessageOnTheEmbeddedDefault(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, `
 admin: {address: "127.0.0.1:0"}
 queues:
@@ -144,6 +145,7 @@ queues:
 }
 
 func TestStartupErrorsNameTheQueue(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, yaml, want string
 	}{
@@ -188,6 +190,7 @@ func TestStartupErrorsNameTheQueue(t *testing.T) {
 }
 
 func TestAdminTokenIsRequired(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, `
 admin: {address: "127.0.0.1:0", token: "s3cret"}
 queues: [{url: 'memory://token-q', handler: 'exec: cat'}]
@@ -224,6 +227,7 @@ queues: [{url: 'memory://token-q', handler: 'exec: cat'}]
 }
 
 func TestExecHandlerFromConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out.txt")
 	cfg := testConfig(t, fmt.Sprintf(`
@@ -259,6 +263,7 @@ queues:
 }
 
 func TestWorkerPoisonsFailingMessages(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, `
 queues:
   - url: sqlite://$DIR/p.db?queue=jobs
@@ -307,6 +312,7 @@ queues:
 }
 
 func TestTriggerOverHTTPWakesTheWorker(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, `
 admin: {address: "127.0.0.1:0", token: tok}
 queues:
@@ -377,6 +383,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // A trigger with no admin endpoint can be pulled only from the worker's own
 // process: the worker says so at start-up.
 func TestTriggerWithoutAdminAddressWarns(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, `
 admin: {address: ""}
 queues: [{url: 'memory://warn-q', handler: 'exec: cat', trigger: {enabled: true}}]
