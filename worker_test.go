@@ -380,13 +380,13 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	testutil.Eventually(t, 20*time.Second, what, cond)
 }
 
-// A trigger with no admin endpoint can be pulled only from the worker's own
-// process: the worker says so at start-up.
+// A trigger with no admin endpoint and no native notify can be pulled only
+// from the worker's own process: the worker says so at start-up.
 func TestTriggerWithoutAdminAddressWarns(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t, `
 admin: {address: ""}
-queues: [{url: 'memory://warn-q', handler: 'exec: cat', trigger: {enabled: true}}]
+queues: [{url: 'sqlite://$DIR/w.db?queue=warn-q', handler: 'exec: cat', trigger: {enabled: true}}]
 `)
 	core, logs := observer.New(zap.WarnLevel)
 	w, err := New(cfg, WithLogger(zap.New(core)))

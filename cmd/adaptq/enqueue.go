@@ -101,7 +101,7 @@ func (o *enqueueCmd) run(cmd *cobra.Command, e env, args []string) (err error) {
 	}
 
 	opts := queue.PutOptions{TTL: o.ttl.d, InitialVisibilityDelay: o.delay.d}
-	limit := queue.MaxBodySize(q)
+	limit := q.MaxBodySize()
 	for i, b := range bodies {
 		if len(b) > limit {
 			what := source
@@ -137,7 +137,7 @@ func (o *enqueueCmd) run(cmd *cobra.Command, e env, args []string) (err error) {
 		fmt.Fprintf(e.stdout, ": id %s", firstID)
 	}
 	if o.delay.d == 0 {
-		fmt.Fprint(e.stdout, trigger(ctx, from, q.Name()))
+		fmt.Fprint(e.stdout, trigger(ctx, from, q))
 	}
 	fmt.Fprintln(e.stdout)
 	return nil
@@ -148,7 +148,7 @@ func (o *enqueueCmd) run(cmd *cobra.Command, e env, args []string) (err error) {
 // did and when the worker will find the messages. A trigger is a hint:
 // if it is lost, the worker finds the messages at its next poll, within
 // the queue's trigger.safety_interval.
-func trigger(ctx context.Context, from *configured, name string) string {
+func trigger(ctx context.Context, from *configured, q *queue.Queue) string {
 	if from == nil {
 		return "; no worker triggered (no config names this queue: a worker finds the messages at its next poll; enqueue --config FILE pulls a configured trigger)"
 	}
@@ -159,10 +159,12 @@ func trigger(ctx context.Context, from *configured, name string) string {
 	switch {
 	case !qc.Trigger.Enabled:
 		return fmt.Sprintf("; no trigger configured (trigger.enabled is false): the worker finds the messages at its next poll, within idle.max (%s)", qc.Idle.Max)
+	case admin.Address == "" && q.Features().NativeNotify:
+		return "; the queue's backend wakes the worker itself (native notify)"
 	case admin.Address == "":
 		return fmt.Sprintf("; worker not triggered: admin.address is empty, so the worker listens for no trigger (it finds the messages within trigger.safety_interval, %s)", qc.Trigger.SafetyInterval)
 	}
-	if err := adaptq.SendTrigger(ctx, adaptq.DialAddress(admin.Address), admin.Token, name); err != nil {
+	if err := adaptq.SendTrigger(ctx, adaptq.DialAddress(admin.Address), admin.Token, q.Name()); err != nil {
 		return fmt.Sprintf("; worker at %s not triggered (it finds the messages within trigger.safety_interval, %s)", admin.Address, qc.Trigger.SafetyInterval)
 	}
 	return "; worker triggered"
@@ -240,7 +242,7 @@ func (o *enqueueCmd) readInput(cmd *cobra.Command, e env, args []string) ([]byte
 // putAll puts total messages, body i%len(bodies) for the i-th, with up to
 // producers puts in flight; done counts the stored ones. It returns the
 // id of the first message.
-func putAll(ctx context.Context, q queue.Queue, bodies [][]byte, total int, opts queue.PutOptions, done *atomic.Int64) (string, error) {
+func putAll(ctx context.Context, q *queue.Queue, bodies [][]byte, total int, opts queue.PutOptions, done *atomic.Int64) (string, error) {
 	var next atomic.Int64
 	var firstID string
 	g, ctx := errgroup.WithContext(ctx)

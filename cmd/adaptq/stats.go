@@ -99,14 +99,16 @@ func (o *statsCmd) run(cmd *cobra.Command, e env) error {
 					d.Name = n
 				}
 			}
-			if inProcess(qc.URL) {
+			switch q, err := openURL(ctx, fmt.Sprintf("queues[%d].url", i), qc.URL, false); {
+			case err != nil:
+				d.Error = err.Error()
+			case inProcess(q):
 				// A new process's memory queue is a new, empty queue: its depth
 				// is the worker's to tell (below, if it runs).
+				_ = q.Close()
 				d.Note = "in the worker's process only"
-			} else if q, err := openURL(ctx, fmt.Sprintf("queues[%d].url", i), qc.URL, false); err == nil {
+			default:
 				d = depth(ctx, q, qc.URL, poisonName(qc, q.Name()))
-			} else {
-				d.Error = err.Error()
 			}
 			if d.Name == "" {
 				d.Name = d.URL
@@ -155,7 +157,7 @@ func (o *statsCmd) run(cmd *cobra.Command, e env) error {
 
 // depth counts the messages of q and of its poison queue (one billed call
 // each) and closes q.
-func depth(ctx context.Context, q queue.Queue, rawURL, poison string) queueDepth {
+func depth(ctx context.Context, q *queue.Queue, rawURL, poison string) queueDepth {
 	defer q.Close()
 	d := queueDepth{Name: q.Name(), URL: queue.Redact(rawURL)}
 	n, err := q.Count(ctx)
@@ -163,9 +165,9 @@ func depth(ctx context.Context, q queue.Queue, rawURL, poison string) queueDepth
 		d.Error = err.Error()
 	}
 	d.Depth = n
-	p, err := queue.OpenSibling(q, poison)
+	p, err := q.Sibling(ctx, poison)
 	switch {
-	case errors.Is(err, queue.ErrInvalidArgument):
+	case errors.Is(err, queue.ErrUnsupported):
 		// The driver cannot open a queue beside this one: no poison row.
 	case err != nil:
 		d.Poison = &queueDepth{Name: poison, Error: err.Error()}

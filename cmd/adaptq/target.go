@@ -14,6 +14,7 @@ import (
 
 	"github.com/adaptq/adaptq"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 )
 
 // Where the config comes from when --config is not given.
@@ -57,7 +58,7 @@ func (t *target) addFlags(cmd *cobra.Command, withURL bool) {
 
 // open opens the queue the flags name. Errors exit 2 when the flags, the
 // config or the URL are at fault, 1 otherwise.
-func (t *target) open(ctx context.Context, cmd *cobra.Command) (queue.Queue, error) {
+func (t *target) open(ctx context.Context, cmd *cobra.Command) (*queue.Queue, error) {
 	q, _, err := t.openConfigured(ctx, cmd)
 	return q, err
 }
@@ -74,7 +75,7 @@ type configured struct {
 
 // openConfigured is open that also returns the config the queue was found
 // in (nil with --url).
-func (t *target) openConfigured(ctx context.Context, cmd *cobra.Command) (queue.Queue, *configured, error) {
+func (t *target) openConfigured(ctx context.Context, cmd *cobra.Command) (*queue.Queue, *configured, error) {
 	if cmd.Flags().Changed("url") {
 		if cmd.Flags().Changed("queue") || cmd.Flags().Changed("config") {
 			return nil, nil, usageErrorf("give --url, or --config and --queue, not both")
@@ -82,10 +83,11 @@ func (t *target) openConfigured(ctx context.Context, cmd *cobra.Command) (queue.
 		if t.url == "" {
 			return nil, nil, usageErrorf("--url is empty")
 		}
-		if inProcess(t.url) {
+		q, err := openURL(ctx, "--url", t.url, t.create)
+		if err == nil && inProcess(q) {
+			_ = q.Close()
 			return nil, nil, errInProcess("--url", t.url)
 		}
-		q, err := openURL(ctx, "--url", t.url, t.create)
 		return q, nil, err
 	}
 	cfg, err := loadConfig(t.config, cmd.Flags().Changed("config"))
@@ -96,9 +98,13 @@ func (t *target) openConfigured(ctx context.Context, cmd *cobra.Command) (queue.
 	if err != nil {
 		return nil, nil, err
 	}
-	if i >= 0 && inProcess(cfg.Queues[i].URL) {
+	if inProcess(q) {
 		_ = q.Close()
-		return nil, nil, errInProcess(fmt.Sprintf("queues[%d].url", i), cfg.Queues[i].URL)
+		what, u := "--queue "+t.queue, ""
+		if i >= 0 {
+			what, u = fmt.Sprintf("queues[%d].url", i), cfg.Queues[i].URL
+		}
+		return nil, nil, errInProcess(what, u)
 	}
 	c := &configured{cfg: cfg, index: i}
 	if i >= 0 {
@@ -123,7 +129,7 @@ func loadConfig(path string, explicit bool) (adaptq.Config, error) {
 // openURL opens a queue by URL; what names where the URL came from.
 // Unless create, a URL that names a database file that does not exist
 // (sqlite://) is an error: the command would create an empty one.
-func openURL(ctx context.Context, what, rawURL string, create bool) (queue.Queue, error) {
+func openURL(ctx context.Context, what, rawURL string, create bool) (*queue.Queue, error) {
 	if !create {
 		if f := missingFile(rawURL); f != "" {
 			return nil, inputErrorf("%s %s: no such file %s (nothing was created; a relative path in a config file is relative to the file's directory)", what, queue.Redact(rawURL), f)
@@ -194,7 +200,7 @@ func queueName(ctx context.Context, rawURL string) (string, error) {
 // poison queue of that name. An empty name picks the only queue of a
 // one-queue config. It returns the index of the queue's config, or -1 for a
 // poison queue. Unless create, it creates no database (see openURL).
-func findQueue(ctx context.Context, cfg adaptq.Config, source, name string, create bool) (queue.Queue, int, error) {
+func findQueue(ctx context.Context, cfg adaptq.Config, source, name string, create bool) (*queue.Queue, int, error) {
 	if name == "" {
 		if len(cfg.Queues) != 1 {
 			return nil, 0, usageErrorf("--queue is required: %s has %d queues (%s)", source, len(cfg.Queues), strings.Join(queueLabels(ctx, cfg), ", "))
@@ -225,7 +231,7 @@ func findQueue(ctx context.Context, cfg adaptq.Config, source, name string, crea
 			if err != nil {
 				return nil, 0, err
 			}
-			p, err := queue.OpenSibling(q, name)
+			p, err := q.Sibling(ctx, name)
 			_ = q.Close()
 			if err != nil {
 				return nil, 0, failuref("queues[%d].poison_queue %q: %w", i, name, err)
@@ -267,7 +273,7 @@ func queueLabels(ctx context.Context, cfg adaptq.Config) []string {
 
 // closeQueue closes q, turning a failure into the command's error if it
 // has none yet (a durable driver may report a failed flush here).
-func closeQueue(q queue.Queue, err *error) {
+func closeQueue(q *queue.Queue, err *error) {
 	if cerr := q.Close(); cerr != nil && *err == nil {
 		*err = failuref("close %s: %w", q.Name(), cerr)
 	}
@@ -280,11 +286,11 @@ const (
 	sqliteScheme = "sqlite"
 )
 
-// inProcess reports whether rawURL names a queue that lives in one
-// process only: nothing another process puts there can reach a worker.
-func inProcess(rawURL string) bool {
-	u, err := url.Parse(rawURL)
-	return err == nil && u.Scheme == memoryScheme
+// inProcess reports whether q lives in this process only (memory://):
+// nothing this command puts there can reach a worker, and nothing a worker
+// holds can be seen from here.
+func inProcess(q *queue.Queue) bool {
+	return q.Features().Durability == driver.InProcess
 }
 
 // errInProcess refuses a command on an in-process queue: it would work on

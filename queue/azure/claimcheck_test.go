@@ -44,7 +44,7 @@ func TestClaimCheck1MiB(t *testing.T) {
 	srv := azuritetest.Shared(t)
 	acct := newAccount(t, srv, azure.Config{})
 	q := openQueue(t, acct, uniq(t, "claim-1mib"))
-	if got := queue.MaxBodySize(q); got != azure.DefaultMaxBodySize {
+	if got := q.MaxBodySize(); got != azure.DefaultMaxBodySize {
 		t.Errorf("MaxBodySize = %d, want %d", got, azure.DefaultMaxBodySize)
 	}
 	body := randomBody(1 << 20)
@@ -184,7 +184,7 @@ func TestClaimCheckSweep(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	n, err := q.Sweep(ctx)
+	n, err := sweep(t, q)
 	switch {
 	case err != nil:
 		t.Fatal(err)
@@ -197,7 +197,7 @@ func TestClaimCheckSweep(t *testing.T) {
 	}
 	// Expiry times are whole seconds: wait a second past the short TTL.
 	time.Sleep(time.Until(putAt.Add(short + 1200*time.Millisecond)))
-	if n2, err := q.Sweep(ctx); err != nil || n+n2 != 1 {
+	if n2, err := sweep(t, q); err != nil || n+n2 != 1 {
 		t.Fatalf("Sweep after one expiry = %d (and %d before), %v; want 1 in all", n2, n, err)
 	}
 	if bs := blobs(t, srv, azure.DefaultContainer, uniq(t, "sweep")+"/"); len(bs) != 2 {
@@ -287,7 +287,7 @@ func TestClaimCheckToSibling(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	poison, err := queue.OpenSibling(q, uniq(t, "sibling-src")+"-poison")
+	poison, err := q.Sibling(ctx, uniq(t, "sibling-src")+"-poison")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -152,7 +152,7 @@ func TestTooLargeWithoutClaimCheck(t *testing.T) {
 	} {
 		acct := newAccount(t, srv, azure.Config{NoClaimCheck: true, Encoding: c.enc})
 		q := openQueue(t, acct, uniq(t, c.name))
-		if got := queue.MaxBodySize(q); got != c.limit {
+		if got := q.MaxBodySize(); got != c.limit {
 			t.Errorf("%s: MaxBodySize = %d, want %d", c.enc, got, c.limit)
 		}
 		full := []byte(strings.Repeat("z", c.limit))
@@ -238,7 +238,7 @@ func TestTransportFailuresAreTransient(t *testing.T) {
 	slow := newAccount(t, srv, azure.Config{QueueEndpoint: p.Endpoint, Timeout: 200 * time.Millisecond})
 	// Opening creates the queue through the proxy within the 200 ms
 	// timeout, which a busy machine may miss: a transient error, retried.
-	var sq *azure.Queue
+	var sq *queue.Queue
 	for deadline := time.Now().Add(2 * time.Minute); sq == nil; {
 		q, err := slow.Queue(ctx, uniq(t, "transport"))
 		switch {

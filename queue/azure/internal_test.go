@@ -23,7 +23,7 @@ func TestServerTooLarge(t *testing.T) {
 	defer a.Close()
 	ctx := context.Background()
 	// A name of its own: the shared Azurite outlives a run of this test.
-	q, err := a.Queue(ctx, fmt.Sprintf("server-too-large-%d", time.Now().UnixNano()%1e9))
+	q, err := a.open(ctx, fmt.Sprintf("server-too-large-%d", time.Now().UnixNano()%1e9))
 	if err != nil {
 		t.Fatal(err)
 	}
