@@ -56,6 +56,9 @@ type Error struct {
 	Message string
 	// RetryAfter is the server's Retry-After hint, if it gave one.
 	RetryAfter time.Duration
+	// Hint, for a refused credential (ErrAuth), is Azure's
+	// AuthenticationErrorDetail and what to fix (see auth.go).
+	Hint string
 
 	kind error // the queue sentinel it maps to, if any
 	err  error // the SDK's or transport's error
@@ -77,6 +80,9 @@ func (e *Error) Error() string {
 		}
 	} else {
 		b.WriteString(e.Message)
+	}
+	if e.Hint != "" {
+		b.WriteString("; " + e.Hint)
 	}
 	if e.RetryAfter > 0 {
 		fmt.Fprintf(&b, " (retry after %s)", e.RetryAfter)
@@ -104,6 +110,9 @@ func classify(ctx context.Context, op, name string, err error) error {
 		return fmt.Errorf("azure: %s %q: %w", op, name, cerr)
 	}
 	e := &Error{Op: op, Queue: name, err: err}
+	if ce := (*CredentialError)(nil); errors.As(err, &ce) {
+		return credentialFailed(e, ce)
+	}
 	var re *azcore.ResponseError
 	if !errors.As(err, &re) {
 		// No response: the request failed on the way (reset, refused,
@@ -117,6 +126,9 @@ func classify(ctx context.Context, op, name string, err error) error {
 	if re.RawResponse != nil {
 		e.Message = firstLine(responseMessage(re))
 		e.RetryAfter = retryAfter(re.RawResponse.Header)
+	}
+	if explainAuth(e, re) {
+		return e
 	}
 	switch e.Code {
 	case codePopReceiptMismatch:
