@@ -296,7 +296,10 @@ func inProcess(q *queue.Queue) bool {
 // errInProcess refuses a command on an in-process queue: it would work on
 // a new, empty queue of its own, and a message it put would be lost.
 func errInProcess(what, rawURL string) error {
-	return inputErrorf("%s %s: a memory:// queue lives inside one process and ends with it: a message put from here would be lost when this command exits, and nothing a worker holds can be seen from here; use a durable queue the worker shares (sqlite://PATH?queue=NAME), or Worker.Put inside the worker's process", what, queue.Redact(rawURL))
+	if rawURL != "" {
+		what += " " + queue.Redact(rawURL)
+	}
+	return inputErrorf("%s: a memory:// queue lives inside one process and ends with it: a message put from here would be lost when this command exits, and nothing a worker holds can be seen from here; use a durable queue the worker shares (sqlite://PATH?queue=NAME), or Worker.Put inside the worker's process", what)
 }
 
 // sameQueue reports whether two queue URLs name the same queue: for the
