@@ -21,7 +21,7 @@ import (
 // running.
 var ErrRunning = errors.New("listener: already running")
 
-// Listener is seed 002's multi-threaded queue listener: a pool of dequeue
+// Listener is the Best Practices article's multi-threaded queue listener: a pool of dequeue
 // tasks feeding one handler func. Create it with New, run it with Run (or
 // Start and Wait), and resize the pool with Resize while it runs.
 type Listener struct {
@@ -91,7 +91,7 @@ func New(q *queue.Queue, h handler.Func, o Options) (*Listener, error) {
 		long := idle
 		if o.Notifier != nil {
 			// Triggered: sleep up to the safety interval, stop at the usual
-			// maximum (seed 002's modified QueueEmpty handler).
+			// maximum (the Best Practices article's modified QueueEmpty handler).
 			long.Max = o.SafetyInterval
 		}
 		o.QueueEmpty = func(l *Listener, k int) (time.Duration, bool) {
@@ -130,7 +130,7 @@ func (l *Listener) Run(ctx context.Context) error {
 	return l.Wait()
 }
 
-// Start starts n dequeue tasks (seed 002's StartListener(threadCount)) and
+// Start starts n dequeue tasks (the Best Practices article's StartListener(threadCount)) and
 // returns. The listener runs until ctx ends; Wait waits for that.
 func (l *Listener) Start(ctx context.Context, n int) error {
 	if n < 1 || n > l.o.MaxTasks {
@@ -345,7 +345,7 @@ func (l *Listener) ActiveTasks() int {
 // Depth is the queue's approximate message count: one billed Count call.
 func (l *Listener) Depth(ctx context.Context) (int, error) { return l.q.Count(ctx) }
 
-// State is seed 002's QueryState, with more: the queue's depth and the
+// State is the Best Practices article's QueryState, with more: the queue's depth and the
 // listener's counters.
 type State struct {
 	// Depth is the queue's approximate count, visible and hidden.

@@ -13,10 +13,10 @@ import (
 	"github.com/adaptq/adaptq/scaling"
 )
 
-// task is one dequeue task: seed 002's DequeueTaskMain. Its loop usually
-// runs on one goroutine, but an inline batch that stalls hands the loop to
-// a new goroutine (see batch.spill), so the task's state lives here rather
-// than on a stack.
+// task is one dequeue task: the Best Practices article's DequeueTaskMain.
+// Its loop usually runs on one goroutine, but an inline batch that stalls
+// hands the loop to a new goroutine (see batch.spill), so the task's state
+// lives here rather than on a stack.
 type task struct {
 	l   *Listener
 	id  int

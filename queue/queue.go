@@ -15,7 +15,7 @@ import (
 // Limits and defaults shared by every driver. They are Azure Queue Storage's,
 // so that a configuration moves between backends unchanged.
 const (
-	// MaxBatchSize is the most messages one Get may ask for (seed 002: "the
+	// MaxBatchSize is the most messages one Get may ask for (the Best Practices article: "the
 	// maximum size of the Queue Service API package for a remove from a queue
 	// operation is 32. Exceeding this value will result in a runtime
 	// exception").
@@ -26,10 +26,10 @@ const (
 	DefaultMaxBodySize = 64 * 1024
 
 	// DefaultTTL is how long a message lives when PutOptions.TTL is zero
-	// (seed 000: messages are kept for 7 days).
+	// (the Windows Azure Queue white paper: messages are kept for 7 days).
 	DefaultTTL = 7 * 24 * time.Hour
 
-	// DefaultVisibilityTimeout is the visibility timeout seed 001 gives for a
+	// DefaultVisibilityTimeout is the visibility timeout the message visibility article gives for a
 	// get that names none ("If not explicitly set, it will default to 30
 	// seconds"). Get itself always takes an explicit timeout; callers use
 	// this constant as their default.

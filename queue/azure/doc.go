@@ -89,7 +89,7 @@
 //
 // # Bodies
 //
-// Bodies are bytes and round-trip exactly (seed 000 §6.7): by default they
+// Bodies are bytes and round-trip exactly (the Windows Azure Queue white paper §6.7): by default they
 // travel base64-encoded, as Azure Functions and the other SDKs' base64
 // policies expect. encoding=text sends them as they are, for producers and
 // consumers that use plain text; Put then refuses (queue.ErrInvalidArgument,
@@ -156,8 +156,9 @@
 // as *Error values that carry the operation, the queue, the status and
 // Azure's code and message (the portable queue names the operation and
 // queue in the text). A 503 ServerBusy without a Retry-After leaves
-// the wait to the caller's backoff, as the Azure SDK's own policy does (seed
-// 003's 10 s is SQL Azure's rule, not Storage's).
+// the wait to the caller's backoff, as the Azure SDK's own policy does (the
+// 10 s of "Introducing worker thread governance to Windows Azure SQL
+// Database" is SQL Azure's rule, not Storage's).
 //
 // # Limits and rounding
 //

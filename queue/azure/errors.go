@@ -154,7 +154,7 @@ func classify(ctx context.Context, op, name string, err error) error {
 		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		// 503 ServerBusy is Azure Storage's throttling answer. Without a
 		// Retry-After the caller's own backoff applies, as in the Azure
-		// SDK's retry policy (seed 003's 10 s is SQL Azure's rule).
+		// SDK's retry policy (the worker thread governance post's 10 s is SQL Azure's rule).
 		return queue.Transient(e, e.RetryAfter)
 	}
 	return e
