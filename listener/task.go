@@ -30,6 +30,9 @@ type task struct {
 	// gets. Only the goroutine running the loop touches them.
 	idle       int
 	errBackoff *backoff.ExponentialBackOff
+	// longPoll is the wait of the next get where the backend long-polls
+	// (Features().LongPoll): an idle task's sleep, spent on the server.
+	longPoll time.Duration
 	// current is the batch running inline, if any; stall fires spill on it
 	// when it runs too long. One timer per task, reset for each batch.
 	current atomic.Pointer[batch]
@@ -98,7 +101,19 @@ func (t *task) loop() error {
 		// may have hidden messages on the backend that it never returns,
 		// which nobody would then hold until their visibility timeout.
 		// Whatever it brings back after shutdown began is released below.
-		ms, err := l.q.Get(l.opCtx, held, l.o.VisibilityTimeout)
+		var ms []*queue.Message
+		var err error
+		if wait := t.longPoll; wait > 0 {
+			// An idle task's long poll: it returns the moment a message
+			// arrives. Shutdown cuts it off; what it may have hidden on the
+			// way reappears after its visibility timeout.
+			t.longPoll = 0
+			l.idleTasks.Add(1)
+			ms, err = l.q.GetWait(ctx, held, l.o.VisibilityTimeout, wait)
+			l.idleTasks.Add(-1)
+		} else {
+			ms, err = l.q.Get(l.opCtx, held, l.o.VisibilityTimeout)
+		}
 		if err != nil {
 			l.sem.Release(int64(held))
 			if ctx.Err() != nil {
@@ -132,6 +147,14 @@ func (t *task) loop() error {
 				counted = false
 				log.Debug("listener: idle task stopped", zap.Int("idle_count", t.idle), zap.Duration("delay", delay))
 				return nil
+			}
+			if lp := l.q.Features().LongPoll; lp >= time.Second && delay >= time.Second {
+				// The backend waits instead of the task: the next get
+				// long-polls for the idle delay (at most LongPoll), so an
+				// idle task makes one call per LongPoll and sees a message
+				// the moment it is put, trigger or not.
+				t.longPoll = min(delay, lp)
+				continue
 			}
 			emptyAt := l.o.Clock.Now()
 			l.idleTasks.Add(1)
