@@ -281,7 +281,7 @@ func (c *Client) open(ctx context.Context, name string) (*Queue, error) {
 		if cerr != nil {
 			cerr = classify(rctx, "CreateQueue", name, cerr)
 			var e *Error
-			if !errors.As(cerr, &e) || e.Code != "QueueNameExists" && e.Code != "QueueAlreadyExists" {
+			if !errors.As(cerr, &e) || !hasCode(e.Code, []string{"QueueNameExists", "QueueAlreadyExists"}) {
 				return fail(cerr)
 			}
 			// Created meanwhile by another process, with other

@@ -19,17 +19,19 @@ import (
 // create it (create=false), or it was deleted while open.
 var ErrQueueNotFound = errors.New("sqs: queue does not exist")
 
-// SQS error codes the driver maps. SQS answers in the JSON protocol with
-// the short codes; the query protocol's long forms are accepted too.
+// SQS error codes the driver maps, without the "AWS.SimpleQueueService."
+// prefix of the query protocol's codes (SQS's JSON protocol may still
+// give those, in its x-amzn-query-error header, and the SDK reports them).
 var (
-	codesQueueNotFound = []string{"QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue"}
-	codesReceipt       = []string{"ReceiptHandleIsInvalid", "MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight"}
-	codesThrottled     = []string{"RequestThrottled", "ThrottlingException", "Throttling", "KmsThrottled", "OverLimit",
-		"AWS.SimpleQueueService.RequestThrottled"}
-	codesTransient = []string{"ServiceUnavailable", "InternalError", "InternalFailure", "RequestTimeout",
-		"KmsInternalFailure"}
-	codesPurging = []string{"PurgeQueueInProgress", "AWS.SimpleQueueService.PurgeQueueInProgress"}
+	codesQueueNotFound = []string{"QueueDoesNotExist", "NonExistentQueue"}
+	codesReceipt       = []string{"ReceiptHandleIsInvalid", "MessageNotInflight"}
+	codesThrottled     = []string{"RequestThrottled", "ThrottlingException", "Throttling", "KmsThrottled", "OverLimit"}
+	codesTransient     = []string{"ServiceUnavailable", "InternalError", "InternalFailure", "RequestTimeout", "KmsInternalFailure"}
+	codesPurging       = []string{"PurgeQueueInProgress"}
 )
+
+// queryPrefix starts the query protocol's SQS error codes.
+const queryPrefix = "AWS.SimpleQueueService."
 
 // PurgeInterval is how long SQS makes a second PurgeQueue of a queue wait
 // (its API reference: "you can't purge a queue more than once every 60
@@ -83,6 +85,7 @@ func (e *Error) Unwrap() []error {
 }
 
 func hasCode(code string, codes []string) bool {
+	code = strings.TrimPrefix(code, queryPrefix)
 	for _, c := range codes {
 		if code == c {
 			return true
@@ -125,12 +128,12 @@ func classify(ctx context.Context, op, name string, err error) error {
 	case hasCode(e.Code, codesReceipt):
 		e.kind = queue.ErrReceiptMismatch
 		return e
-	case e.Code == "InvalidParameterValue" && strings.Contains(e.Message, "ReceiptHandle"):
+	case hasCode(e.Code, []string{"InvalidParameterValue"}) && strings.Contains(e.Message, "ReceiptHandle"):
 		// SQS's answer to a ChangeMessageVisibility whose receipt handle
 		// has expired or is not the newest.
 		e.kind = queue.ErrReceiptMismatch
 		return e
-	case e.Code == "InvalidParameterValue" && strings.Contains(e.Message, "shorter than"):
+	case hasCode(e.Code, []string{"InvalidParameterValue"}) && strings.Contains(e.Message, "shorter than"):
 		e.kind = queue.ErrTooLarge
 		return e
 	case hasCode(e.Code, codesPurging):
