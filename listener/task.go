@@ -32,7 +32,11 @@ type task struct {
 	errBackoff *backoff.ExponentialBackOff
 	// longPoll is the wait of the next get where the backend long-polls
 	// (Features().LongPoll): an idle task's sleep, spent on the server.
-	longPoll time.Duration
+	// polled and pollStart are the last get's wait (0: not a long poll)
+	// and when it began.
+	longPoll  time.Duration
+	polled    time.Duration
+	pollStart time.Time
 	// current is the batch running inline, if any; stall fires spill on it
 	// when it runs too long. One timer per task, reset for each batch.
 	current atomic.Pointer[batch]
@@ -108,10 +112,12 @@ func (t *task) loop() error {
 			// arrives. Shutdown cuts it off; what it may have hidden on the
 			// way reappears after its visibility timeout.
 			t.longPoll = 0
+			t.polled, t.pollStart = wait, l.o.Clock.Now()
 			l.idleTasks.Add(1)
 			ms, err = l.q.GetWait(ctx, held, l.o.VisibilityTimeout, wait)
 			l.idleTasks.Add(-1)
 		} else {
+			t.polled = 0
 			ms, err = l.q.Get(l.opCtx, held, l.o.VisibilityTimeout)
 		}
 		if err != nil {
@@ -153,6 +159,21 @@ func (t *task) loop() error {
 				// long-polls for the idle delay (at most LongPoll), so an
 				// idle task makes one call per LongPoll and sees a message
 				// the moment it is put, trigger or not.
+				if t.polled > 0 {
+					// A long poll that came back empty before its wait was
+					// up (a backend or a wrapper that did not hold the
+					// call) must not make the idle wait a busy loop: sleep
+					// the rest.
+					if rest := t.polled - l.o.Clock.Now().Sub(t.pollStart); rest > 0 {
+						l.idleTasks.Add(1)
+						r := l.sleep(ctx, rest, true)
+						l.idleTasks.Add(-1)
+						if r == sleepStop {
+							counted = false
+							return nil
+						}
+					}
+				}
 				t.longPoll = min(delay, lp)
 				continue
 			}
