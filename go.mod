@@ -2,6 +2,9 @@ module github.com/adaptq/adaptq
 
 go 1.26.0
 
+// aws-sdk-go-v2: service/sqs is pinned at v1.52.0 (newer versions are refused
+// by the module proxy on these machines), config at v1.33.5, the newest whose
+// core (v1.47.0) is the one service/sqs v1.52.0 needs.
 require (
 	github.com/aws/aws-sdk-go-v2 v1.47.0
 	github.com/aws/aws-sdk-go-v2/config v1.33.5
@@ -14,8 +17,9 @@ require (
 	modernc.org/sqlite v1.61.1
 )
 
+require github.com/aws/aws-sdk-go-v2/credentials v1.20.5
+
 require (
-	github.com/aws/aws-sdk-go-v2/credentials v1.20.5 // indirect
 	github.com/aws/aws-sdk-go-v2/feature/ec2/imds v1.20.0 // indirect
 	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.3 // indirect
 	github.com/aws/aws-sdk-go-v2/internal/endpoints/v2 v2.8.3 // indirect
