@@ -13,6 +13,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 )
 
 // ErrQueueNotFound: the queue does not exist and the driver was told not to
@@ -116,10 +117,19 @@ func classify(ctx context.Context, op, name string, err error) error {
 		e.Message = firstLine(ae.ErrorMessage())
 	}
 	if e.StatusCode == 0 && e.Code == "" {
-		// No response: the request failed on the way (reset, refused,
-		// timeout). The outcome is unknown and a retry may succeed.
 		e.Message = firstLine(transportMessage(err))
-		return queue.Transient(e, 0)
+		var conn interface{ ConnectionError() bool }
+		if errors.As(err, &conn) && conn.ConnectionError() {
+			// No response: the request failed on the way (reset, refused,
+			// closed). The outcome is unknown and a retry may succeed.
+			return queue.Transient(e, 0)
+		}
+		if t, _ := driver.DefaultClassify(err); t {
+			return queue.Transient(e, 0) // a timeout
+		}
+		// Failed before sending: no credentials, a bad endpoint. A
+		// retry cannot cure it.
+		return e
 	}
 	switch {
 	case hasCode(e.Code, codesQueueNotFound):

@@ -1,10 +1,13 @@
 package sqs_test
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -52,5 +55,24 @@ func TestSecretsNeverReachErrorsOrLogs(t *testing.T) {
 	}
 	if cfg := c.Config(); cfg.Credentials != nil {
 		t.Error("Client.Config hands out the credentials provider")
+	}
+}
+
+// A server that cannot be reached is a transient failure; credentials
+// that cannot be found are not (no retry finds them).
+func TestTransportAndCredentialFailures(t *testing.T) {
+	t.Parallel()
+	srv := sqstest.Shared(t)
+	c := newClient(t, srv, sqs.Config{Endpoint: "http://127.0.0.1:1"})
+	_, err := c.Queue(ctx, "unreachable")
+	if err == nil || !queue.IsTransient(err) {
+		t.Fatalf("an unreachable endpoint: %v (transient %v), want a transient error", err, queue.IsTransient(err))
+	}
+	none := newClient(t, srv, sqs.Config{Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+		return aws.Credentials{}, errors.New("no credentials here")
+	})})
+	_, err = none.Queue(ctx, "no-credentials")
+	if err == nil || queue.IsTransient(err) || !strings.Contains(err.Error(), "no credentials here") {
+		t.Fatalf("missing credentials: %v (transient %v), want a permanent error saying so", err, queue.IsTransient(err))
 	}
 }
