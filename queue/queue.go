@@ -398,6 +398,68 @@ func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d t
 	return r, nil
 }
 
+// UpdateVisibilityBatch is UpdateVisibility for many held messages, with as
+// few backend calls as the driver allows: one per Features().MaxBatch
+// receipts where it changes visibilities in batches (SQS), else one
+// UpdateVisibility each, run concurrently. newReceipts and results have
+// one entry per receipt, in order: the new receipt and nil, or "" and what
+// UpdateVisibility would have returned (a failed batch call reports its
+// error for each of its receipts). err is for a call refused as a whole (a
+// closed queue, an ended context, d out of range).
+func (q *Queue) UpdateVisibilityBatch(ctx context.Context, receipts []Receipt, d time.Duration) (newReceipts []string, results []error, err error) {
+	if len(receipts) == 0 {
+		return nil, nil, nil
+	}
+	if err := q.begin(ctx, OpUpdate); err != nil {
+		return nil, nil, err
+	}
+	if err := checkUpdateVisibility(d); err != nil {
+		return nil, nil, q.reject(OpUpdate, err)
+	}
+	newReceipts = make([]string, len(receipts))
+	results = make([]error, len(receipts))
+	vb, ok := q.d.(driver.VisibilityBatcher)
+	if !ok {
+		sem := make(chan struct{}, MaxBatchSize)
+		var wg sync.WaitGroup
+		for i, r := range receipts {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				newReceipts[i], results[i] = q.UpdateVisibility(ctx, r.ID, r.PopReceipt, d)
+			})
+		}
+		wg.Wait()
+		return newReceipts, results, nil
+	}
+	rs := driverReceipts(receipts)
+	for start := 0; start < len(rs); start += q.f.MaxBatch {
+		end := min(start+q.f.MaxBatch, len(rs))
+		nr, res, err := vb.UpdateVisibilityBatch(ctx, rs[start:end], d)
+		if err == nil && (len(res) != end-start || len(nr) != end-start) {
+			err = fmt.Errorf("the driver returned %d results for %d receipts", len(res), end-start)
+		}
+		if err != nil {
+			err = q.fail(OpUpdate, 0, err)
+			for i := start; i < end; i++ {
+				results[i] = err
+			}
+			continue
+		}
+		updated := 0
+		for i, r := range res {
+			if r != nil {
+				results[start+i] = q.wrap(OpUpdate, r)
+			} else {
+				newReceipts[start+i] = nr[i]
+				updated++
+			}
+		}
+		q.observe(OpUpdate, updated, nil)
+	}
+	return newReceipts, results, nil
+}
+
 // Peek returns up to n (1..Features().MaxPeek) visible messages without
 // hiding them or changing their receipts or dequeue counts. PopReceipt is
 // empty. A backend that cannot peek returns ErrUnsupported.

@@ -321,3 +321,38 @@ func TestGetWaitAndBillingByPayload(t *testing.T) {
 		t.Fatalf("GetWait without long polling: %v", err)
 	}
 }
+
+// Without the driver's batch capability, UpdateVisibilityBatch makes one
+// UpdateVisibility per receipt, each billed, each with its own result.
+func TestUpdateVisibilityBatchFallsBackToOneCallEach(t *testing.T) {
+	ctx := context.Background()
+	m := meter.New(0)
+	q, err := memory.NewStore().Queue("release-batch", queue.WithObserver(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := fill(t, q, 5)
+	rs = append(rs, queue.Receipt{ID: "nope", PopReceipt: "nope"})
+	before := m.Snapshot()
+	nr, res, err := q.UpdateVisibilityBatch(ctx, rs, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		if res[i] != nil || nr[i] == "" {
+			t.Fatalf("result %d: %q, %v", i, nr[i], res[i])
+		}
+	}
+	if !errors.Is(res[5], queue.ErrNotFound) {
+		t.Fatalf("an unknown message: %v, want ErrNotFound", res[5])
+	}
+	if d := m.Snapshot().Sub(before); d.Calls[meter.Update] != 6 {
+		t.Fatalf("%d update calls, want 6", d.Calls[meter.Update])
+	}
+	if ms, err := q.Get(ctx, 10, time.Second); err != nil || len(ms) != 5 {
+		t.Fatalf("after the release Get = %d, %v; want 5", len(ms), err)
+	}
+	if _, _, err := q.UpdateVisibilityBatch(ctx, rs, -time.Second); !errors.Is(err, queue.ErrInvalidArgument) {
+		t.Fatalf("a negative visibility: %v", err)
+	}
+}

@@ -192,6 +192,19 @@ func Wait(ctx context.Context) time.Duration {
 	return max(d, 0)
 }
 
+// VisibilityBatcher is a capability a driver may have beyond Queue (found
+// with a type assertion, as io.WriterTo is by io.Copy): changing the
+// visibility of many held messages in one backend call (SQS's
+// ChangeMessageVisibilityBatch). The portable queue's UpdateVisibilityBatch
+// calls it with 1 to Features.MaxBatch receipts and d in [0,
+// MaxVisibilityTimeout]; it returns one new receipt and one result per
+// receipt, in order (as UpdateVisibility would), or err for a failure of
+// the whole call. A wrapper that embeds the driver hides it; the portable
+// queue then updates the messages one call each.
+type VisibilityBatcher interface {
+	UpdateVisibilityBatch(ctx context.Context, receipts []Receipt, d time.Duration) (newReceipts []string, results []error, err error)
+}
+
 // Durability is what an acknowledged Put survives.
 type Durability int
 
