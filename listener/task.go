@@ -287,8 +287,23 @@ func (l *Listener) getFailed(log *zap.Logger, err error, b *backoff.ExponentialB
 
 // releaseAll makes unstarted messages visible again at once.
 func (l *Listener) releaseAll(ms []*queue.Message) {
-	for _, m := range ms {
-		l.release(m.ID, m.PopReceipt)
+	rs := make([]queue.Receipt, len(ms))
+	for i, m := range ms {
+		rs[i] = queue.Receipt{ID: m.ID, PopReceipt: m.PopReceipt}
+	}
+	// One call per Features().MaxBatch where the backend changes
+	// visibilities in batches (SQS), else one each.
+	_, res, err := l.q.UpdateVisibilityBatch(l.opCtx, rs, 0)
+	for i, m := range ms {
+		e := err
+		if e == nil {
+			e = res[i]
+		}
+		if e != nil {
+			l.log.Debug("listener: release failed; the message reappears after its visibility timeout", zap.String("msg_id", m.ID), zap.Error(e))
+			continue
+		}
+		l.stats.released.Add(1)
 	}
 }
 

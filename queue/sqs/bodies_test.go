@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/meter"
 	"github.com/adaptq/adaptq/queue/sqs"
 	"github.com/adaptq/adaptq/queue/sqs/sqstest"
 )
@@ -135,3 +136,65 @@ func deleteOne(t *testing.T, q *queue.Queue, m *queue.Message) {
 		t.Fatal(err)
 	}
 }
+
+// Releases go in ChangeMessageVisibilityBatch calls of up to 10: 12
+// releases are 2 billed calls, each result what UpdateVisibility would
+// give.
+func TestUpdateVisibilityBatch(t *testing.T) {
+	t.Parallel()
+	srv := sqstest.Shared(t)
+	c := newClient(t, srv, sqs.Config{})
+	m := meterOf(t)
+	q := openQueue(t, c, "release", queue.WithObserver(m))
+	other := openQueue(t, c, "release-other")
+	fill(t, q, 12)
+	var rs []queue.Receipt
+	for len(rs) < 12 {
+		ms, err := q.Get(ctx, 10, time.Minute)
+		if err != nil || len(ms) == 0 {
+			t.Fatalf("Get: %d, %v", len(ms), err)
+		}
+		for _, m := range ms {
+			rs = append(rs, queue.Receipt{ID: m.ID, PopReceipt: m.PopReceipt})
+		}
+	}
+	fill(t, other, 1)
+	om := getOne(t, other)
+	rs = append(rs, queue.Receipt{ID: om.ID, PopReceipt: om.PopReceipt})
+	before := m.Snapshot()
+	nr, res, err := q.UpdateVisibilityBatch(ctx, rs, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 12; i++ {
+		if res[i] != nil || nr[i] != rs[i].PopReceipt {
+			t.Fatalf("release %d: %q, %v", i, nr[i], res[i])
+		}
+	}
+	if !errors.Is(res[12], queue.ErrNotFound) {
+		t.Fatalf("another queue's receipt: %v, want ErrNotFound", res[12])
+	}
+	if d := m.Snapshot().Sub(before); d.Calls[meter.Update] != 2 {
+		t.Fatalf("%d update calls for 12 releases, want 2", d.Calls[meter.Update])
+	}
+	got := 0
+	for got < 12 {
+		ms, err := q.Get(ctx, 10, time.Minute)
+		if err != nil || len(ms) == 0 {
+			t.Fatalf("after the release got %d of 12: %v", got, err)
+		}
+		for _, m := range ms {
+			if m.DequeueCount != 2 {
+				t.Errorf("released message got with dequeue count %d, want 2", m.DequeueCount)
+			}
+		}
+		got += len(ms)
+	}
+	// A stale receipt (the first get's, after the second get) is refused.
+	_, res, err = q.UpdateVisibilityBatch(ctx, rs[:1], 0)
+	if err != nil || !errors.Is(res[0], queue.ErrReceiptMismatch) {
+		t.Fatalf("a stale receipt: %v, %v; want ErrReceiptMismatch", res, err)
+	}
+}
+
+func meterOf(t *testing.T) *meter.Meter { t.Helper(); return meter.New(sqs.PricePer10k) }

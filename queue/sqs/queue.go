@@ -519,3 +519,80 @@ func (q *Queue) Clear(ctx context.Context) error {
 	_, err := q.c.api.PurgeQueue(rctx, &awssqs.PurgeQueueInput{QueueUrl: aws.String(q.url)})
 	return classify(rctx, "PurgeQueue", q.name, err)
 }
+
+var _ driver.VisibilityBatcher = (*Queue)(nil)
+
+// UpdateVisibilityBatch changes the visibility of up to MaxBatch held
+// messages with one ChangeMessageVisibilityBatch (the portable queue's
+// UpdateVisibilityBatch: releases at shutdown, in batches). Each result is
+// what UpdateVisibility would return.
+func (q *Queue) UpdateVisibilityBatch(ctx context.Context, receipts []driver.Receipt, d time.Duration) ([]string, []error, error) {
+	if d > MaxVisibility {
+		return nil, nil, fmt.Errorf("%w: visibility timeout %s is over SQS's %s", queue.ErrInvalidArgument, d, MaxVisibility)
+	}
+	newReceipts := make([]string, len(receipts))
+	results := make([]error, len(receipts))
+	var expired []string
+	entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, 0, len(receipts))
+	for i, rc := range receipts {
+		r, err := q.parseReceipt(rc.PopReceipt)
+		switch {
+		case err != nil:
+			results[i] = err
+		case r.expired():
+			results[i] = errExpired
+			expired = append(expired, r.handle)
+		default:
+			entries = append(entries, types.ChangeMessageVisibilityBatchRequestEntry{
+				Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(r.handle), VisibilityTimeout: seconds(d),
+			})
+		}
+	}
+	if len(expired) > 0 {
+		q.deleteExpired(context.WithoutCancel(ctx), expired)
+	}
+	if len(entries) == 0 {
+		return newReceipts, results, nil
+	}
+	rctx, cancel := q.c.ctx(ctx, 0)
+	defer cancel()
+	out, err := q.c.api.ChangeMessageVisibilityBatch(rctx, &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(q.url), Entries: entries})
+	if err != nil {
+		err = classify(rctx, "ChangeMessageVisibilityBatch", q.name, err)
+		if errors.Is(err, ErrQueueNotFound) {
+			err = fmt.Errorf("%w: %w", queue.ErrNotFound, err)
+		}
+		return nil, nil, err
+	}
+	answered := make(map[int]bool, len(entries))
+	for _, s := range out.Successful {
+		if i, err := strconv.Atoi(aws.ToString(s.Id)); err == nil && i >= 0 && i < len(receipts) {
+			answered[i] = true
+			newReceipts[i] = receipts[i].PopReceipt
+		}
+	}
+	for _, f := range out.Failed {
+		i, err := strconv.Atoi(aws.ToString(f.Id))
+		if err != nil || i < 0 || i >= len(receipts) {
+			continue
+		}
+		answered[i] = true
+		e := &Error{Op: "ChangeMessageVisibilityBatch", Queue: q.name, Code: aws.ToString(f.Code), Message: firstLine(aws.ToString(f.Message)), err: errors.New(aws.ToString(f.Code))}
+		switch {
+		case hasCode(e.Code, codesReceipt), hasCode(e.Code, []string{"InvalidParameterValue"}) && strings.Contains(e.Message, "ReceiptHandle"):
+			e.kind = queue.ErrReceiptMismatch
+			results[i] = e
+		case f.SenderFault:
+			results[i] = e
+		default:
+			results[i] = queue.Transient(e, 0)
+		}
+	}
+	for _, en := range entries {
+		i, _ := strconv.Atoi(*en.Id)
+		if !answered[i] {
+			results[i] = queue.Transient(&Error{Op: "ChangeMessageVisibilityBatch", Queue: q.name, Message: "no result for the entry", err: errors.New("no result")}, 0)
+		}
+	}
+	return newReceipts, results, nil
+}
