@@ -46,7 +46,9 @@
 //
 // A receive returns at most 10 messages (Features().MaxBatch; the listener
 // asks for 10). Deletes go in DeleteMessageBatch calls of up to 10
-// (Features().BatchDelete). There is no peek (Features().MaxPeek is 0).
+// (Features().BatchDelete), and the portable queue's UpdateVisibilityBatch
+// (releases) in ChangeMessageVisibilityBatch calls of up to 10. There is
+// no peek (Features().MaxPeek is 0).
 // Count is ApproximateNumberOfMessages + …NotVisible + …Delayed, an
 // approximation. Clear is PurgeQueue (one a minute per queue). Visibility
 // timeouts and delays are whole seconds, rounded up; SQS hides a message
