@@ -79,7 +79,9 @@
 // uses for its idle waits (Features().LongPoll), is a ReceiveMessage with
 // WaitTimeSeconds: SQS holds the call open until a message arrives, up to
 // 20 s, and returns it at once, received and hidden like any Get's (so
-// dequeue counts stay true). An idle task so costs at most one call per
+// dequeue counts stay true). The listener's idle delay becomes the wait
+// once it reaches a second; when it has grown to 20 s (some 25 s after the
+// queue empties, with the default backoff) an idle task makes one call per
 // 20 s, 180 an hour, and sees a message the moment it is put, with no
 // trigger. A queue whose ReceiveMessageWaitTimeSeconds attribute is set
 // makes every Get a long poll (SQS omits a wait of 0 from the request);
