@@ -125,7 +125,7 @@ func getOne(t *testing.T, q *queue.Queue) *queue.Message {
 	t.Helper()
 	ms, err := q.Get(ctx, 1, 30*time.Second)
 	if err != nil || len(ms) != 1 {
-		t.Fatalf("Get = %d, %v", len(ms), err)
+		t.Fatalf("Get = %d, %v (%#v)", len(ms), err, errors.Unwrap(err))
 	}
 	return ms[0]
 }

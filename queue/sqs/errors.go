@@ -131,6 +131,14 @@ func classify(ctx context.Context, op, name string, err error) error {
 		// retry cannot cure it.
 		return e
 	}
+	if e.Code == "" && e.StatusCode < 300 {
+		// An answer that could not be read: the body cut off or garbled
+		// on the way (the SDK checks its MD5). Whatever the receive
+		// hid reappears after its visibility timeout; a retry may
+		// succeed.
+		e.Message = firstLine(transportMessage(err))
+		return queue.Transient(e, 0)
+	}
 	switch {
 	case hasCode(e.Code, codesQueueNotFound):
 		e.kind = ErrQueueNotFound
