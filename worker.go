@@ -27,6 +27,7 @@ import (
 	_ "github.com/adaptq/adaptq/queue/azure"
 	_ "github.com/adaptq/adaptq/queue/memory"
 	_ "github.com/adaptq/adaptq/queue/sqlite"
+	_ "github.com/adaptq/adaptq/queue/sqs"
 )
 
 // ErrNoHandler: a configured queue names a handler that is not registered.

@@ -35,6 +35,10 @@ var figures = map[string][]string{
 		"listener ÷ hand-written loop", "listener ÷ naive loop", "listener's calls per message on Azure",
 		"30ms per request: hand-written loop", "30ms per request: listener:", "30ms per request: listener ÷ hand-written loop",
 	},
+	"sqs": {
+		"Put, 16 producers", "hand-written loop: 16 goroutines", "listener: 16 tasks", "listener ÷ hand-written loop",
+		"listener's calls per message at saturation", "an idle listener task",
+	},
 	"calls": {
 		"memory driver, Azure-like", "memory driver, batch delete", "SQLite driver, Azure-like", "SQLite driver, batch delete",
 	},

@@ -91,6 +91,7 @@ var Sections = []Spec{
 	{Key: "overhead", Title: "Listener overhead", Run: overhead},
 	{Key: "embedded", Title: "Embedded: adaptq's SQLite driver vs goqite", Run: embedded},
 	{Key: "azurite", Title: "Azurite", Run: azurite},
+	{Key: "sqs", Title: "SQS (emulator)", Run: sqsSection},
 	{Key: "calls", Title: "Calls per message at saturation", Run: callsPerMessage},
 	{Key: "burst", Title: "Burst response", Run: burst},
 	{Key: "work", Title: "Scaling with work", Run: scalingWithWork},

@@ -25,6 +25,12 @@ type Sizes struct {
 	Azurite        int
 	AzuriteLatency int
 	AzuriteRounds  int
+	// SQS is the number of messages each drain of the SQS section starts
+	// with, SQSRounds how many times each consumer drains them, and
+	// SQSIdle how long its idle listener is watched.
+	SQS       int
+	SQSRounds int
+	SQSIdle   time.Duration
 	// Calls is the number of messages of each calls-per-message run.
 	Calls int
 	// Burst is the number of messages that land at once on an idle worker;
@@ -63,6 +69,9 @@ func DefaultSizes() Sizes {
 		Azurite:        1_500,
 		AzuriteLatency: 1_000,
 		AzuriteRounds:  5,
+		SQS:            3_000,
+		SQSRounds:      3,
+		SQSIdle:        100 * time.Second,
 		Calls:          50_000,
 		Burst:          10_000,
 		BurstTrials:    3,
@@ -90,6 +99,9 @@ func TinySizes() Sizes {
 		Azurite:        200,
 		AzuriteLatency: 100,
 		AzuriteRounds:  1,
+		SQS:            200,
+		SQSRounds:      1,
+		SQSIdle:        3 * time.Second,
 		Calls:          500,
 		Burst:          300,
 		BurstTrials:    1,
@@ -116,6 +128,9 @@ func (s *Sizes) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&s.Azurite, "azurite", s.Azurite, "messages per drain of the Azurite section")
 	fs.IntVar(&s.AzuriteLatency, "azurite-latency", s.AzuriteLatency, "messages per drain of the Azurite section with latency added")
 	fs.IntVar(&s.AzuriteRounds, "azurite-rounds", s.AzuriteRounds, "drains per consumer in the Azurite section")
+	fs.IntVar(&s.SQS, "sqs", s.SQS, "messages per drain of the SQS section")
+	fs.IntVar(&s.SQSRounds, "sqs-rounds", s.SQSRounds, "drains per consumer in the SQS section")
+	fs.DurationVar(&s.SQSIdle, "sqs-idle", s.SQSIdle, "how long the SQS section watches an idle listener")
 	fs.IntVar(&s.Calls, "calls", s.Calls, "messages per calls-per-message run")
 	fs.IntVar(&s.Burst, "burst", s.Burst, "messages in a burst")
 	fs.IntVar(&s.BurstTrials, "burst-trials", s.BurstTrials, "bursts per mode")
@@ -137,6 +152,7 @@ func (s Sizes) Validate() error {
 	for name, v := range map[string]int{
 		"repeats": s.Repeats, "overhead": s.Overhead, "backlog": s.Backlog, "embedded": s.Embedded,
 		"azurite": s.Azurite, "azurite-latency": s.AzuriteLatency, "azurite-rounds": s.AzuriteRounds,
+		"sqs": s.SQS, "sqs-rounds": s.SQSRounds,
 		"calls": s.Calls, "burst": s.Burst, "burst-trials": s.BurstTrials, "raw-sqlite": s.RawSQLite, "work-backlog": s.WorkBacklog,
 		"raw-memory": s.RawMemory, "trigger-trials": s.TriggerTrials, "poll-trials": s.PollTrials,
 		"poll-lanes": s.PollLanes, "idle-hours": s.IdleHours,
@@ -146,7 +162,7 @@ func (s Sizes) Validate() error {
 		}
 	}
 	for name, v := range map[string]time.Duration{
-		"burst-idle-max": s.BurstIdleMax, "work-window": s.WorkWindow, "poll-idle-max": s.PollIdleMax,
+		"burst-idle-max": s.BurstIdleMax, "sqs-idle": s.SQSIdle, "work-window": s.WorkWindow, "poll-idle-max": s.PollIdleMax,
 	} {
 		if v < 10*time.Millisecond {
 			bad = append(bad, fmt.Sprintf("-%s %s is below 10ms", name, v))
@@ -160,8 +176,8 @@ func (s Sizes) Validate() error {
 
 // String lists the sizes as the flags that reproduce them.
 func (s Sizes) String() string {
-	return fmt.Sprintf("-repeats %d -overhead %d -backlog %d -embedded %d -azurite %d -azurite-latency %d -azurite-rounds %d -calls %d -burst %d -burst-trials %d -burst-idle-max %s "+
+	return fmt.Sprintf("-repeats %d -overhead %d -backlog %d -embedded %d -azurite %d -azurite-latency %d -azurite-rounds %d -sqs %d -sqs-rounds %d -sqs-idle %s -calls %d -burst %d -burst-trials %d -burst-idle-max %s "+
 		"-work-window %s -work-backlog %d -raw-sqlite %d -raw-memory %d -trigger-trials %d -poll-trials %d -poll-lanes %d -poll-idle-max %s -idle-hours %d",
-		s.Repeats, s.Overhead, s.Backlog, s.Embedded, s.Azurite, s.AzuriteLatency, s.AzuriteRounds, s.Calls, s.Burst, s.BurstTrials, s.BurstIdleMax,
+		s.Repeats, s.Overhead, s.Backlog, s.Embedded, s.Azurite, s.AzuriteLatency, s.AzuriteRounds, s.SQS, s.SQSRounds, s.SQSIdle, s.Calls, s.Burst, s.BurstTrials, s.BurstIdleMax,
 		s.WorkWindow, s.WorkBacklog, s.RawSQLite, s.RawMemory, s.TriggerTrials, s.PollTrials, s.PollLanes, s.PollIdleMax, s.IdleHours)
 }
