@@ -1,0 +1,177 @@
+package postgres
+
+import (
+	"strconv"
+	"strings"
+)
+
+// statements are the driver's SQL, with the schema filled in. pgx prepares
+// each once per connection and caches it (its default exec mode), so none
+// is parsed or planned twice.
+//
+// Every statement that computes a time reads {now}: $1 if the DB has a
+// clock of its own (tests), else the server's now(). Times are timestamptz
+// (microseconds); a message put with queue.NoExpiry expires at 'infinity'.
+// Durations are passed in microseconds.
+type statements struct {
+	register, lookup       string
+	put, putNotify, notify string
+	get, peek              string
+	del, delBatch, update  string
+	count, clear, sweep    string
+}
+
+// shard is the counter row a connection updates (see countShards).
+var shard = "pg_backend_pid() % " + strconv.Itoa(countShards)
+
+func newStatements(schema string) statements {
+	r := strings.NewReplacer(
+		"{s}", schema,
+		"{now}", "coalesce($1::timestamptz, now())",
+		"{shard}", shard,
+		"{receipt}", "((random() - 0.5) * 1.8e19)::bigint",
+	)
+	f := func(s string) string { return r.Replace(s) }
+	put := `
+WITH m AS (
+	INSERT INTO {s}.messages (queue_id, visible_at, expires_at, inserted_at)
+	VALUES ($2, {now} + $3::bigint * interval '1 microsecond',
+	        CASE WHEN $4::bigint < 0 THEN 'infinity'::timestamptz ELSE {now} + $4::bigint * interval '1 microsecond' END,
+	        {now})
+	RETURNING id
+), b AS (
+	INSERT INTO {s}.bodies (id, body) SELECT id, $5 FROM m
+), c AS (
+	UPDATE {s}.counts SET n = n + 1 WHERE queue_id = $2 AND shard = {shard}
+)`
+	return statements{
+		register: f(`
+WITH ins AS (
+	INSERT INTO {s}.queues (name) VALUES ($1) ON CONFLICT (name) DO NOTHING RETURNING id
+), q AS (
+	SELECT id FROM ins UNION ALL SELECT id FROM {s}.queues WHERE name = $1
+), c AS (
+	INSERT INTO {s}.counts (queue_id, shard)
+	SELECT (SELECT id FROM q LIMIT 1), g FROM generate_series(0, $2::int - 1) g
+	WHERE EXISTS (SELECT 1 FROM q)
+	ON CONFLICT DO NOTHING
+)
+SELECT id FROM q LIMIT 1`),
+		lookup: f(`SELECT id FROM {s}.queues WHERE name = $1`),
+
+		// A Put is one statement: the message's state, its body and its
+		// count, and (putNotify) the notification, which PostgreSQL sends
+		// when the statement commits.
+		put:       f(put + `SELECT id FROM m`),
+		putNotify: f(put + `, n AS (SELECT pg_notify($6, $7)) SELECT m.id FROM m, n`),
+		notify:    `SELECT pg_notify($1, $2)`,
+
+		// A Get is one statement: lock up to $3 visible messages, oldest
+		// first, skipping those another Get has locked; hide them, with a
+		// new receipt and their dequeue count + 1. Only the narrow state
+		// row is rewritten; bodies are read from their own table.
+		get: f(`
+WITH picked AS (
+	SELECT id, visible_at FROM {s}.messages
+	WHERE queue_id = $2 AND visible_at <= {now} AND expires_at > {now}
+	ORDER BY visible_at, id
+	LIMIT $3
+	FOR UPDATE SKIP LOCKED
+), got AS (
+	UPDATE {s}.messages m
+	SET visible_at = {now} + $4::bigint * interval '1 microsecond',
+	    dequeue_count = m.dequeue_count + 1,
+	    receipt = {receipt}
+	FROM picked
+	WHERE m.id = picked.id
+	RETURNING m.id, m.receipt, m.dequeue_count, m.inserted_at, m.expires_at, m.visible_at, picked.visible_at AS was_visible_at
+)
+SELECT got.id, got.receipt, got.dequeue_count, got.inserted_at, nullif(got.expires_at, 'infinity'), got.visible_at, b.body
+FROM got JOIN {s}.bodies b ON b.id = got.id
+ORDER BY got.was_visible_at, got.id`),
+
+		peek: f(`
+SELECT m.id, m.dequeue_count, m.inserted_at, nullif(m.expires_at, 'infinity'), m.visible_at, b.body
+FROM {s}.messages m JOIN {s}.bodies b ON b.id = m.id
+WHERE m.queue_id = $2 AND m.visible_at <= {now} AND m.expires_at > {now}
+ORDER BY m.visible_at, m.id
+LIMIT $3`),
+
+		// Delete: the first column is set if the message was deleted (false
+		// if it had expired), the second says whether it existed, unexpired,
+		// before the statement (a receipt mismatch).
+		del: f(`
+WITH d AS (
+	DELETE FROM {s}.messages WHERE id = $3 AND queue_id = $2 AND receipt = $4
+	RETURNING id, expires_at > {now} AS live
+), b AS (
+	DELETE FROM {s}.bodies WHERE id IN (SELECT id FROM d)
+), c AS (
+	UPDATE {s}.counts SET n = n - 1 WHERE queue_id = $2 AND shard = {shard} AND EXISTS (SELECT 1 FROM d)
+)
+SELECT (SELECT live FROM d), (SELECT expires_at > {now} FROM {s}.messages WHERE id = $3 AND queue_id = $2)`),
+
+		// A batch delete is one statement over the receipts as two arrays.
+		delBatch: f(`
+WITH r AS (
+	SELECT * FROM unnest($3::bigint[], $4::bigint[]) WITH ORDINALITY AS r(id, receipt, ord)
+), d AS (
+	DELETE FROM {s}.messages m USING r
+	WHERE m.id = r.id AND m.receipt = r.receipt AND m.queue_id = $2
+	RETURNING m.id, m.receipt, m.expires_at > {now} AS live
+), b AS (
+	DELETE FROM {s}.bodies WHERE id IN (SELECT id FROM d)
+), c AS (
+	UPDATE {s}.counts SET n = n - (SELECT count(*) FROM d)
+	WHERE queue_id = $2 AND shard = {shard} AND EXISTS (SELECT 1 FROM d)
+)
+SELECT r.ord, d.live, e.expires_at > {now}
+FROM r
+LEFT JOIN d ON d.id = r.id AND d.receipt = r.receipt
+LEFT JOIN {s}.messages e ON e.id = r.id AND e.queue_id = $2
+ORDER BY r.ord`),
+
+		update: f(`
+WITH u AS (
+	UPDATE {s}.messages
+	SET visible_at = {now} + $5::bigint * interval '1 microsecond', receipt = {receipt}
+	WHERE id = $3 AND queue_id = $2 AND receipt = $4 AND expires_at > {now}
+	RETURNING receipt
+)
+SELECT (SELECT receipt FROM u), (SELECT expires_at > {now} FROM {s}.messages WHERE id = $3 AND queue_id = $2)`),
+
+		// Count sums the queue's counter rows and takes away the expired
+		// messages not yet swept (an index range that the sweep keeps
+		// short), in one snapshot: exact, and O(1) in the queue's depth.
+		count: f(`
+SELECT (SELECT coalesce(sum(n), 0) FROM {s}.counts WHERE queue_id = $2)
+     - (SELECT count(*) FROM {s}.messages WHERE queue_id = $2 AND expires_at <= {now})`),
+
+		clear: f(`
+WITH d AS (
+	DELETE FROM {s}.messages WHERE queue_id = $1 RETURNING id
+), b AS (
+	DELETE FROM {s}.bodies WHERE id IN (SELECT id FROM d)
+), c AS (
+	UPDATE {s}.counts SET n = n - (SELECT count(*) FROM d) WHERE queue_id = $1 AND shard = {shard}
+)
+SELECT count(*) FROM d`),
+
+		sweep: f(`
+WITH d AS (
+	DELETE FROM {s}.messages WHERE id IN (
+		SELECT id FROM {s}.messages
+		WHERE queue_id = $2 AND expires_at <= {now}
+		ORDER BY expires_at
+		LIMIT $3
+		FOR UPDATE SKIP LOCKED)
+	RETURNING id
+), b AS (
+	DELETE FROM {s}.bodies WHERE id IN (SELECT id FROM d)
+), c AS (
+	UPDATE {s}.counts SET n = n - (SELECT count(*) FROM d)
+	WHERE queue_id = $2 AND shard = {shard} AND EXISTS (SELECT 1 FROM d)
+)
+SELECT count(*) FROM d`),
+	}
+}
