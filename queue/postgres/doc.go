@@ -1,0 +1,137 @@
+// Package postgres is adaptq's PostgreSQL queue driver: many named queues
+// in one schema of a PostgreSQL database, through pgx v5 and pgxpool, with
+// the server's LISTEN/NOTIFY as a native push trigger.
+//
+// Open a database and take queue handles from it:
+//
+//	db, err := postgres.Open(ctx, "postgres://app@db:5432/app")
+//	…
+//	defer db.Close()
+//	q, err := db.Queue(ctx, "orders") // a *queue.Queue
+//
+// or, importing the package for its side effect, open a queue by URL with
+// queue.Open:
+//
+//	postgres://USER@HOST:PORT/DB?queue=orders
+//	postgres://USER:PASSWORD@HOST/DB?queue=orders&schema=jobs&pool_max_conns=16&sslmode=require
+//
+// adaptq's parameters are queue (required), schema (DefaultSchema),
+// migrate=false (WithoutMigrate), notify_interval (DefaultNotifyInterval)
+// and max_body; every other parameter is pgx's (pool_max_conns,
+// connect_timeout, sslmode …). Within one process, the queues opened by URL
+// with the same connection and options share one DB: one pool, one LISTEN
+// connection.
+//
+// # File layout
+//
+// doc.go (this), db.go (Open, options, the queues of a DB), schema.go (the
+// versioned migrations, Migrate), sql.go (every statement), queue.go (the
+// driver.Queue), notify.go (rate-limited NOTIFY and the LISTEN hub),
+// errors.go (which errors are transient), url.go (the postgres:// scheme).
+// Package pgtest finds the server tests run against.
+//
+// # Schema (version 1)
+//
+// One set of tables holds every queue of a schema, keyed by a small
+// queue_id: one table for many queues rather than one per queue, because
+// a Get's index range scan of (queue_id, visible_at, id) touches only its
+// own queue's entries, whatever the other queues hold, so the shared table
+// costs a queue nothing measurable while it keeps queue creation to an
+// INSERT (no DDL at run time, no per-queue privileges or migrations, one
+// prepared statement per operation however many queues there are).
+//
+//	queues(id, name UNIQUE, created_at)
+//	messages(id bigint identity, queue_id, visible_at, expires_at, inserted_at,
+//	         dequeue_count, receipt)                       -- the state a Get changes
+//	INDEX messages_ready  (queue_id, visible_at, id)      -- what Get and Peek scan
+//	INDEX messages_expiry (queue_id, expires_at)          -- what the sweep and Count read
+//	bodies(id PRIMARY KEY, body bytea)                     -- written once, by Put
+//	counts(queue_id, shard, n)                             -- 16 rows per queue
+//	adaptq_migrations(version, description, applied_at)
+//
+// Bodies live apart from the state: an UPDATE in PostgreSQL writes a whole
+// new row version, so a Get that hid a message in a row holding its body
+// would copy the body (and log it to the WAL) at every delivery. A Get
+// rewrites only the narrow state row and reads the body by its key.
+//
+// Message ids are messages.id in decimal; identity columns never hand out
+// an id again. A pop receipt is a random 64-bit integer (16 hex digits),
+// drawn anew by every Get and UpdateVisibility; Delete and UpdateVisibility
+// succeed only with the current one. A message that was never got has no
+// receipt (NULL), which matches nothing.
+//
+// Times are timestamptz (microseconds). Every statement computes from the
+// server's now(), so workers on hosts whose clocks disagree still agree on
+// visibility timeouts; WithClock makes it compute from a clock of the
+// program's (tests move a fake clock).
+//
+// # Operations
+//
+// Each operation is one statement, so one round trip and one transaction:
+//
+//   - Put inserts the state, the body and +1 on a counter row (and, see
+//     below, may notify).
+//   - Get selects up to n visible, unexpired messages oldest first with
+//     FOR UPDATE SKIP LOCKED, so concurrent Gets (in any process) never
+//     wait for nor share a message, and in the same statement hides them,
+//     draws their receipts and adds 1 to their dequeue counts, returning
+//     the bodies joined from their table.
+//   - DeleteBatch passes the ids and receipts as two arrays through unnest
+//     and deletes the states, the bodies and the count in one statement,
+//     returning one outcome per receipt (deleted, stale receipt, gone).
+//   - UpdateVisibility updates only a message held with its newest
+//     receipt.
+//   - Count sums the queue's 16 counter rows and subtracts the expired
+//     messages not swept yet, in one snapshot: exact, O(1) in the depth.
+//     Every statement that adds or deletes messages updates the counter
+//     in the same transaction, on the row of its connection's backend pid
+//     modulo 16, so concurrent writers rarely wait on one row.
+//   - Expired messages are never returned or counted, and are deleted
+//     (1,000 at a time) by a Get that found work, at most once a minute per
+//     queue and process, or by Sweep.
+//
+// A connection that drops in the middle of a Get leaves either no change
+// (the transaction rolls back) or messages hidden until their visibility
+// timeout, as a consumer that crashed would: nothing is hidden for longer.
+//
+// # Dead tuples and autovacuum
+//
+// Every Get leaves a dead row version and every delete two dead rows, so
+// the tables carry their own autovacuum settings (schema.go): a fixed
+// threshold of 5,000 dead rows, no scale factor and no cost delay, so
+// vacuum runs every few thousand messages at any table size instead of
+// after 20 % of it, and the Gets' index scans do not wade through
+// millions of dead entries.
+//
+// # Native notify
+//
+// Features().NativeNotify is set: a Put notifies the channel "adaptq:" +
+// schema with the queue's name as payload, inside its own statement, so
+// the notification leaves when the message is committed and any process
+// on the database hears it, with no HTTP trigger. Notifications are
+// rate-limited per queue and process (DefaultNotifyInterval): a Put within
+// the interval of the last notification does not notify, and one
+// notification follows such Puts at the end of the interval.
+//
+// Subscribe is served by one dedicated connection per DB (so per worker
+// process) that LISTENs on the channel and wakes the subscribers of the
+// queue named in each notification. It connects with the first subscriber
+// and disconnects after the last; when it is lost it reconnects with
+// jittered exponential backoff (0.1 s to 30 s) and wakes every subscriber
+// once it is back, since notifications sent in between were not heard. It
+// sends no SQL while idle: TCP keepalives find a dead peer. The worker's
+// polling at trigger.safety_interval remains the fallback.
+//
+// # Errors
+//
+// Lost and refused connections, serialization failures (40001), deadlocks
+// (40P01), lock timeouts (55P03), statement timeouts (57014), server
+// shutdowns (57P01, 57P02, 57P03, with a 2 s retry hint), too many
+// connections (53300, 1 s) and other class 08 errors are transient
+// (queue.IsTransient), so the listener retries them.
+//
+// # Durability
+//
+// A Put returns once its transaction has committed; with the server's
+// default synchronous_commit = on, it survives a power loss of the server.
+package postgres
