@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/adaptq/adaptq/queue"
 )
 
 // SchemaVersion is the newest schema this package writes and reads.
@@ -183,3 +186,39 @@ func validSchema(s string) error {
 }
 
 const maxSchemaLen = 48
+
+// MigrateURL is Migrate for a postgres:// queue URL (its queue and other
+// adaptq parameters are allowed and ignored, but schema). With apply false
+// it only reads the schema's version: before == after, and after <
+// SchemaVersion means migrations are pending. It returns the schema it
+// worked on.
+func MigrateURL(ctx context.Context, rawURL string, apply bool) (schema string, before, after int, err error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != Scheme && u.Scheme != SchemeAlt) {
+		return "", 0, 0, fmt.Errorf("postgres: migrate %q: %w: want postgres://USER@HOST:PORT/DB", queue.Redact(rawURL), queue.ErrInvalidURL)
+	}
+	params := u.Query()
+	schema = params.Get(ParamSchema)
+	if schema == "" {
+		schema = DefaultSchema
+	}
+	if err := validSchema(schema); err != nil {
+		return "", 0, 0, fmt.Errorf("%w: %v", queue.ErrInvalidURL, err)
+	}
+	for _, p := range []string{ParamQueue, ParamSchema, ParamMigrate, ParamNotifyInterval, ParamMaxBody} {
+		params.Del(p)
+	}
+	c := *u
+	c.Scheme = Scheme
+	c.RawQuery = params.Encode()
+	conn, err := pgx.Connect(ctx, c.String())
+	if err != nil {
+		return schema, 0, 0, fmt.Errorf("postgres: migrate: %w", err)
+	}
+	defer conn.Close(context.Background())
+	before, after, err = migrate(ctx, conn, schema, apply)
+	if err != nil {
+		return schema, before, after, fmt.Errorf("postgres: migrate schema %q: %w", schema, err)
+	}
+	return schema, before, after, nil
+}
