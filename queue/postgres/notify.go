@@ -78,6 +78,9 @@ func (db *DB) trailingNotify(st *queueState) {
 	}()
 }
 
+// ListenApplicationName is the application_name of the LISTEN connection.
+const ListenApplicationName = "adaptq-listen"
+
 // Backoff of the LISTEN connection's reconnects.
 const (
 	listenBackoffMin = 100 * time.Millisecond
@@ -114,7 +117,9 @@ func newHub(db *DB, cfg *pgx.ConnConfig) *hub {
 		d.Timeout = cfg.ConnectTimeout
 	}
 	cfg.DialFunc = d.DialContext
-	// No statement cache: the connection only LISTENs.
+	// Named, so an operator sees it in pg_stat_activity; no statement
+	// cache: the connection only LISTENs.
+	cfg.RuntimeParams["application_name"] = ListenApplicationName
 	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 	return &hub{db: db, cfg: cfg, subs: map[string]map[chan struct{}]struct{}{}}
 }
