@@ -17,9 +17,9 @@ func TestURLErrors(t *testing.T) {
 		url  string
 		want error
 	}{
-		{"postgres://u@127.0.0.1:1/db", queue.ErrInvalidURL},                       // no queue
-		{"postgres://u@127.0.0.1:1/db?queue=a&queue=b", queue.ErrInvalidURL},       // twice
-		{"postgres://u@127.0.0.1:1/db?queue=Bad_Name", queue.ErrInvalidName},       // name rules
+		{"postgres://u@127.0.0.1:1/db", queue.ErrInvalidURL},                 // no queue
+		{"postgres://u@127.0.0.1:1/db?queue=a&queue=b", queue.ErrInvalidURL}, // twice
+		{"postgres://u@127.0.0.1:1/db?queue=Bad_Name", queue.ErrInvalidName}, // name rules
 		{"postgres://u@127.0.0.1:1/db?queue=orders&schema=Bad-Schema", queue.ErrInvalidURL},
 		{"postgres://u@127.0.0.1:1/db?queue=orders&migrate=perhaps", queue.ErrInvalidURL},
 		{"postgres://u@127.0.0.1:1/db?queue=orders&notify_interval=5", queue.ErrInvalidURL},
