@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -182,6 +184,13 @@ type pgDrain struct {
 	calls      float64 // queue calls per message (meter)
 	statements float64 // statements per message (tracer)
 	detail     string
+	cpu        cpuSpan // over the drain
+	n          int
+}
+
+// cpuPerMsg is the client's and the server's CPU per message.
+func (d pgDrain) cpuPerMsg() (client, server time.Duration) {
+	return d.cpu.client / time.Duration(d.n), d.cpu.server / time.Duration(d.n)
 }
 
 func drainAdaptq(ctx context.Context, base string, n int) (pgDrain, error) {
@@ -195,7 +204,15 @@ func drainAdaptq(ctx context.Context, base string, n int) (pgDrain, error) {
 	}
 	before := s.m.Snapshot()
 	st0 := s.calls.n.Load()
-	d, _, err := drainListener(ctx, s.q, n, noop, listener.Options{Tasks: pgTasks, MinTasks: pgTasks, Concurrency: pgTasks * listenerSlotsPerTask}, 10*time.Minute)
+	var d time.Duration
+	cpu, err := measureCPU(func() (err error) {
+		tasks := pgTasks
+		if v, _ := strconv.Atoi(os.Getenv("XPG_TASKS")); v > 0 {
+			tasks = v
+		}
+		d, _, err = drainListener(ctx, s.q, n, noop, listener.Options{Tasks: tasks, MinTasks: tasks, Concurrency: tasks * listenerSlotsPerTask}, 10*time.Minute)
+		return err
+	})
 	if err != nil {
 		return pgDrain{}, err
 	}
@@ -206,6 +223,8 @@ func drainAdaptq(ctx context.Context, base string, n int) (pgDrain, error) {
 		calls:      float64(calls.Total()) / float64(n),
 		statements: float64(st) / float64(n),
 		detail:     breakdown(calls),
+		cpu:        cpu,
+		n:          n,
 	}, nil
 }
 
@@ -316,6 +335,8 @@ func drainRiver(ctx context.Context, base string, n int) (pgDrain, error) {
 	st0 := r.calls.n.Load()
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	c0, _ := cpuTime()
+	s0, ok0 := pgServerCPU()
 	start := time.Now()
 	if err := c.Start(runCtx); err != nil {
 		return pgDrain{}, err
@@ -344,13 +365,16 @@ loop:
 		}
 	}
 	st := r.calls.n.Load() - st0
+	c1, _ := cpuTime()
+	s1, ok1 := pgServerCPU()
+	cpu := cpuSpan{client: c1 - c0, server: s1 - s0, serverOK: ok0 && ok1}
 	stopCtx, stopCancel := context.WithTimeout(context.Background(), time.Minute)
 	defer stopCancel()
 	_ = c.Stop(stopCtx)
 	if failed > 0 {
 		return pgDrain{}, fmt.Errorf("river: %d jobs failed", failed)
 	}
-	return pgDrain{rate: rate(n, elapsed), statements: float64(st) / float64(n)}, nil
+	return pgDrain{rate: rate(n, elapsed), statements: float64(st) / float64(n), cpu: cpu, n: n}, nil
 }
 
 // postgresSection measures adaptq's PostgreSQL driver beside River on the
@@ -380,12 +404,19 @@ func postgresSection(ctx context.Context, e *Env, s *Section) error {
 		}
 		ad = append(ad, a)
 		e.logf("postgres: run %d/%d: river", i+1, repeats)
-		r, err := drainRiver(ctx, base, n)
-		if err != nil {
-			return fmt.Errorf("river drain: %w", err)
+		var r pgDrain
+		if os.Getenv("XPG_NORIVER") == "" {
+			r, err = drainRiver(ctx, base, n)
+			if err != nil {
+				return fmt.Errorf("river drain: %w", err)
+			}
+		} else {
+			r = a
 		}
 		rv = append(rv, r)
-		e.logf("postgres: adaptq %s, river %s", perSec(a.rate), perSec(r.rate))
+		ac, as := a.cpuPerMsg()
+		rc, rs := r.cpuPerMsg()
+		e.logf("postgres: adaptq %s (cpu/msg client %s server %s), river %s (client %s server %s)", perSec(a.rate), ac, as, perSec(r.rate), rc, rs)
 	}
 	ar := median(pick(ad, func(d pgDrain) float64 { return d.rate }))
 	rr := median(pick(rv, func(d pgDrain) float64 { return d.rate }))

@@ -16,7 +16,7 @@ import (
 
 // features are what the driver promises.
 var features = driver.Features{
-	MaxPeek: queue.MaxPeek, ExactCount: true, BatchDelete: true, Siblings: true,
+	MaxPeek: queue.MaxPeek, BatchDelete: true, Siblings: true,
 	NativeNotify: true, Durability: driver.PowerLoss, TimeResolution: time.Microsecond,
 }
 

@@ -114,6 +114,7 @@ type queueState struct {
 	id   int32
 	name string
 	n    notifyLimiter
+	dels *deleteGroup
 
 	sweepMu   sync.Mutex
 	lastSweep time.Time
@@ -161,6 +162,15 @@ func OpenConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*DB, 
 	}
 	if o.noMigrate && after < SchemaVersion {
 		return nil, fmt.Errorf("%w: schema %q is at version %d, this program needs %d", ErrSchemaOutdated, o.schema, before, SchemaVersion)
+	}
+	// Generic plans: every statement is prepared once per connection and
+	// its plan kept, not planned again at each execution (PostgreSQL
+	// otherwise keeps planning while custom plans look cheaper, which
+	// cost as much as running a Get). The statements are written so that
+	// their generic plans use the indexes (sql.go).
+	cfg = cfg.Copy()
+	if _, set := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
+		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	}
 	db.pool, err = pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -219,7 +229,7 @@ func (db *DB) queue(ctx context.Context, name string) (*pgQueue, error) {
 		}
 		db.mu.Lock()
 		if st, ok = db.queues[name]; !ok {
-			st = &queueState{id: id, name: name}
+			st = &queueState{id: id, name: name, dels: newDeleteGroup()}
 			db.queues[name] = st
 		}
 		db.mu.Unlock()

@@ -32,7 +32,7 @@ func (q *pgQueue) Features() driver.Features {
 		MaxBatch:       queue.MaxBatchSize,
 		MaxPeek:        queue.MaxPeek,
 		MaxBody:        q.db.maxBody,
-		ExactCount:     true,
+		ExactCount:     false,
 		BatchDelete:    true,
 		Siblings:       true,
 		NativeNotify:   true,
@@ -226,65 +226,89 @@ func (q *pgQueue) Delete(ctx context.Context, id, popReceipt string) error {
 	return outcome(id, live)
 }
 
-// DeleteBatch deletes up to 32 messages in one statement.
+// DeleteBatch deletes up to 32 messages in one statement, which it may
+// share with concurrent DeleteBatch calls of the queue (deleteGroup).
 func (q *pgQueue) DeleteBatch(ctx context.Context, receipts []driver.Receipt) ([]error, error) {
 	if err := q.check(); err != nil {
 		return nil, err
 	}
-	ids := make([]*int64, len(receipts))
-	rs := make([]*int64, len(receipts))
+	return q.st.dels.do(ctx, receipts, q.deleteBatch)
+}
+
+// deleteBatch deletes any number of messages in one statement. A receipt
+// repeated in the list is sent once: the repeat finds its message gone.
+func (q *pgQueue) deleteBatch(ctx context.Context, receipts []driver.Receipt) ([]error, error) {
+	ids := make([]*int64, 0, len(receipts))
+	rs := make([]*int64, 0, len(receipts))
+	sent := make([]int, len(receipts)) // position in the arrays, 1-based; 0: a repeat
+	first := make(map[driver.Receipt]bool, len(receipts))
 	for i, r := range receipts {
+		if first[r] {
+			continue
+		}
+		first[r] = true
+		var idp, rp *int64
 		if n, ok := parseID(r.ID); ok {
-			ids[i] = &n
+			idp = &n
 		}
 		if v, ok := parseReceipt(r.PopReceipt); ok {
-			rs[i] = &v
+			rp = &v
 		}
+		ids = append(ids, idp)
+		rs = append(rs, rp)
+		sent[i] = len(ids)
 	}
 	rows, err := q.db.pool.Query(ctx, q.db.sql.delBatch, q.db.nowArg(), q.st.id, ids, rs)
 	if err != nil {
 		return nil, err
 	}
-	res := make([]error, len(receipts))
-	deleted := make(map[string]bool, len(receipts))
+	gone := make([]*bool, len(ids)+1) // by position: deleted (unexpired or not)
+	before := make([]*bool, len(ids)+1)
 	seen := 0
 	for rows.Next() {
 		var (
+			deleted bool
 			ord     int64
-			gone    *bool
-			livePre *bool
+			live    *bool
 		)
-		if err := rows.Scan(&ord, &gone, &livePre); err != nil {
+		if err := rows.Scan(&deleted, &ord, &live); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		i := int(ord) - 1
-		if i < 0 || i >= len(receipts) {
+		if ord < 1 || int(ord) > len(ids) {
 			rows.Close()
-			return nil, fmt.Errorf("delete batch: row %d of %d", ord, len(receipts))
+			return nil, fmt.Errorf("delete batch: position %d of %d", ord, len(ids))
 		}
-		seen++
-		id := receipts[i].ID
-		switch {
-		case gone != nil && deleted[id]:
-			// The same message named twice: the first deleted it.
-			res[i] = fmt.Errorf("%w: id %s (deleted earlier in the batch)", queue.ErrNotFound, id)
-		case gone != nil:
-			deleted[id] = true
-			if !*gone {
-				res[i] = fmt.Errorf("%w: id %s expired", queue.ErrNotFound, id)
-			}
-		case deleted[id]:
-			res[i] = fmt.Errorf("%w: id %s (deleted earlier in the batch)", queue.ErrNotFound, id)
-		default:
-			res[i] = outcome(id, livePre)
+		if deleted {
+			l := live != nil && *live
+			gone[ord] = &l
+		} else {
+			before[ord] = live
+			seen++
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	if seen != len(receipts) {
-		return nil, fmt.Errorf("delete batch: %d rows for %d receipts", seen, len(receipts))
+	if seen != len(ids) {
+		return nil, fmt.Errorf("delete batch: %d rows for %d receipts", seen, len(ids))
+	}
+	res := make([]error, len(receipts))
+	deleted := make(map[string]bool, len(receipts))
+	for i, r := range receipts {
+		k := sent[i]
+		switch {
+		case k == 0 || deleted[r.ID]:
+			// Named earlier in the batch, and deleted then.
+			res[i] = fmt.Errorf("%w: id %s (deleted earlier in the batch)", queue.ErrNotFound, r.ID)
+		case gone[k] != nil:
+			deleted[r.ID] = true
+			if !*gone[k] {
+				res[i] = fmt.Errorf("%w: id %s expired", queue.ErrNotFound, r.ID)
+			}
+		default:
+			res[i] = outcome(r.ID, before[k])
+		}
 	}
 	return res, nil
 }
@@ -348,14 +372,14 @@ func (q *pgQueue) Peek(ctx context.Context, n int) ([]*driver.Message, error) {
 	return out, rows.Err()
 }
 
-// Count is the number of unexpired messages, visible or not: exact, read
-// from the queue's counter rows.
+// Count is the number of messages, visible or not, read from the queue's
+// counter rows: approximate, as expired messages count until swept.
 func (q *pgQueue) Count(ctx context.Context) (int, error) {
 	if err := q.check(); err != nil {
 		return 0, err
 	}
 	var n int64
-	err := q.db.pool.QueryRow(ctx, q.db.sql.count, q.db.nowArg(), q.st.id).Scan(&n)
+	err := q.db.pool.QueryRow(ctx, q.db.sql.count, q.st.id).Scan(&n)
 	return int(n), err
 }
 

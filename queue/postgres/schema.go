@@ -68,7 +68,6 @@ CREATE TABLE {s}.messages (
 	receipt       bigint
 ) WITH (` + autovacuumChurn + `);
 CREATE INDEX messages_ready ON {s}.messages (queue_id, visible_at, id);
-CREATE INDEX messages_expiry ON {s}.messages (queue_id, expires_at);
 CREATE TABLE {s}.bodies (
 	id   bigint PRIMARY KEY,
 	body bytea NOT NULL

@@ -30,6 +30,7 @@ func newStatements(schema string) statements {
 		"{now}", "coalesce($1::timestamptz, now())",
 		"{shard}", shard,
 		"{receipt}", "((random() - 0.5) * 1.8e19)::bigint",
+		"{async}", "async AS (SELECT set_config('synchronous_commit', 'off', true))",
 	)
 	f := func(s string) string { return r.Replace(s) }
 	put := `
@@ -69,10 +70,16 @@ SELECT id FROM q LIMIT 1`),
 		// A Get is one statement: lock up to $3 visible messages, oldest
 		// first, skipping those another Get has locked; hide them, with a
 		// new receipt and their dequeue count + 1. Only the narrow state
-		// row is rewritten; bodies are read from their own table.
+		// row is rewritten; bodies are read from their own table. Its
+		// commit does not wait for the WAL to reach the disk (the async
+		// CTE sets synchronous_commit off for its transaction): a server
+		// crash may undo a Get, making its messages visible again, a
+		// redelivery at-least-once allows; the delete that follows a Get
+		// waits for the flush of both. The update finds the locked rows
+		// by ctid (a TID scan, whatever the plan).
 		get: f(`
-WITH picked AS (
-	SELECT id, visible_at FROM {s}.messages
+WITH {async}, picked AS (
+	SELECT ctid, id, visible_at FROM {s}.messages
 	WHERE queue_id = $2 AND visible_at <= {now} AND expires_at > {now}
 	ORDER BY visible_at, id
 	LIMIT $3
@@ -83,11 +90,11 @@ WITH picked AS (
 	    dequeue_count = m.dequeue_count + 1,
 	    receipt = {receipt}
 	FROM picked
-	WHERE m.id = picked.id
+	WHERE m.ctid = ANY (ARRAY(SELECT ctid FROM picked)) AND m.id = picked.id
 	RETURNING m.id, m.receipt, m.dequeue_count, m.inserted_at, m.expires_at, m.visible_at, picked.visible_at AS was_visible_at
 )
 SELECT got.id, got.receipt, got.dequeue_count, got.inserted_at, nullif(got.expires_at, 'infinity'), got.visible_at, b.body
-FROM got JOIN {s}.bodies b ON b.id = got.id
+FROM async, got JOIN {s}.bodies b ON b.id = got.id
 ORDER BY got.was_visible_at, got.id`),
 
 		peek: f(`
@@ -112,40 +119,43 @@ WITH d AS (
 SELECT (SELECT live FROM d), (SELECT expires_at > {now} FROM {s}.messages WHERE id = $3 AND queue_id = $2)`),
 
 		// A batch delete is one statement over the receipts as two arrays.
+		// It returns a row per deleted message (its position in the
+		// arrays, and whether it was unexpired) and a row per receipt
+		// saying whether its message existed, unexpired, before (so a
+		// receipt that deleted nothing was stale, or its message gone).
 		delBatch: f(`
 WITH r AS (
 	SELECT * FROM unnest($3::bigint[], $4::bigint[]) WITH ORDINALITY AS r(id, receipt, ord)
 ), d AS (
 	DELETE FROM {s}.messages m USING r
 	WHERE m.id = r.id AND m.receipt = r.receipt AND m.queue_id = $2
-	RETURNING m.id, m.receipt, m.expires_at > {now} AS live
+	RETURNING r.ord, m.id, m.expires_at > {now} AS live
 ), b AS (
 	DELETE FROM {s}.bodies WHERE id IN (SELECT id FROM d)
 ), c AS (
 	UPDATE {s}.counts SET n = n - (SELECT count(*) FROM d)
 	WHERE queue_id = $2 AND shard = {shard} AND EXISTS (SELECT 1 FROM d)
 )
-SELECT r.ord, d.live, e.expires_at > {now}
-FROM r
-LEFT JOIN d ON d.id = r.id AND d.receipt = r.receipt
-LEFT JOIN {s}.messages e ON e.id = r.id AND e.queue_id = $2
-ORDER BY r.ord`),
+SELECT true, ord, live FROM d
+UNION ALL
+SELECT false, r.ord, e.expires_at > {now}
+FROM r LEFT JOIN {s}.messages e ON e.id = r.id AND e.queue_id = $2`),
 
+		// UpdateVisibility, like Get, commits without waiting for the
+		// flush: undone by a crash, the message is visible earlier.
 		update: f(`
-WITH u AS (
+WITH {async}, u AS (
 	UPDATE {s}.messages
 	SET visible_at = {now} + $5::bigint * interval '1 microsecond', receipt = {receipt}
 	WHERE id = $3 AND queue_id = $2 AND receipt = $4 AND expires_at > {now}
 	RETURNING receipt
 )
-SELECT (SELECT receipt FROM u), (SELECT expires_at > {now} FROM {s}.messages WHERE id = $3 AND queue_id = $2)`),
+SELECT (SELECT receipt FROM u), (SELECT expires_at > {now} FROM {s}.messages WHERE id = $3 AND queue_id = $2) FROM async`),
 
-		// Count sums the queue's counter rows and takes away the expired
-		// messages not yet swept (an index range that the sweep keeps
-		// short), in one snapshot: exact, and O(1) in the queue's depth.
-		count: f(`
-SELECT (SELECT coalesce(sum(n), 0) FROM {s}.counts WHERE queue_id = $2)
-     - (SELECT count(*) FROM {s}.messages WHERE queue_id = $2 AND expires_at <= {now})`),
+		// Count sums the queue's counter rows: O(1) in the queue's depth.
+		// It is approximate as Azure's is: expired messages count until
+		// they are swept.
+		count: f(`SELECT coalesce(sum(n), 0) FROM {s}.counts WHERE queue_id = $1`),
 
 		clear: f(`
 WITH d AS (
@@ -157,14 +167,19 @@ WITH d AS (
 )
 SELECT count(*) FROM d`),
 
+		// The sweep deletes the expired among the first $3 visible
+		// messages, the ones a Get steps over (the index range it reads);
+		// hidden messages are reached when they are visible again.
 		sweep: f(`
 WITH d AS (
-	DELETE FROM {s}.messages WHERE id IN (
-		SELECT id FROM {s}.messages
-		WHERE queue_id = $2 AND expires_at <= {now}
-		ORDER BY expires_at
-		LIMIT $3
-		FOR UPDATE SKIP LOCKED)
+	DELETE FROM {s}.messages WHERE ctid = ANY (ARRAY(
+		SELECT ctid FROM {s}.messages WHERE ctid = ANY (ARRAY(
+			SELECT ctid FROM {s}.messages
+			WHERE queue_id = $2 AND visible_at <= {now}
+			ORDER BY visible_at, id
+			LIMIT $3))
+		AND expires_at <= {now}
+		FOR UPDATE SKIP LOCKED))
 	RETURNING id
 ), b AS (
 	DELETE FROM {s}.bodies WHERE id IN (SELECT id FROM d)
