@@ -43,8 +43,7 @@
 //	queues(id, name UNIQUE, created_at)
 //	messages(id bigint identity, queue_id, visible_at, expires_at, inserted_at,
 //	         dequeue_count, receipt)                       -- the state a Get changes
-//	INDEX messages_ready  (queue_id, visible_at, id)      -- what Get and Peek scan
-//	INDEX messages_expiry (queue_id, expires_at)          -- what the sweep and Count read
+//	INDEX messages_ready  (queue_id, visible_at, id)      -- what Get, Peek and the sweep scan
 //	bodies(id PRIMARY KEY, body bytea)                     -- written once, by Put
 //	counts(queue_id, shard, n)                             -- 16 rows per queue
 //	adaptq_migrations(version, description, applied_at)
@@ -75,20 +74,37 @@
 //     FOR UPDATE SKIP LOCKED, so concurrent Gets (in any process) never
 //     wait for nor share a message, and in the same statement hides them,
 //     draws their receipts and adds 1 to their dequeue counts, returning
-//     the bodies joined from their table.
+//     the bodies joined from their table. Its commit does not wait for the
+//     WAL flush (synchronous_commit off for that transaction alone): a
+//     server crash can only undo a Get, which makes its messages visible
+//     again, a redelivery that at-least-once allows, and the delete that
+//     follows a Get flushes both.
 //   - DeleteBatch passes the ids and receipts as two arrays through unnest
 //     and deletes the states, the bodies and the count in one statement,
 //     returning one outcome per receipt (deleted, stale receipt, gone).
+//     Concurrent DeleteBatch calls of a queue in a process share a
+//     statement (group commit): while one is on its way the others wait,
+//     then go together, so one commit serves several batches under load
+//     and none waits when alone.
 //   - UpdateVisibility updates only a message held with its newest
-//     receipt.
-//   - Count sums the queue's 16 counter rows and subtracts the expired
-//     messages not swept yet, in one snapshot: exact, O(1) in the depth.
-//     Every statement that adds or deletes messages updates the counter
-//     in the same transaction, on the row of its connection's backend pid
-//     modulo 16, so concurrent writers rarely wait on one row.
-//   - Expired messages are never returned or counted, and are deleted
-//     (1,000 at a time) by a Get that found work, at most once a minute per
-//     queue and process, or by Sweep.
+//     receipt (and, like Get, does not wait for the flush).
+//   - Count sums the queue's 16 counter rows: O(1) in the depth, and
+//     approximate as Azure's ApproximateMessagesCount is, since an expired
+//     message counts until it is swept. Every statement that adds or
+//     deletes messages updates the counter in the same transaction, on the
+//     row of its connection's backend pid modulo 16, so concurrent writers
+//     rarely wait on one row.
+//   - Expired messages are never returned. A Get that found work deletes
+//     the expired ones among the first 1,000 visible messages (the range
+//     its index scan reads) at most once a minute per queue and process;
+//     Sweep does it on demand. No index on expires_at: it would cost every
+//     Put and Get an index entry.
+//
+// Statements run with generic plans (plan_cache_mode =
+// force_generic_plan on the DB's connections, unless the connection
+// string sets it): each is planned once per connection, where PostgreSQL
+// would otherwise plan a Get again at every execution, at about the cost
+// of running it.
 //
 // A connection that drops in the middle of a Get leaves either no change
 // (the transaction rolls back) or messages hidden until their visibility
