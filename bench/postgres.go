@@ -395,6 +395,34 @@ func postgresSection(ctx context.Context, e *Env, s *Section) error {
 	s.how("Throughput: %s jobs of %d bytes, drained from full with a no-op handler, %d runs of each side alternating (median). Filling is not timed: adaptq's with one INSERT … SELECT per 50,000 messages, River's with InsertMany of 5,000; both tables VACUUM ANALYZEd before the clock starts.", commas(int64(n)), len(pgBody), repeats)
 	s.how("adaptq: the listener with %d tasks, batch size 32, %d handler slots each. River %s: its own client (riverpgxv5) with MaxWorkers %d, FetchCooldown %s, FetchPollInterval %s (its benchmark's settings), timed from Start to the last JobCompleted event.", pgTasks, listenerSlotsPerTask, riverVersion, riverMaxWorkers, riverFetchCooldown, riverFetchPollInterval)
 
+	part := func(name string) bool { v := os.Getenv("XPG_PART"); return v == "" || strings.Contains(v, name) }
+	if part("drain") {
+		if err := pgThroughput(ctx, e, s, base, n, repeats); err != nil {
+			return err
+		}
+	}
+	if part("idle") {
+		if err := pgIdleRows(ctx, e, s, base); err != nil {
+			return err
+		}
+	}
+	if part("wake") {
+		if err := pgWakeRows(ctx, e, s, base); err != nil {
+			return err
+		}
+	}
+	if part("long") {
+		if err := pgLongRows(ctx, e, s, base); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+const riverVersion = "v0.51.1"
+
+// pgThroughput is the side-by-side drain.
+func pgThroughput(ctx context.Context, e *Env, s *Section, base string, n, repeats int) error {
 	var ad, rv []pgDrain
 	for i := 0; i < repeats; i++ {
 		e.logf("postgres: run %d/%d: adaptq", i+1, repeats)
@@ -431,7 +459,55 @@ func postgresSection(ctx context.Context, e *Env, s *Section) error {
 	return nil
 }
 
-const riverVersion = "v0.51.1"
+func pgIdleRows(ctx context.Context, e *Env, s *Section, base string) error {
+	hours := e.Sizes.IdleHours
+	e.logf("postgres: idle adaptq, %d virtual hours", hours)
+	calls, stmts, err := pgIdleAdaptq(ctx, base, hours)
+	if err != nil {
+		return fmt.Errorf("idle adaptq: %w", err)
+	}
+	e.logf("postgres: idle river, %s", e.Sizes.PostgresIdle)
+	riverStmts, err := pgIdleRiver(ctx, base, e.Sizes.PostgresIdle)
+	if err != nil {
+		return fmt.Errorf("idle river: %w", err)
+	}
+	s.add(Row{What: "idle worker, queue calls per hour (adaptq: push trigger from NOTIFY, safety interval 5 min)", Figure: fmt.Sprintf("%.1f", calls),
+		Target: fmt.Sprintf("≤ %.0f", PostgresIdleCallsTarget), Holds: verdict(calls <= PostgresIdleCallsTarget),
+		Note: fmt.Sprintf("%d virtual hours after the backoff reached the safety interval; statements sent, the LISTEN connection's included: %.1f an hour", hours, stmts)})
+	s.add(Row{What: "idle River client (its defaults), statements per hour", Figure: fmt.Sprintf("%.0f", riverStmts),
+		Note: fmt.Sprintf("counted over %s of real time after a second's start, scaled to an hour: fetch polls, leader election, maintenance", e.Sizes.PostgresIdle)})
+	return nil
+}
+
+func pgWakeRows(ctx context.Context, e *Env, s *Section, base string) error {
+	trials := e.Sizes.PostgresWake
+	e.logf("postgres: wake, %d trials", trials)
+	lat, err := pgWake(ctx, e, base, trials)
+	if err != nil {
+		return fmt.Errorf("wake: %w", err)
+	}
+	p99 := percentile(lat, 99)
+	s.add(Row{What: "cross-process wake: Put in this process → handler start in a sleeping worker process (NOTIFY → LISTEN → Get)",
+		Figure: fmt.Sprintf("p50 %s, p99 %s, max %s", ms(percentile(lat, 50)), ms(p99), ms(maxDuration(lat))),
+		Target: fmt.Sprintf("p99 ≤ %s", ms(PostgresWakeTarget)), Holds: verdict(p99 <= PostgresWakeTarget),
+		Note: fmt.Sprintf("%d trials 20–70 ms apart; the worker's one task sleeps (safety interval 5 min) until the driver's notification wakes it; idle.min %s, the listener's trigger floor (with the default 100 ms, a trigger within 100 ms of an empty Get waits for the rest of it, to batch a trickle of billed puts); the time includes the Put's commit (a WAL flush)", trials, pgWakeIdleMin)})
+	return nil
+}
+
+func pgLongRows(ctx context.Context, e *Env, s *Section, base string) error {
+	n := e.Sizes.PostgresLong
+	r, err := pgLong(ctx, e, base, n)
+	if err != nil {
+		return fmt.Errorf("long run: %w", err)
+	}
+	s.add(Row{What: fmt.Sprintf("long run: %s messages drained from full by the listener", commas(int64(n))), Figure: perSec(r.rate)})
+	s.add(Row{What: "long run: n_dead_tup of messages + bodies", Figure: fmt.Sprintf("max %s, at the end %s", commas(r.maxDead), commas(r.end)),
+		Note: fmt.Sprintf("%d vacuums of the two tables during the run; size %s before, %s after; %s", r.vacuums, mib(r.sizeBefore/1024), mib(r.sizeAfter/1024), r.traceString())})
+	s.add(Row{What: "long run: Get latency, first tenth of the Gets vs last tenth", Figure: fmt.Sprintf("p50 %s → %s, p99 %s → %s", ms(r.firstP50), ms(r.lastP50), ms(r.firstP99), ms(r.lastP99))})
+	s.add(Row{What: "one table for many queues: Get on a quiet queue of the same tables", Figure: fmt.Sprintf("p50 %s alone, %s while the long run churns", ms(r.quietAlone), ms(r.quietChurn)),
+		Note: "a put, a timed Get and a delete every 100 ms; its index range holds only its own entries, so what it pays during the run is the machine's load, not its neighbour's rows"})
+	return nil
+}
 
 func pick(ds []pgDrain, f func(pgDrain) float64) []float64 {
 	out := make([]float64, len(ds))
