@@ -3,9 +3,13 @@ package main
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
+	"go.uber.org/zap"
+
+	"github.com/adaptq/adaptq"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/postgres"
 	"github.com/adaptq/adaptq/queue/postgres/pgtest"
@@ -67,4 +71,55 @@ queues:
 	if r := cli(t, "", "migrate", "--config", sqliteOnly); r.code != exitUsage {
 		t.Fatalf("a config without postgres queues: exit %d, want %d", r.code, exitUsage)
 	}
+}
+
+// TestPostgresExampleConfig runs configs/postgres.yaml as it is, but for
+// the schema (the test's own): the worker handles a message put by
+// another connection, woken by the database's notification.
+func TestPostgresExampleConfig(t *testing.T) {
+	data, err := os.ReadFile("../../configs/postgres.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := pgtest.Schema(t)
+	yaml := strings.Replace(string(data), "schema=adaptq_example", "schema="+schema, 1)
+	yaml = strings.Replace(yaml, "address: 127.0.0.1:8089", `address: ""`, 1)
+	yaml = strings.Replace(yaml, "level: info", "level: error", 1)
+	if strings.Count(yaml, schema) != 1 {
+		t.Fatal("configs/postgres.yaml no longer names schema=adaptq_example")
+	}
+	cfg, err := adaptq.ParseConfig("postgres.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := cfg.Queues[0].URL
+	if !strings.HasPrefix(u, pgtest.URL(t)[:strings.Index(pgtest.URL(t), "?")]) {
+		t.Skipf("the example's server %s is not the test server", queue.Redact(u))
+	}
+	w, err := adaptq.New(cfg, adaptq.WithLogger(zap.NewNop()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	<-w.Ready()
+	q, err := queue.Open(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if _, err := q.Put(ctx, []byte("order 1001"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the example worker to handle the message", func() bool {
+		n, err := q.Count(ctx)
+		return err == nil && n == 0
+	})
 }
