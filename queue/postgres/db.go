@@ -49,6 +49,7 @@ type options struct {
 	maxBody        int
 	notifyInterval time.Duration
 	noMigrate      bool
+	vacuumEvery    int
 }
 
 // WithClock makes the DB compute every timestamp from c instead of the
@@ -97,6 +98,10 @@ type DB struct {
 	maxBody int
 	notify  time.Duration
 
+	vacuumEvery int
+	churn       atomic.Int64
+	vacuuming   atomic.Bool
+
 	sql statements
 	hub *hub
 
@@ -133,7 +138,7 @@ func Open(ctx context.Context, connString string, opts ...Option) (*DB, error) {
 
 // OpenConfig is Open with a parsed pool configuration.
 func OpenConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*DB, error) {
-	o := options{schema: DefaultSchema, maxBody: queue.DefaultMaxBodySize, notifyInterval: DefaultNotifyInterval}
+	o := options{schema: DefaultSchema, maxBody: queue.DefaultMaxBodySize, notifyInterval: DefaultNotifyInterval, vacuumEvery: DefaultVacuumEvery}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -147,6 +152,8 @@ func OpenConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*DB, 
 		maxBody: o.maxBody,
 		notify:  o.notifyInterval,
 		queues:  map[string]*queueState{},
+
+		vacuumEvery: o.vacuumEvery,
 	}
 	db.sql = newStatements(quoteIdent(o.schema))
 	// Migrate (or check) on a connection of its own, before the pool

@@ -144,6 +144,7 @@ func (q *pgQueue) Get(ctx context.Context, n int, visibility time.Duration) ([]*
 	for i := range ms {
 		out[i] = &ms[i]
 	}
+	q.db.churned(len(ms))
 	q.maybeSweep(ctx)
 	return out, nil
 }
@@ -170,6 +171,7 @@ func (q *pgQueue) maybeSweep(ctx context.Context) {
 func (q *pgQueue) Sweep(ctx context.Context) (int, error) {
 	var n int
 	err := q.db.pool.QueryRow(ctx, q.db.sql.sweep, q.db.nowArg(), q.st.id, sweepBatch).Scan(&n)
+	q.db.churned(2 * n)
 	return n, err
 }
 
@@ -218,6 +220,7 @@ func (q *pgQueue) Delete(ctx context.Context, id, popReceipt string) error {
 		return err
 	}
 	if deleted != nil {
+		q.db.churned(2)
 		if !*deleted {
 			return fmt.Errorf("%w: id %s expired", queue.ErrNotFound, id)
 		}
@@ -303,6 +306,7 @@ func (q *pgQueue) deleteBatch(ctx context.Context, receipts []driver.Receipt) ([
 			res[i] = fmt.Errorf("%w: id %s (deleted earlier in the batch)", queue.ErrNotFound, r.ID)
 		case gone[k] != nil:
 			deleted[r.ID] = true
+			q.db.churned(2)
 			if !*gone[k] {
 				res[i] = fmt.Errorf("%w: id %s expired", queue.ErrNotFound, r.ID)
 			}
@@ -335,6 +339,7 @@ func (q *pgQueue) UpdateVisibility(ctx context.Context, id, popReceipt string, d
 		return "", err
 	}
 	if newReceipt != nil {
+		q.db.churned(1)
 		if d == 0 {
 			q.db.trailingNotify(q.st) // released: visible to a sleeping consumer
 		}
@@ -389,7 +394,9 @@ func (q *pgQueue) Clear(ctx context.Context) error {
 		return err
 	}
 	var n int64
-	return q.db.pool.QueryRow(ctx, q.db.sql.clear, q.st.id).Scan(&n)
+	err := q.db.pool.QueryRow(ctx, q.db.sql.clear, q.st.id).Scan(&n)
+	q.db.churned(2 * int(n))
+	return err
 }
 
 // Sibling opens another queue of the same DB.

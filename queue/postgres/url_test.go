@@ -5,6 +5,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/postgres"
@@ -123,5 +126,47 @@ func TestCountAtDepth(t *testing.T) {
 	}
 	if n, err := q.Count(ctx); err != nil || n != 0 {
 		t.Fatalf("Count after Clear = %d, %v", n, err)
+	}
+}
+
+// TestVacuum: the DB vacuums its tables by itself after WithVacuumEvery
+// dead rows, and Vacuum does it on demand.
+func TestVacuum(t *testing.T) {
+	schema := pgtest.Schema(t)
+	db := openDB(t, schema, postgres.WithVacuumEvery(100))
+	ctx := context.Background()
+	q, err := db.Queue(ctx, "vac")
+	if err != nil {
+		t.Fatal(err)
+	}
+	putMany(t, q, 200)
+	for {
+		ms, err := q.Get(ctx, 32, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) == 0 {
+			break
+		}
+		rs := make([]queue.Receipt, len(ms))
+		for i, m := range ms {
+			rs[i] = queue.Receipt{ID: m.ID, PopReceipt: m.PopReceipt}
+		}
+		if _, err := q.DeleteBatch(ctx, rs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin, err := pgx.Connect(ctx, pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	waitFor(t, hang, "a vacuum of messages", func() bool {
+		var n int64
+		_ = admin.QueryRow(ctx, `SELECT vacuum_count FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'messages'`, schema).Scan(&n)
+		return n > 0
+	})
+	if err := db.Vacuum(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
