@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -206,11 +205,7 @@ func drainAdaptq(ctx context.Context, base string, n int) (pgDrain, error) {
 	st0 := s.calls.n.Load()
 	var d time.Duration
 	cpu, err := measureCPU(func() (err error) {
-		tasks := pgTasks
-		if v, _ := strconv.Atoi(os.Getenv("XPG_TASKS")); v > 0 {
-			tasks = v
-		}
-		d, _, err = drainListener(ctx, s.q, n, noop, listener.Options{Tasks: tasks, MinTasks: tasks, Concurrency: tasks * listenerSlotsPerTask}, 10*time.Minute)
+		d, _, err = drainListener(ctx, s.q, n, noop, listener.Options{Tasks: pgTasks, MinTasks: pgTasks, Concurrency: pgTasks * listenerSlotsPerTask}, 10*time.Minute)
 		return err
 	})
 	if err != nil {
@@ -395,7 +390,12 @@ func postgresSection(ctx context.Context, e *Env, s *Section) error {
 	s.how("Throughput: %s jobs of %d bytes, drained from full with a no-op handler, %d runs of each side alternating (median). Filling is not timed: adaptq's with one INSERT … SELECT per 50,000 messages, River's with InsertMany of 5,000; both tables VACUUM ANALYZEd before the clock starts.", commas(int64(n)), len(pgBody), repeats)
 	s.how("adaptq: the listener with %d tasks, batch size 32, %d handler slots each. River %s: its own client (riverpgxv5) with MaxWorkers %d, FetchCooldown %s, FetchPollInterval %s (its benchmark's settings), timed from Start to the last JobCompleted event.", pgTasks, listenerSlotsPerTask, riverVersion, riverMaxWorkers, riverFetchCooldown, riverFetchPollInterval)
 
-	part := func(name string) bool { v := os.Getenv("XPG_PART"); return v == "" || strings.Contains(v, name) }
+	// ADAPTQ_BENCH_POSTGRES_PARTS (drain,idle,wake,long) runs some of the
+	// section's parts only, to study one.
+	part := func(name string) bool {
+		v := os.Getenv("ADAPTQ_BENCH_POSTGRES_PARTS")
+		return v == "" || strings.Contains(v, name)
+	}
 	if part("drain") {
 		if err := pgThroughput(ctx, e, s, base, n, repeats); err != nil {
 			return err
@@ -421,6 +421,16 @@ func postgresSection(ctx context.Context, e *Env, s *Section) error {
 
 const riverVersion = "v0.51.1"
 
+// cpuMedian is the median client and server CPU per message of runs.
+func cpuMedian(ds []pgDrain) (client, server time.Duration) {
+	var cs, ss []float64
+	for _, d := range ds {
+		c, s := d.cpuPerMsg()
+		cs, ss = append(cs, float64(c)), append(ss, float64(s))
+	}
+	return time.Duration(median(cs)), time.Duration(median(ss))
+}
+
 // pgThroughput is the side-by-side drain.
 func pgThroughput(ctx context.Context, e *Env, s *Section, base string, n, repeats int) error {
 	var ad, rv []pgDrain
@@ -432,14 +442,9 @@ func pgThroughput(ctx context.Context, e *Env, s *Section, base string, n, repea
 		}
 		ad = append(ad, a)
 		e.logf("postgres: run %d/%d: river", i+1, repeats)
-		var r pgDrain
-		if os.Getenv("XPG_NORIVER") == "" {
-			r, err = drainRiver(ctx, base, n)
-			if err != nil {
-				return fmt.Errorf("river drain: %w", err)
-			}
-		} else {
-			r = a
+		r, err := drainRiver(ctx, base, n)
+		if err != nil {
+			return fmt.Errorf("river drain: %w", err)
 		}
 		rv = append(rv, r)
 		ac, as := a.cpuPerMsg()
@@ -453,6 +458,11 @@ func pgThroughput(ctx context.Context, e *Env, s *Section, base string, n, repea
 	s.add(Row{What: "River " + riverVersion + " (riverpgxv5)", Figure: perSec(rr), Note: "runs: " + ratesList(rv)})
 	s.add(Row{What: "adaptq ÷ River, processed jobs/s", Figure: fmt.Sprintf("%.2f×", ratio), Target: fmt.Sprintf("≥ %.0f×", PostgresRatioTarget), Holds: verdict(ratio >= PostgresRatioTarget)})
 	calls := median(pick(ad, func(d pgDrain) float64 { return d.calls }))
+	acl, asv := cpuMedian(ad)
+	rcl, rsv := cpuMedian(rv)
+	cpuRatio := float64(rcl+rsv) / float64(acl+asv)
+	s.add(Row{What: "CPU per processed job, this process + the PostgreSQL server", Figure: fmt.Sprintf("adaptq %s, River %s: River uses %.2f× adaptq's", usString(acl+asv), usString(rcl+rsv), cpuRatio),
+		Note: fmt.Sprintf("adaptq %s client + %s server, River %s + %s (medians; the server's from /proc, every postgres process, autovacuum included): on a machine shared with other work this ratio is steadier than the jobs/s ratio, and a CPU-bound drain's jobs/s go as its inverse", usString(acl), usString(asv), usString(rcl), usString(rsv))})
 	s.add(Row{What: "adaptq calls per message (queue calls, meter)", Figure: fmt.Sprintf("%.3f", calls), Target: fmt.Sprintf("≤ %.1f", PostgresCallsTarget), Holds: verdict(calls <= PostgresCallsTarget), Note: ad[len(ad)/2].detail})
 	s.add(Row{What: "statements sent per message (pgx tracer)", Figure: fmt.Sprintf("adaptq %.3f, River %.3f", median(pick(ad, func(d pgDrain) float64 { return d.statements })), median(pick(rv, func(d pgDrain) float64 { return d.statements }))),
 		Note: "every statement and batch either client's pool sent during the drain, maintenance included"})
