@@ -111,29 +111,29 @@ const pgWakeGap = 20 * time.Millisecond
 // pgWake puts trials messages, each stamped with the time before its Put,
 // 20 to 70 ms apart, to a consumer in another process that sleeps until
 // notified, and returns the put-to-handler latencies.
-func pgWake(ctx context.Context, e *Env, base string, trials int) ([]time.Duration, error) {
+func pgWake(ctx context.Context, e *Env, base string, trials int) (lat, afterCommit []time.Duration, err error) {
 	s, err := openPGSide(ctx, base, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer s.close()
 	q, err := s.db.Queue(ctx, "wake")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cmd := exec.CommandContext(ctx, e.Self[0], e.Self[1:]...)
 	cmd.Env = append(os.Environ(), pgWakeChildEnv+"="+base+" "+s.schema)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer func() {
 		_ = stdin.Close()
@@ -159,24 +159,26 @@ func pgWake(ctx context.Context, e *Env, base string, trials int) ([]time.Durati
 		}
 	}
 	if l, err := next(); err != nil || l != "ready" {
-		return nil, fmt.Errorf("consumer: %q, %v", l, err)
+		return nil, nil, fmt.Errorf("consumer: %q, %v", l, err)
 	}
-	var lat []time.Duration
 	for i := 0; i < trials; i++ {
 		time.Sleep(pgWakeGap + time.Duration(rand.IntN(50))*time.Millisecond)
-		if _, err := q.Put(ctx, []byte(strconv.FormatInt(time.Now().UnixNano(), 10)), queue.PutOptions{}); err != nil {
-			return nil, err
+		t0 := time.Now()
+		if _, err := q.Put(ctx, []byte(strconv.FormatInt(t0.UnixNano(), 10)), queue.PutOptions{}); err != nil {
+			return nil, nil, err
 		}
+		put := time.Since(t0)
 		l, err := next()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		v, ok := strings.CutPrefix(l, "wake ")
 		ns, perr := strconv.ParseInt(v, 10, 64)
 		if !ok || perr != nil {
-			return nil, fmt.Errorf("consumer said %q", l)
+			return nil, nil, fmt.Errorf("consumer said %q", l)
 		}
 		lat = append(lat, time.Duration(ns))
+		afterCommit = append(afterCommit, max(time.Duration(ns)-put, 0))
 	}
-	return lat, nil
+	return lat, afterCommit, nil
 }
