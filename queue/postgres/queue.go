@@ -287,8 +287,8 @@ func (q *pgQueue) deleteBatch(ctx context.Context, receipts []driver.Receipt) ([
 			gone[ord] = &l
 		} else {
 			before[ord] = live
-			seen++
 		}
+		seen++
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

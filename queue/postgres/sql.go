@@ -120,9 +120,10 @@ SELECT (SELECT live FROM d), (SELECT expires_at > {now} FROM {s}.messages WHERE 
 
 		// A batch delete is one statement over the receipts as two arrays.
 		// It returns a row per deleted message (its position in the
-		// arrays, and whether it was unexpired) and a row per receipt
-		// saying whether its message existed, unexpired, before (so a
-		// receipt that deleted nothing was stale, or its message gone).
+		// arrays, and whether it was unexpired) and, for each receipt that
+		// deleted nothing, whether its message existed, unexpired, before
+		// the statement (then the receipt was stale; else the message was
+		// gone).
 		delBatch: f(`
 WITH r AS (
 	SELECT * FROM unnest($3::bigint[], $4::bigint[]) WITH ORDINALITY AS r(id, receipt, ord)
@@ -139,7 +140,8 @@ WITH r AS (
 SELECT true, ord, live FROM d
 UNION ALL
 SELECT false, r.ord, e.expires_at > {now}
-FROM r LEFT JOIN {s}.messages e ON e.id = r.id AND e.queue_id = $2`),
+FROM r LEFT JOIN {s}.messages e ON e.id = r.id AND e.queue_id = $2
+WHERE r.ord NOT IN (SELECT ord FROM d)`),
 
 		// UpdateVisibility, like Get, commits without waiting for the
 		// flush: undone by a crash, the message is visible earlier.
