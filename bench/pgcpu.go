@@ -20,8 +20,7 @@ func pgServerCPU() (time.Duration, bool) {
 	var total time.Duration
 	found := false
 	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
 		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
@@ -46,7 +45,6 @@ func pgServerCPU() (time.Duration, bool) {
 		if ppid, _ := strconv.Atoi(fs[1]); !isPostgres(ppid) {
 			total += ticks(13) + ticks(14) // the postmaster: cutime, cstime
 		}
-		_ = pid
 	}
 	return total, found
 }

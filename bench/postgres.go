@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -534,5 +533,3 @@ func ratesList(ds []pgDrain) string {
 	}
 	return strings.Join(b, ", ")
 }
-
-var _ sync.Mutex

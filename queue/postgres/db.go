@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -275,5 +274,4 @@ func (db *DB) Queues(ctx context.Context) ([]string, error) {
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-var _ = strings.TrimSpace
 var _ driver.Queue = (*pgQueue)(nil)

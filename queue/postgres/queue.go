@@ -2,12 +2,9 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/driver"
@@ -431,5 +428,3 @@ func (q *pgQueue) Subscribe(ctx context.Context) (<-chan struct{}, error) {
 	return q.db.hub.subscribe(ctx, q.st.name), nil
 }
 
-var _ = errors.Is
-var _ = pgx.ErrNoRows
