@@ -427,4 +427,3 @@ func (q *pgQueue) Subscribe(ctx context.Context) (<-chan struct{}, error) {
 	}
 	return q.db.hub.subscribe(ctx, q.st.name), nil
 }
-
