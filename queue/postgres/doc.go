@@ -148,6 +148,16 @@
 // sends no SQL while idle: TCP keepalives find a dead peer. The worker's
 // polling at trigger.safety_interval remains the fallback.
 //
+// # Connection poolers
+//
+// LISTEN needs a session of its own, and the generic plans are asked for
+// with a startup parameter: behind PgBouncer, use session pooling (or
+// point the driver at the server); in transaction pooling a Subscribe
+// hears nothing, and PgBouncer refuses the startup parameter unless it
+// ignores it (ignore_startup_parameters = plan_cache_mode). Everything
+// else (each operation one statement, the Get's synchronous_commit set
+// for its own transaction only) works in either mode.
+//
 // # Errors
 //
 // Lost and refused connections, serialization failures (40001), deadlocks
