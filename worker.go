@@ -22,10 +22,11 @@ import (
 	"github.com/adaptq/adaptq/queue/meter"
 	"github.com/adaptq/adaptq/scaling"
 
-	// The built-in drivers: memory://, the embedded default sqlite://, and
-	// azure:// (Azure Queue Storage).
+	// The built-in drivers: memory://, the embedded default sqlite://,
+	// azure:// (Azure Queue Storage) and postgres://.
 	_ "github.com/adaptq/adaptq/queue/azure"
 	_ "github.com/adaptq/adaptq/queue/memory"
+	_ "github.com/adaptq/adaptq/queue/postgres"
 	_ "github.com/adaptq/adaptq/queue/sqlite"
 	_ "github.com/adaptq/adaptq/queue/sqs"
 )

@@ -60,6 +60,12 @@ var figures = map[string][]string{
 		"wake latency with the trigger: Notify", "wake latency with the trigger, trickle", "wake latency without a trigger", "idle calls per hour per process, trigger configured",
 		"idle calls per hour per process, no trigger",
 	},
+	"postgres": {
+		"adaptq, PostgreSQL driver + listener", "River v0.51.1 (riverpgxv5)", "adaptq ÷ River, processed jobs/s",
+		"CPU per processed job", "adaptq calls per message", "statements sent per message",
+		"idle worker, queue calls per hour", "idle River client", "cross-process wake",
+		"long run: ", "long run: n_dead_tup", "long run: Get latency", "one table for many queues",
+	},
 }
 
 // TestReportTiny runs every section at tiny sizes and checks the Markdown:

@@ -100,7 +100,8 @@ func modules() string {
 	var out []string
 	for _, d := range bi.Deps {
 		switch d.Path {
-		case "modernc.org/sqlite", "github.com/maragudk/goqite":
+		case "modernc.org/sqlite", "github.com/maragudk/goqite",
+			"github.com/jackc/pgx/v5", "github.com/riverqueue/river":
 			v := d.Version
 			if d.Replace != nil {
 				v = d.Replace.Version

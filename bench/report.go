@@ -97,6 +97,7 @@ var Sections = []Spec{
 	{Key: "work", Title: "Scaling with work", Run: scalingWithWork},
 	{Key: "raw", Title: "Drivers raw", Run: raw},
 	{Key: "trigger", Title: "Push trigger", Run: trigger},
+	{Key: "postgres", Title: "PostgreSQL: adaptq's driver vs River", Run: postgresSection},
 }
 
 // Env is what a section runs with.

@@ -57,6 +57,14 @@ type Sizes struct {
 	PollIdleMax   time.Duration
 	// IdleHours is the virtual time over which idle calls are counted.
 	IdleHours int
+	// Postgres is the number of jobs each adaptq-vs-River drain starts
+	// with; PostgresLong the messages of the long run (dead tuples, Get
+	// latency); PostgresWake the cross-process wake trials; PostgresIdle
+	// how long River's idle client is watched.
+	Postgres     int
+	PostgresLong int
+	PostgresWake int
+	PostgresIdle time.Duration
 }
 
 // DefaultSizes finish in under ten minutes on a two-core machine.
@@ -85,6 +93,10 @@ func DefaultSizes() Sizes {
 		PollLanes:      40,
 		PollIdleMax:    2 * time.Second,
 		IdleHours:      24,
+		Postgres:       100_000,
+		PostgresLong:   1_000_000,
+		PostgresWake:   200,
+		PostgresIdle:   30 * time.Second,
 	}
 }
 
@@ -115,6 +127,10 @@ func TinySizes() Sizes {
 		PollLanes:      2,
 		PollIdleMax:    100 * time.Millisecond,
 		IdleHours:      1,
+		Postgres:       500,
+		PostgresLong:   2_000,
+		PostgresWake:   5,
+		PostgresIdle:   time.Second,
 	}
 }
 
@@ -144,6 +160,10 @@ func (s *Sizes) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&s.PollLanes, "poll-lanes", s.PollLanes, "concurrent lanes of the trials without a trigger")
 	fs.DurationVar(&s.PollIdleMax, "poll-idle-max", s.PollIdleMax, "idle.max of the listener without a trigger")
 	fs.IntVar(&s.IdleHours, "idle-hours", s.IdleHours, "virtual hours over which idle calls are counted")
+	fs.IntVar(&s.Postgres, "postgres", s.Postgres, "jobs per adaptq-vs-River drain")
+	fs.IntVar(&s.PostgresLong, "postgres-long", s.PostgresLong, "messages of the PostgreSQL long run")
+	fs.IntVar(&s.PostgresWake, "postgres-wake", s.PostgresWake, "cross-process wake trials on PostgreSQL")
+	fs.DurationVar(&s.PostgresIdle, "postgres-idle", s.PostgresIdle, "how long River's idle client is watched")
 }
 
 // Validate rejects sizes that cannot measure anything.
@@ -156,6 +176,7 @@ func (s Sizes) Validate() error {
 		"calls": s.Calls, "burst": s.Burst, "burst-trials": s.BurstTrials, "raw-sqlite": s.RawSQLite, "work-backlog": s.WorkBacklog,
 		"raw-memory": s.RawMemory, "trigger-trials": s.TriggerTrials, "poll-trials": s.PollTrials,
 		"poll-lanes": s.PollLanes, "idle-hours": s.IdleHours,
+		"postgres": s.Postgres, "postgres-long": s.PostgresLong, "postgres-wake": s.PostgresWake,
 	} {
 		if v < 1 {
 			bad = append(bad, fmt.Sprintf("-%s %d is below 1", name, v))
@@ -163,6 +184,7 @@ func (s Sizes) Validate() error {
 	}
 	for name, v := range map[string]time.Duration{
 		"burst-idle-max": s.BurstIdleMax, "sqs-idle": s.SQSIdle, "work-window": s.WorkWindow, "poll-idle-max": s.PollIdleMax,
+		"postgres-idle": s.PostgresIdle,
 	} {
 		if v < 10*time.Millisecond {
 			bad = append(bad, fmt.Sprintf("-%s %s is below 10ms", name, v))
@@ -177,7 +199,9 @@ func (s Sizes) Validate() error {
 // String lists the sizes as the flags that reproduce them.
 func (s Sizes) String() string {
 	return fmt.Sprintf("-repeats %d -overhead %d -backlog %d -embedded %d -azurite %d -azurite-latency %d -azurite-rounds %d -sqs %d -sqs-rounds %d -sqs-idle %s -calls %d -burst %d -burst-trials %d -burst-idle-max %s "+
-		"-work-window %s -work-backlog %d -raw-sqlite %d -raw-memory %d -trigger-trials %d -poll-trials %d -poll-lanes %d -poll-idle-max %s -idle-hours %d",
+		"-work-window %s -work-backlog %d -raw-sqlite %d -raw-memory %d -trigger-trials %d -poll-trials %d -poll-lanes %d -poll-idle-max %s -idle-hours %d "+
+		"-postgres %d -postgres-long %d -postgres-wake %d -postgres-idle %s",
 		s.Repeats, s.Overhead, s.Backlog, s.Embedded, s.Azurite, s.AzuriteLatency, s.AzuriteRounds, s.SQS, s.SQSRounds, s.SQSIdle, s.Calls, s.Burst, s.BurstTrials, s.BurstIdleMax,
-		s.WorkWindow, s.WorkBacklog, s.RawSQLite, s.RawMemory, s.TriggerTrials, s.PollTrials, s.PollLanes, s.PollIdleMax, s.IdleHours)
+		s.WorkWindow, s.WorkBacklog, s.RawSQLite, s.RawMemory, s.TriggerTrials, s.PollTrials, s.PollLanes, s.PollIdleMax, s.IdleHours,
+		s.Postgres, s.PostgresLong, s.PostgresWake, s.PostgresIdle)
 }
