@@ -21,10 +21,12 @@ import (
 	"github.com/adaptq/adaptq/queue/meter"
 	"github.com/adaptq/adaptq/scaling"
 
-	// The built-in drivers: memory://, the embedded default sqlite://, and
-	// azure:// (Azure Queue Storage).
+	// The built-in drivers: memory://, the embedded default sqlite://,
+	// azure:// (Azure Queue Storage) and redis:// (Redis, with a blocking
+	// wake-up).
 	_ "github.com/adaptq/adaptq/queue/azure"
 	_ "github.com/adaptq/adaptq/queue/memory"
+	_ "github.com/adaptq/adaptq/queue/redis"
 	_ "github.com/adaptq/adaptq/queue/sqlite"
 )
 
