@@ -7,6 +7,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/adaptq/adaptq/queue"
 )
 
 // Native notify, as BullMQ does it. Every put sets the queue's marker, a
@@ -41,7 +43,6 @@ type runner struct {
 	mu     sync.Mutex
 	stop   bool
 	id     int64 // CLIENT ID of the blocking connection, 0 until known
-	conn   *goredis.Conn
 	timers map[*time.Timer]struct{}
 	done   chan struct{}
 }
@@ -50,6 +51,9 @@ type runner struct {
 // the queue by any process, until ctx ends.
 func (q *redisQueue) Subscribe(ctx context.Context) (<-chan struct{}, error) {
 	c := q.c
+	if c.closed.Load() {
+		return nil, queue.ErrClosed
+	}
 	key := q.keys3[2]
 	c.mu.Lock()
 	h, ok := c.hubs[key]
@@ -94,8 +98,9 @@ func (h *hub) signal() {
 	h.mu.Unlock()
 }
 
-// stop halts the hub's loop, if it runs, and waits for it (Client.Close).
-func (h *hub) stop() {
+// stop halts the hub's loop, if it runs, and returns it (Client.Close
+// waits for it).
+func (h *hub) stop() *runner {
 	h.mu.Lock()
 	r := h.run
 	h.run = nil
@@ -103,33 +108,26 @@ func (h *hub) stop() {
 	if r != nil {
 		h.halt(r)
 	}
+	return r
 }
 
-// halt ends r's loop: CLIENT UNBLOCK ends its blocking command at once;
-// if the server refuses it (an ACL), closing the connection does.
+// halt ends r's loop: CLIENT UNBLOCK ends its blocking command at once. If
+// the server refuses it (an ACL without CLIENT), the loop ends when its
+// block times out, or when Client.Close closes the connections.
 func (h *hub) halt(r *runner) {
 	r.mu.Lock()
 	r.stop = true
-	id, conn := r.id, r.conn
+	id := r.id
 	for t := range r.timers {
 		t.Stop()
 	}
 	clear(r.timers)
 	r.mu.Unlock()
-	if id != 0 && !h.c.closed.Load() {
+	if id != 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = h.c.rdb.ClientUnblock(ctx, id).Err()
 		cancel()
 	}
-	select {
-	case <-r.done:
-		return
-	case <-time.After(3 * time.Second):
-	}
-	if conn != nil {
-		_ = conn.Close()
-	}
-	<-r.done
 }
 
 func (r *runner) stopped() bool {
@@ -154,7 +152,7 @@ func (h *hub) loop(r *runner) {
 			conn = h.c.rdb.Conn()
 			id, err := conn.ClientID(ctx).Result()
 			r.mu.Lock()
-			r.id, r.conn = id, conn
+			r.id = id
 			r.mu.Unlock()
 			if err != nil {
 				_ = conn.Close()

@@ -184,15 +184,27 @@ func (c *Client) Close() error {
 		hubs = append(hubs, h)
 	}
 	c.mu.Unlock()
+	var runs []*runner
 	for _, h := range hubs {
-		h.stop()
-	}
-	if c.owns {
-		if err := c.rdb.Close(); err != nil && !errors.Is(err, goredis.ErrClosed) {
-			return fmt.Errorf("redis: close: %w", err)
+		if r := h.stop(); r != nil {
+			runs = append(runs, r)
 		}
 	}
-	return nil
+	var err error
+	if c.owns {
+		if e := c.rdb.Close(); e != nil && !errors.Is(e, goredis.ErrClosed) {
+			err = fmt.Errorf("redis: close: %w", e)
+		}
+	}
+	// CLIENT UNBLOCK (or, for a client of our own, closing the
+	// connections) ends each loop at once; else its block timeout does.
+	for _, r := range runs {
+		select {
+		case <-r.done:
+		case <-time.After(c.o.blockTimeout + 15*time.Second):
+		}
+	}
+	return err
 }
 
 // now is the time argument of a script: "" for the server's clock, else
