@@ -263,4 +263,3 @@ func TestCloseStopsSubscribers(t *testing.T) {
 		t.Fatal("Put on a closed client succeeded")
 	}
 }
-
