@@ -56,6 +56,11 @@ var figures = map[string][]string{
 		"wake latency with the trigger: Notify", "wake latency with the trigger, trickle", "wake latency without a trigger", "idle calls per hour per process, trigger configured",
 		"idle calls per hour per process, no trigger",
 	},
+	"redis": {
+		"asynq, concurrency", "adaptq listener on queue/redis", "processed per second, adaptq ÷ asynq", "adaptq calls per message",
+		"idle asynq server: commands per minute", "idle adaptq worker: commands per minute",
+		"idle adaptq worker: blocking calls per safety interval", "cross-process wake",
+	},
 }
 
 // TestReportTiny runs every section at tiny sizes and checks the Markdown:

@@ -51,6 +51,13 @@ type Sizes struct {
 	PollIdleMax   time.Duration
 	// IdleHours is the virtual time over which idle calls are counted.
 	IdleHours int
+
+	// Redis is the number of messages each Redis-vs-asynq drain starts
+	// with; RedisWakeTrials the cross-process wake trials; RedisIdle the
+	// window over which idle commands are counted.
+	Redis           int
+	RedisWakeTrials int
+	RedisIdle       time.Duration
 }
 
 // DefaultSizes finish in under ten minutes on a two-core machine.
@@ -76,6 +83,10 @@ func DefaultSizes() Sizes {
 		PollLanes:      40,
 		PollIdleMax:    2 * time.Second,
 		IdleHours:      24,
+
+		Redis:           50_000,
+		RedisWakeTrials: 300,
+		RedisIdle:       30 * time.Second,
 	}
 }
 
@@ -103,6 +114,10 @@ func TinySizes() Sizes {
 		PollLanes:      2,
 		PollIdleMax:    100 * time.Millisecond,
 		IdleHours:      1,
+
+		Redis:           500,
+		RedisWakeTrials: 5,
+		RedisIdle:       time.Second,
 	}
 }
 
@@ -129,6 +144,9 @@ func (s *Sizes) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&s.PollLanes, "poll-lanes", s.PollLanes, "concurrent lanes of the trials without a trigger")
 	fs.DurationVar(&s.PollIdleMax, "poll-idle-max", s.PollIdleMax, "idle.max of the listener without a trigger")
 	fs.IntVar(&s.IdleHours, "idle-hours", s.IdleHours, "virtual hours over which idle calls are counted")
+	fs.IntVar(&s.Redis, "redis", s.Redis, "messages per Redis-vs-asynq drain")
+	fs.IntVar(&s.RedisWakeTrials, "redis-wake-trials", s.RedisWakeTrials, "cross-process wake trials on Redis")
+	fs.DurationVar(&s.RedisIdle, "redis-idle", s.RedisIdle, "window over which idle Redis commands are counted")
 }
 
 // Validate rejects sizes that cannot measure anything.
@@ -139,14 +157,14 @@ func (s Sizes) Validate() error {
 		"azurite": s.Azurite, "azurite-latency": s.AzuriteLatency, "azurite-rounds": s.AzuriteRounds,
 		"calls": s.Calls, "burst": s.Burst, "burst-trials": s.BurstTrials, "raw-sqlite": s.RawSQLite, "work-backlog": s.WorkBacklog,
 		"raw-memory": s.RawMemory, "trigger-trials": s.TriggerTrials, "poll-trials": s.PollTrials,
-		"poll-lanes": s.PollLanes, "idle-hours": s.IdleHours,
+		"poll-lanes": s.PollLanes, "idle-hours": s.IdleHours, "redis": s.Redis, "redis-wake-trials": s.RedisWakeTrials,
 	} {
 		if v < 1 {
 			bad = append(bad, fmt.Sprintf("-%s %d is below 1", name, v))
 		}
 	}
 	for name, v := range map[string]time.Duration{
-		"burst-idle-max": s.BurstIdleMax, "work-window": s.WorkWindow, "poll-idle-max": s.PollIdleMax,
+		"burst-idle-max": s.BurstIdleMax, "work-window": s.WorkWindow, "poll-idle-max": s.PollIdleMax, "redis-idle": s.RedisIdle,
 	} {
 		if v < 10*time.Millisecond {
 			bad = append(bad, fmt.Sprintf("-%s %s is below 10ms", name, v))
@@ -161,7 +179,7 @@ func (s Sizes) Validate() error {
 // String lists the sizes as the flags that reproduce them.
 func (s Sizes) String() string {
 	return fmt.Sprintf("-repeats %d -overhead %d -backlog %d -embedded %d -azurite %d -azurite-latency %d -azurite-rounds %d -calls %d -burst %d -burst-trials %d -burst-idle-max %s "+
-		"-work-window %s -work-backlog %d -raw-sqlite %d -raw-memory %d -trigger-trials %d -poll-trials %d -poll-lanes %d -poll-idle-max %s -idle-hours %d",
+		"-work-window %s -work-backlog %d -raw-sqlite %d -raw-memory %d -trigger-trials %d -poll-trials %d -poll-lanes %d -poll-idle-max %s -idle-hours %d -redis %d -redis-wake-trials %d -redis-idle %s",
 		s.Repeats, s.Overhead, s.Backlog, s.Embedded, s.Azurite, s.AzuriteLatency, s.AzuriteRounds, s.Calls, s.Burst, s.BurstTrials, s.BurstIdleMax,
-		s.WorkWindow, s.WorkBacklog, s.RawSQLite, s.RawMemory, s.TriggerTrials, s.PollTrials, s.PollLanes, s.PollIdleMax, s.IdleHours)
+		s.WorkWindow, s.WorkBacklog, s.RawSQLite, s.RawMemory, s.TriggerTrials, s.PollTrials, s.PollLanes, s.PollIdleMax, s.IdleHours, s.Redis, s.RedisWakeTrials, s.RedisIdle)
 }
