@@ -111,22 +111,41 @@ func (h *hub) stop() *runner {
 	return r
 }
 
-// halt ends r's loop: CLIENT UNBLOCK ends its blocking command at once. If
-// the server refuses it (an ACL without CLIENT), the loop ends when its
-// block times out, or when Client.Close closes the connections.
+// halt ends r's loop: CLIENT UNBLOCK ends its blocking command at once.
+// The loop may be just about to block (or not know its connection's id
+// yet), so halt repeats the unblock until the loop has ended, for up to
+// five seconds. If the server refuses it (an ACL without CLIENT), the loop
+// ends when its block times out, or when Client.Close closes the
+// connections.
 func (h *hub) halt(r *runner) {
 	r.mu.Lock()
 	r.stop = true
-	id := r.id
 	for t := range r.timers {
 		t.Stop()
 	}
 	clear(r.timers)
 	r.mu.Unlock()
-	if id != 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = h.c.rdb.ClientUnblock(ctx, id).Err()
-		cancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r.mu.Lock()
+		id := r.id
+		r.mu.Unlock()
+		if id != 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			err := h.c.rdb.ClientUnblock(ctx, id).Err()
+			cancel()
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				return // refused, or the client is closed: leave it to the block timeout or Close
+			}
+		}
+		select {
+		case <-r.done:
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return
+		}
 	}
 }
 
