@@ -99,26 +99,32 @@ local n = tonumber(ARGV[1])
 local ids = redis.call('ZRANGEBYSCORE', z, '-inf', now, 'LIMIT', 0, n)
 local untl = now + tonumber(ARGV[2])
 local out = {untl}
+local hide, gone = {}, {}
 local k = 0
 for _, id in ipairs(ids) do
   local h = mkey(id)
   local f = redis.call('HMGET', h, 'b', 'd', 'i', 'e')
-  if not f[1] then
-    redis.call('ZREM', z, id)
-    redis.call('ZREM', x, id)
-  elseif f[4] ~= '0' and tonumber(f[4]) <= now then
-    drop(id)
-  else
+  if f[1] and (f[4] == '0' or tonumber(f[4]) > now) then
     k = k + 1
     local d = tonumber(f[2]) + 1
     redis.call('HSET', h, 'd', d, 'r', ARGV[3] .. k)
-    redis.call('ZADD', z, untl, id)
+    hide[#hide + 1] = untl
+    hide[#hide + 1] = id
     out[#out + 1] = id
     out[#out + 1] = f[1]
     out[#out + 1] = d
     out[#out + 1] = f[3]
     out[#out + 1] = f[4]
+  else
+    -- expired, or a stray id without its hash
+    if f[1] then redis.call('DEL', h) end
+    gone[#gone + 1] = id
   end
+end
+if #hide > 0 then redis.call('ZADD', z, unpack(hide)) end
+if #gone > 0 then
+  redis.call('ZREM', z, unpack(gone))
+  redis.call('ZREM', x, unpack(gone))
 end
 if #ids == n and #redis.call('ZRANGEBYSCORE', z, '-inf', now, 'LIMIT', 0, 1) > 0 then
   redis.call('ZADD', KEYS[3], 'LT', now, 'w')
@@ -139,11 +145,27 @@ return ok
 // code per receipt, as deleteScript's.
 var deleteBatchScript = goredis.NewScript(common + `
 local now = clock(ARGV[1])
-local out = {}
+local out, ids, keys = {}, {}, {}
+local seen = {}
 for j = 2, #ARGV, 2 do
-  local ok = held(ARGV[j], ARGV[j + 1], now)
-  if ok == 1 then drop(ARGV[j]) end
+  local id = ARGV[j]
+  local ok
+  if seen[id] then
+    ok = 0 -- deleted earlier in this batch
+  else
+    ok = held(id, ARGV[j + 1], now)
+    if ok == 1 then
+      seen[id] = true
+      ids[#ids + 1] = id
+      keys[#keys + 1] = mkey(id)
+    end
+  end
   out[#out + 1] = ok
+end
+if #ids > 0 then
+  redis.call('DEL', unpack(keys))
+  redis.call('ZREM', z, unpack(ids))
+  redis.call('ZREM', x, unpack(ids))
 end
 return out
 `)
