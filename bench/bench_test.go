@@ -59,7 +59,7 @@ var figures = map[string][]string{
 	"redis": {
 		"asynq, concurrency", "adaptq listener on queue/redis", "processed per second, adaptq ÷ asynq", "adaptq calls per message",
 		"idle asynq server: commands per minute", "idle adaptq worker: commands per minute",
-		"idle adaptq worker: blocking calls per safety interval", "cross-process wake",
+		"idle adaptq worker: blocking calls per safety interval", "the put's own round trip", "cross-process wake",
 	},
 }
 
