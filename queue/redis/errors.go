@@ -22,8 +22,10 @@ import (
 //	MASTERDOWN   a replica lost its master (replica-serve-stale-data no)
 //	TRYAGAIN     a cluster slot is being migrated
 //	CLUSTERDOWN  the cluster has no quorum or uncovered slots
-//	MOVED, ASK   cluster redirections a plain client did not follow
 //	NOREPLICAS   min-replicas-to-write is not met
+//
+// MOVED and ASK are not among them: a client that is not a cluster client
+// gets them again on every retry.
 var transientCodes = map[string]time.Duration{
 	"LOADING":     time.Second,
 	"BUSY":        time.Second,
@@ -31,8 +33,6 @@ var transientCodes = map[string]time.Duration{
 	"MASTERDOWN":  time.Second,
 	"TRYAGAIN":    100 * time.Millisecond,
 	"CLUSTERDOWN": time.Second,
-	"MOVED":       0,
-	"ASK":         0,
 	"NOREPLICAS":  time.Second,
 }
 
