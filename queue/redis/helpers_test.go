@@ -14,8 +14,9 @@ import (
 )
 
 // The tests run against a real Redis: 127.0.0.1:6379, database 0, unless
-// ADAPTQ_TEST_REDIS_URL names another. Under CI=true a server that does not
-// answer fails the run; elsewhere the tests skip, saying why.
+// ADAPTQ_TEST_REDIS_URL names another (its password, if any, in
+// ADAPTQ_REDIS_PASSWORD, as for the driver). Under CI=true a server that
+// does not answer fails the run; elsewhere the tests skip, saying why.
 const (
 	urlEnv     = "ADAPTQ_TEST_REDIS_URL"
 	defaultURL = "redis://127.0.0.1:6379/0"
@@ -43,6 +44,9 @@ func server(t testing.TB, prefix string) *goredis.Client {
 	opt, err := goredis.ParseURL(serverURL())
 	if err != nil {
 		t.Fatalf("%s: %v", urlEnv, err)
+	}
+	if pw := os.Getenv(redis.PasswordEnv); pw != "" {
+		opt.Password = pw
 	}
 	rdb := goredis.NewClient(opt)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -74,6 +75,9 @@ func otherProcess(t *testing.T, prefix string) *redis.Client {
 	opt, err := goredis.ParseURL(serverURL())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if pw := os.Getenv(redis.PasswordEnv); pw != "" {
+		opt.Password = pw
 	}
 	rdb := goredis.NewClient(opt)
 	t.Cleanup(func() { _ = rdb.Close() })
