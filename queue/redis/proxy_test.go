@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -140,6 +141,9 @@ func TestFaultProxy(t *testing.T) {
 	p := newFaultProxy(t, opt.Addr)
 	opt.Addr = p.Addr()
 	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = time.Second, 2*time.Second, 2*time.Second
+	if pw := os.Getenv(redis.PasswordEnv); pw != "" {
+		opt.Password = pw
+	}
 	opt.MaxRetries = -1 // go-redis would retry most faults away; let the queue see them
 	rdb := goredis.NewClient(opt)
 	t.Cleanup(func() { _ = rdb.Close() })
