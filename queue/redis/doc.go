@@ -51,7 +51,8 @@
 // with appendonly yes and appendfsync everysec it loses up to the last
 // second; with appendfsync always nothing acknowledged is lost, as with
 // driver.PowerLoss. Replicas are asynchronous: a failover may lose the
-// last writes.
+// last writes. Run the server with maxmemory-policy noeviction (Redis's
+// default): an eviction policy would drop messages to make room.
 //
 // # Errors
 //

@@ -61,18 +61,21 @@ end
 // now. Returns {id, inserted µs}.
 //
 // Ids are sixteen decimal digits, so that the lexical order of the sorted
-// set's ties is the order of the puts. The counter never goes below the
-// clock's microseconds: after a restart that lost the data, new ids are
-// still above every id handed out before, and a stale holder never deletes
-// a new message that took an old id.
+// set's ties is the order of the puts. The counter starts at the clock's
+// microseconds the first time a queue is used: after a restart that lost
+// the data, new ids are still above every id handed out before (unless
+// the queue took more than a million puts a second on average), and a
+// stale holder never deletes a new message that took an old id. Every
+// sixteenth put sweeps a few expired messages, so that a queue nobody gets
+// from (a poison queue) does not keep them forever.
 var putScript = goredis.NewScript(common + `
 local now = clock(ARGV[4])
-sweep(now, 8)
 local n = redis.call('INCR', KEYS[3])
-if n < now then
+if n == 1 then
   n = now
   redis.call('SET', KEYS[3], string.format('%d', n))
 end
+if n % 16 == 0 then sweep(now, 32) end
 local id = string.format('%016d', n)
 local ttl = tonumber(ARGV[2])
 local e = 0
