@@ -66,6 +66,11 @@ var figures = map[string][]string{
 		"idle worker, queue calls per hour", "idle River client", "cross-process wake",
 		"long run: ", "long run: n_dead_tup", "long run: Get latency", "one table for many queues",
 	},
+	"redis": {
+		"asynq, concurrency", "adaptq listener on queue/redis", "processed per second, adaptq ÷ asynq", "adaptq calls per message",
+		"idle asynq server: commands per minute", "idle adaptq worker: commands per minute",
+		"idle adaptq worker: blocking calls per safety interval", "the put's own round trip", "cross-process wake",
+	},
 }
 
 // TestReportTiny runs every section at tiny sizes and checks the Markdown:

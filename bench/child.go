@@ -44,6 +44,7 @@ type childResult struct {
 // first in main (and in TestMain).
 func RunChildIfAsked() {
 	runPGWakeChildIfAsked()
+	runRedisChildIfAsked()
 	spec := os.Getenv(ChildEnv)
 	if spec == "" {
 		return

@@ -98,6 +98,7 @@ var Sections = []Spec{
 	{Key: "raw", Title: "Drivers raw", Run: raw},
 	{Key: "trigger", Title: "Push trigger", Run: trigger},
 	{Key: "postgres", Title: "PostgreSQL: adaptq's driver vs River", Run: postgresSection},
+	{Key: "redis", Title: "Redis: adaptq's driver vs asynq", Run: redisSection},
 }
 
 // Env is what a section runs with.

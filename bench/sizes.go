@@ -65,6 +65,13 @@ type Sizes struct {
 	PostgresLong int
 	PostgresWake int
 	PostgresIdle time.Duration
+
+	// Redis is the number of messages each Redis-vs-asynq drain starts
+	// with; RedisWakeTrials the cross-process wake trials; RedisIdle the
+	// window over which idle commands are counted.
+	Redis           int
+	RedisWakeTrials int
+	RedisIdle       time.Duration
 }
 
 // DefaultSizes finish in under ten minutes on a two-core machine.
@@ -97,6 +104,10 @@ func DefaultSizes() Sizes {
 		PostgresLong:   1_000_000,
 		PostgresWake:   200,
 		PostgresIdle:   30 * time.Second,
+
+		Redis:           50_000,
+		RedisWakeTrials: 300,
+		RedisIdle:       30 * time.Second,
 	}
 }
 
@@ -131,6 +142,10 @@ func TinySizes() Sizes {
 		PostgresLong:   2_000,
 		PostgresWake:   5,
 		PostgresIdle:   time.Second,
+
+		Redis:           500,
+		RedisWakeTrials: 5,
+		RedisIdle:       time.Second,
 	}
 }
 
@@ -164,6 +179,9 @@ func (s *Sizes) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&s.PostgresLong, "postgres-long", s.PostgresLong, "messages of the PostgreSQL long run")
 	fs.IntVar(&s.PostgresWake, "postgres-wake", s.PostgresWake, "cross-process wake trials on PostgreSQL")
 	fs.DurationVar(&s.PostgresIdle, "postgres-idle", s.PostgresIdle, "how long River's idle client is watched")
+	fs.IntVar(&s.Redis, "redis", s.Redis, "messages per Redis-vs-asynq drain")
+	fs.IntVar(&s.RedisWakeTrials, "redis-wake-trials", s.RedisWakeTrials, "cross-process wake trials on Redis")
+	fs.DurationVar(&s.RedisIdle, "redis-idle", s.RedisIdle, "window over which idle Redis commands are counted")
 }
 
 // Validate rejects sizes that cannot measure anything.
@@ -177,6 +195,7 @@ func (s Sizes) Validate() error {
 		"raw-memory": s.RawMemory, "trigger-trials": s.TriggerTrials, "poll-trials": s.PollTrials,
 		"poll-lanes": s.PollLanes, "idle-hours": s.IdleHours,
 		"postgres": s.Postgres, "postgres-long": s.PostgresLong, "postgres-wake": s.PostgresWake,
+		"redis": s.Redis, "redis-wake-trials": s.RedisWakeTrials,
 	} {
 		if v < 1 {
 			bad = append(bad, fmt.Sprintf("-%s %d is below 1", name, v))
@@ -184,7 +203,7 @@ func (s Sizes) Validate() error {
 	}
 	for name, v := range map[string]time.Duration{
 		"burst-idle-max": s.BurstIdleMax, "sqs-idle": s.SQSIdle, "work-window": s.WorkWindow, "poll-idle-max": s.PollIdleMax,
-		"postgres-idle": s.PostgresIdle,
+		"postgres-idle": s.PostgresIdle, "redis-idle": s.RedisIdle,
 	} {
 		if v < 10*time.Millisecond {
 			bad = append(bad, fmt.Sprintf("-%s %s is below 10ms", name, v))
@@ -198,10 +217,10 @@ func (s Sizes) Validate() error {
 
 // String lists the sizes as the flags that reproduce them.
 func (s Sizes) String() string {
-	return fmt.Sprintf("-repeats %d -overhead %d -backlog %d -embedded %d -azurite %d -azurite-latency %d -azurite-rounds %d -sqs %d -sqs-rounds %d -sqs-idle %s -calls %d -burst %d -burst-trials %d -burst-idle-max %s "+
-		"-work-window %s -work-backlog %d -raw-sqlite %d -raw-memory %d -trigger-trials %d -poll-trials %d -poll-lanes %d -poll-idle-max %s -idle-hours %d "+
-		"-postgres %d -postgres-long %d -postgres-wake %d -postgres-idle %s",
-		s.Repeats, s.Overhead, s.Backlog, s.Embedded, s.Azurite, s.AzuriteLatency, s.AzuriteRounds, s.SQS, s.SQSRounds, s.SQSIdle, s.Calls, s.Burst, s.BurstTrials, s.BurstIdleMax,
-		s.WorkWindow, s.WorkBacklog, s.RawSQLite, s.RawMemory, s.TriggerTrials, s.PollTrials, s.PollLanes, s.PollIdleMax, s.IdleHours,
-		s.Postgres, s.PostgresLong, s.PostgresWake, s.PostgresIdle)
+	fs := flag.NewFlagSet("sizes", flag.ContinueOnError)
+	c := s
+	c.RegisterFlags(fs)
+	var parts []string
+	fs.VisitAll(func(f *flag.Flag) { parts = append(parts, "-"+f.Name+" "+f.Value.String()) })
+	return strings.Join(parts, " ")
 }
