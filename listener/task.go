@@ -10,7 +10,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/adaptq/adaptq/queue"
-	"github.com/adaptq/adaptq/scaling"
 )
 
 // task is one dequeue task: seed 002's DequeueTaskMain. Its loop usually
@@ -30,6 +29,9 @@ type task struct {
 	// gets. Only the goroutine running the loop touches them.
 	idle       int
 	errBackoff *backoff.ExponentialBackOff
+	// nextGet, if set, is when the next get may go after a partial one
+	// (see gotPartial).
+	nextGet time.Time
 	// current is the batch running inline, if any; stall fires spill on it
 	// when it runs too long. One timer per task, reset for each batch.
 	current atomic.Pointer[batch]
@@ -90,6 +92,13 @@ func (t *task) loop() error {
 		if !t.waitBelow(ctx, l.o.NewBatchThreshold) {
 			return nil
 		}
+		switch t.pace(ctx) {
+		case sleepStop:
+			counted = false
+			return nil
+		case sleepCancelled:
+			return nil
+		}
 		held, ok := l.acquire(ctx, min(l.o.BatchSize, l.o.Concurrency))
 		if !ok {
 			return nil
@@ -124,6 +133,7 @@ func (t *task) loop() error {
 		if unused := held - len(ms); unused > 0 {
 			l.sem.Release(int64(unused))
 		}
+		t.gotPartial(held, len(ms))
 		if len(ms) == 0 {
 			l.stats.emptyGets.Add(1)
 			t.idle++
@@ -256,11 +266,4 @@ func (l *Listener) release(id, receipt string) {
 		return
 	}
 	l.stats.released.Add(1)
-}
-
-// triggerFloor is the least time between an empty get and a get a trigger
-// wakes: idle.min, capped at scaling.DefaultMinIdle (100 ms) so that a long
-// idle.min, set to poll rarely, never slows triggered work.
-func (l *Listener) triggerFloor() time.Duration {
-	return min(l.o.Idle.Min, scaling.DefaultMinIdle)
 }
