@@ -97,7 +97,7 @@ type QueueConfig struct {
 	// otherwise).
 	LatencyTarget time.Duration `yaml:"latency_target"`
 	Idle          IdleConfig    `yaml:"idle"`
-	Pool           PoolConfig    `yaml:"pool"`
+	Pool          PoolConfig    `yaml:"pool"`
 	// MaxDequeueCount and PoisonQueue: a message failing this many runs
 	// moves to the poison queue (default "<name>-poison").
 	MaxDequeueCount int    `yaml:"max_dequeue_count"`
