@@ -273,6 +273,7 @@ const (
 	taskSleeping            // after an empty get, until its timer, a trigger or a resize
 	taskWaitBatch           // more of its messages in flight than the new-batch threshold
 	taskWaitSlots           // waiting for handler slots (Options.Concurrency)
+	taskPacing              // waiting out Pace after a get that drained the queue
 	taskStopped
 )
 
@@ -286,6 +287,7 @@ type task struct {
 	held     int    // handler slots granted while waiting
 	slept    int64  // when its current sleep began
 	wakeAt   int64  // when it is due to wake from it
+	nextGet  int64  // after a partial get: the earliest next get (Policy.Pace)
 }
 
 // batch is the messages of one get, handled in parallel.
@@ -532,11 +534,29 @@ func (e *engine) run(t *task) error {
 			t.state = taskWaitBatch
 			return nil
 		}
+		if e.paced(t) {
+			return nil
+		}
 		more, err := e.fetch(t)
 		if err != nil || !more {
 			return err
 		}
 	}
+}
+
+// paced is the listener's pace: after a get that drained the queue the
+// task waits until Pace after it (neither a trigger nor anything else but
+// a resize ends the wait); it reports whether the task now waits.
+func (e *engine) paced(t *task) bool {
+	at := t.nextGet
+	t.nextGet = 0
+	if at <= e.now {
+		return false
+	}
+	t.state = taskPacing
+	t.gen++
+	e.schedule(event{at: at, kind: evTask, task: t, gen: t.gen})
+	return true
 }
 
 // fetch takes handler slots, gets, and dispatches the batch or sleeps; it
@@ -574,6 +594,9 @@ func (e *engine) fetch(t *task) (bool, error) {
 		t.slept, t.wakeAt = e.now, e.now+int64(delay)
 		e.after(delay, event{kind: evTask, task: t, gen: t.gen})
 		return false, nil
+	}
+	if e.p.Pace > 0 && len(ms) < want {
+		t.nextGet = e.now + int64(e.p.Pace)
 	}
 	if t.idle > 0 {
 		t.idle = 0
@@ -641,6 +664,9 @@ func (e *engine) done(b *batch) error {
 	e.release(len(b.ms))
 	if t.state == taskWaitBatch && t.inFlight <= e.p.NewBatchThreshold {
 		t.state = taskReady
+		if e.paced(t) {
+			return nil
+		}
 		more, err := e.fetch(t)
 		if err != nil || !more {
 			return err
@@ -717,7 +743,7 @@ func (e *engine) resize(n int) {
 	case n < cur:
 		e.stopTokens += cur - n
 		for i := len(e.tasks) - 1; i >= 0 && e.stopTokens > 0; i-- {
-			if t := e.tasks[i]; t.state == taskSleeping {
+			if t := e.tasks[i]; t.state == taskSleeping || t.state == taskPacing {
 				e.takeStopToken(t)
 			}
 		}
