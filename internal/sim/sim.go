@@ -355,7 +355,7 @@ func runPolicy(ctx context.Context, w Workload, p Policy, o Options) (Result, er
 		m:    meter.New(o.PricePer10k),
 		pm:   meter.New(o.PricePer10k),
 		body: []byte("transaction"),
-		arr:  arrivals{phases: w.Phases},
+		arr:  arrivals{phases: w.Phases, jitter: w.Jitter, seed: uint64(o.Seed)},
 	}
 	e.rng = rand.New(rand.NewPCG(seedFor(o.Seed, p.Name)))
 	copts := []queue.Option{queue.WithObserver(e.m)}
@@ -839,10 +839,12 @@ func percentile(sorted []time.Duration, p int) time.Duration {
 // arrivals walks a workload's phases in time order.
 type arrivals struct {
 	phases []Phase
-	i      int   // the current phase
-	start  int64 // its start, nanoseconds since the run's
-	burst  bool  // its burst is still to come
-	k, n   int64 // its next steady arrival, and how many it has
+	i      int    // the current phase
+	start  int64  // its start, nanoseconds since the run's
+	burst  bool   // its burst is still to come
+	k, n   int64  // its next steady arrival, and how many it has
+	jitter bool   // Workload.Jitter
+	seed   uint64 // of the jitter
 }
 
 func (a *arrivals) init() { a.enter() }
@@ -864,7 +866,16 @@ func (a *arrivals) next() (int64, bool) {
 			return a.start, true
 		}
 		if a.k < a.n {
-			return a.start + spread(a.k, a.n, a.phases[a.i].Duration), true
+			d := a.phases[a.i].Duration
+			at := spread(a.k, a.n, d)
+			if a.jitter {
+				// A fixed fraction of the slot for each (phase, k): next
+				// must give the same time every time it is asked.
+				slot := spread(a.k+1, a.n, d) - at
+				u := splitmix(a.seed ^ uint64(a.i)<<48 ^ uint64(a.k))
+				at += int64(float64(slot) * float64(u>>11) / (1 << 53))
+			}
+			return a.start + at, true
 		}
 		a.start += int64(a.phases[a.i].Duration)
 		a.i++
@@ -898,4 +909,12 @@ func spread(k, n int64, d time.Duration) int64 {
 	hi, lo := bits.Mul64(uint64(k), uint64(d))
 	q, _ := bits.Div64(hi, lo, uint64(n))
 	return int64(q)
+}
+
+// splitmix is SplitMix64's finalizer: a well-mixed 64-bit hash of x.
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
 }
