@@ -95,6 +95,7 @@ var Sections = []Spec{
 	{Key: "burst", Title: "Burst response", Run: burst},
 	{Key: "work", Title: "Scaling with work", Run: scalingWithWork},
 	{Key: "raw", Title: "Drivers raw", Run: raw},
+	{Key: "steady", Title: "Pickup at steady rates", Run: steadyRatesSection},
 	{Key: "trigger", Title: "Push trigger", Run: trigger},
 }
 

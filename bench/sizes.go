@@ -51,6 +51,9 @@ type Sizes struct {
 	PollIdleMax   time.Duration
 	// IdleHours is the virtual time over which idle calls are counted.
 	IdleHours int
+	// SteadyWindow is how long each steady-rate cell puts messages, after
+	// a warm-up of a fifth of it.
+	SteadyWindow time.Duration
 }
 
 // DefaultSizes finish in under ten minutes on a two-core machine.
@@ -76,6 +79,7 @@ func DefaultSizes() Sizes {
 		PollLanes:      40,
 		PollIdleMax:    2 * time.Second,
 		IdleHours:      24,
+		SteadyWindow:   5 * time.Second,
 	}
 }
 
@@ -103,6 +107,7 @@ func TinySizes() Sizes {
 		PollLanes:      2,
 		PollIdleMax:    100 * time.Millisecond,
 		IdleHours:      1,
+		SteadyWindow:   200 * time.Millisecond,
 	}
 }
 
@@ -129,6 +134,7 @@ func (s *Sizes) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&s.PollLanes, "poll-lanes", s.PollLanes, "concurrent lanes of the trials without a trigger")
 	fs.DurationVar(&s.PollIdleMax, "poll-idle-max", s.PollIdleMax, "idle.max of the listener without a trigger")
 	fs.IntVar(&s.IdleHours, "idle-hours", s.IdleHours, "virtual hours over which idle calls are counted")
+	fs.DurationVar(&s.SteadyWindow, "steady-window", s.SteadyWindow, "how long each steady-rate cell puts messages (after a fifth of it as warm-up)")
 }
 
 // Validate rejects sizes that cannot measure anything.
@@ -147,6 +153,7 @@ func (s Sizes) Validate() error {
 	}
 	for name, v := range map[string]time.Duration{
 		"burst-idle-max": s.BurstIdleMax, "work-window": s.WorkWindow, "poll-idle-max": s.PollIdleMax,
+		"steady-window": s.SteadyWindow,
 	} {
 		if v < 10*time.Millisecond {
 			bad = append(bad, fmt.Sprintf("-%s %s is below 10ms", name, v))
@@ -161,7 +168,7 @@ func (s Sizes) Validate() error {
 // String lists the sizes as the flags that reproduce them.
 func (s Sizes) String() string {
 	return fmt.Sprintf("-repeats %d -overhead %d -backlog %d -embedded %d -azurite %d -azurite-latency %d -azurite-rounds %d -calls %d -burst %d -burst-trials %d -burst-idle-max %s "+
-		"-work-window %s -work-backlog %d -raw-sqlite %d -raw-memory %d -trigger-trials %d -poll-trials %d -poll-lanes %d -poll-idle-max %s -idle-hours %d",
+		"-work-window %s -work-backlog %d -raw-sqlite %d -raw-memory %d -trigger-trials %d -poll-trials %d -poll-lanes %d -poll-idle-max %s -idle-hours %d -steady-window %s",
 		s.Repeats, s.Overhead, s.Backlog, s.Embedded, s.Azurite, s.AzuriteLatency, s.AzuriteRounds, s.Calls, s.Burst, s.BurstTrials, s.BurstIdleMax,
-		s.WorkWindow, s.WorkBacklog, s.RawSQLite, s.RawMemory, s.TriggerTrials, s.PollTrials, s.PollLanes, s.PollIdleMax, s.IdleHours)
+		s.WorkWindow, s.WorkBacklog, s.RawSQLite, s.RawMemory, s.TriggerTrials, s.PollTrials, s.PollLanes, s.PollIdleMax, s.IdleHours, s.SteadyWindow)
 }
