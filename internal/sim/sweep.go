@@ -154,7 +154,7 @@ func (s Sweep) WriteSVG(w io.Writer) error {
 		labels[i] = p.Target.String()
 	}
 	msf := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	const width, height = 1000, 460
+	const width, height = 1000, 520
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
@@ -170,7 +170,6 @@ func (s Sweep) WriteSVG(w io.Writer) error {
 		{"p99, without", "#ff7f0e", false, pick(func(p SweepPoint) float64 { return msf(p.Poll.P99) })},
 		{"p50, without", "#ff7f0e", true, pick(func(p SweepPoint) float64 { return msf(p.Poll.P50) })},
 	})
-	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">latency target (log scale)</text>`+"\n", width/2, height-12)
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -204,6 +203,7 @@ func chart(b *strings.Builder, x0, y0, w, h float64, title, _ string, xs []float
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", px(x), y0, px(x), y0+h)
 		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", px(x), y0+h+16, html.EscapeString(labels[i]))
 	}
+	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle">latency target (log scale)</text>`+"\n", x0+w/2, y0+h+34)
 	for k, s := range ss {
 		var pts []string
 		for i, x := range xs {
@@ -219,7 +219,7 @@ func chart(b *strings.Builder, x0, y0, w, h float64, title, _ string, xs []float
 			fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"><title>%s</title></circle>`+"\n",
 				px(x), py(s.ys[i]), s.color, html.EscapeString(fmt.Sprintf("%s at %s: %s", s.name, labels[i], trimFloat(s.ys[i]))))
 		}
-		ly := y0 + h + 36 + float64(k)*16
+		ly := y0 + h + 58 + float64(k)*16
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2"%s/>`+"\n", x0, ly-4, x0+24, ly-4, s.color, dash)
 		fmt.Fprintf(b, `<text x="%.1f" y="%.1f">%s</text>`+"\n", x0+30, ly, html.EscapeString(s.name))
 	}
