@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,8 +43,9 @@ type steadyCell struct {
 	msgs     int // pickups measured (after the warm-up)
 	p50, p99 time.Duration
 	max      time.Duration
-	calls    float64 // per message, the put included
-	gets     float64 // consumer gets per second
+	calls    float64       // per message, the put included
+	gets     float64       // consumer gets per second
+	late     time.Duration // p99 lateness of a 5 ms sleep meanwhile: the machine's scheduling delay
 }
 
 func (c steadyCell) label() string {
@@ -84,8 +86,8 @@ func steadyRatesSection(ctx context.Context, e *Env, s *Section) error {
 				if err := runSteadyCell(ctx, e, &c, dir, w); err != nil {
 					return fmt.Errorf("%s: %w", c.label(), err)
 				}
-				e.logf("steady: %s: p50 %s p99 %s, %.3f calls/msg, %.0f gets/s (load %s)",
-					c.label(), ms(c.p50), ms(c.p99), c.calls, c.gets, loadAverage())
+				e.logf("steady: %s: p50 %s p99 %s, %.3f calls/msg, %.0f gets/s, 5 ms sleep late %s (p99) (load %s)",
+					c.label(), ms(c.p50), ms(c.p99), c.calls, c.gets, ms(c.late), loadAverage())
 				cells = append(cells, c)
 			}
 		}
@@ -95,7 +97,8 @@ func steadyRatesSection(ctx context.Context, e *Env, s *Section) error {
 		row := Row{
 			What:   c.label() + ": put → handler start p50 / p99; calls per message",
 			Figure: fmt.Sprintf("%s / %s; %.3f calls", ms(c.p50), ms(c.p99), c.calls),
-			Note:   fmt.Sprintf("%s pickups; max %s; %.0f gets/s", commas(int64(c.msgs)), ms(c.max), c.gets),
+			Note: fmt.Sprintf("%s pickups; max %s; %.0f gets/s; a 5 ms sleep woke up to %s late (p99) meanwhile",
+				commas(int64(c.msgs)), ms(c.max), c.gets, ms(c.late)),
 		}
 		if c.backend == "SQLite" {
 			switch {
@@ -119,11 +122,15 @@ func steadyRatesSection(ctx context.Context, e *Env, s *Section) error {
 		"--plot trade.svg` shows it for any rate. At 50 and 200 msgs/s a paced get finds about one message, so a message costs " +
 		"its put, about one get and one delete; at 2,000 msgs/s a get every 5 ms finds about ten.")
 	if len(missed) > 0 {
-		s.note("Missed: %v. The load average at the end of the section was %s on %d cores; the slowest pickups are those "+
-			"whose task, producer or timer waited for a core.", missed, loadAverage(), runtime.NumCPU())
+		s.note("Missed: %s. The load average at the end of the section was %s on %d cores; the slowest pickups are those "+
+			"whose task, producer or timer waited for a core (each row's note gives how late a 5 ms sleep woke meanwhile).",
+			strings.Join(missed, "; "), loadAverage(), runtime.NumCPU())
 	}
 	return nil
 }
+
+// steadyProbe is the sleep whose lateness each cell reports.
+const steadyProbe = 5 * time.Millisecond
 
 func steadyWarm(w time.Duration) time.Duration { return max(w/5, 100*time.Millisecond) }
 
@@ -215,6 +222,21 @@ func runSteadyCell(ctx context.Context, e *Env, c *steadyCell, dir string, windo
 	defer func() { cancel(); _ = l.Wait() }()
 	time.Sleep(50 * time.Millisecond) // the task is idle when the first message comes
 
+	// The machine's scheduling delay meanwhile: how late a 5 ms sleep wakes
+	// (the cadence's, rare enough not to load the machine itself).
+	var lateness []time.Duration
+	probeDone := make(chan struct{})
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	go func() {
+		defer close(probeDone)
+		for probeCtx.Err() == nil {
+			t0 := time.Now()
+			time.Sleep(steadyProbe)
+			lateness = append(lateness, time.Since(t0)-steadyProbe)
+		}
+	}()
+	defer func() { stopProbe(); <-probeDone }()
+
 	var put int64
 	d := warm + window
 	if c.backend == "SQLite" && !c.trigger {
@@ -234,6 +256,11 @@ func runSteadyCell(ctx context.Context, e *Env, c *steadyCell, dir string, windo
 	}
 	if err := waitFor(ctx, 30*time.Second, func() bool { return handled.Load() >= put }); err != nil {
 		return fmt.Errorf("%d of %d handled: %w", handled.Load(), put, err)
+	}
+	stopProbe()
+	<-probeDone
+	if len(lateness) > 0 {
+		c.late = percentile(lateness, 99)
 	}
 	calls := m.Snapshot().Sub(m0)
 	if calls.TotalErrors() > 0 {
