@@ -83,12 +83,29 @@ func (t *task) pace(ctx context.Context) sleepReason {
 	if t.nextGet.IsZero() {
 		return sleptFull
 	}
-	d := t.nextGet.Sub(t.l.o.Clock.Now())
+	l := t.l
+	d := t.nextGet.Sub(l.o.Clock.Now())
 	t.nextGet = time.Time{}
 	if d <= 0 {
 		return sleptFull
 	}
-	t.l.pacing.Add(1)
-	defer t.l.pacing.Add(-1)
-	return t.l.sleep(ctx, d, false)
+	tm := l.o.Clock.NewTimer(d)
+	defer tm.Stop()
+	// Counted once the timer exists, so that a test in virtual time that
+	// sees the task pacing may move the clock.
+	l.pacing.Add(1)
+	defer l.pacing.Add(-1)
+	for {
+		resize := l.resizeChan()
+		select {
+		case <-tm.C():
+			return sleptFull
+		case <-ctx.Done():
+			return sleepCancelled
+		case <-resize:
+			if l.takeStopToken() {
+				return sleepStop
+			}
+		}
+	}
 }

@@ -2,6 +2,7 @@ package listener_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -106,28 +107,49 @@ func steady(t *testing.T, o listener.Options, wrap func(driver.Queue) driver.Que
 	f = newFixtureWith(t, h, o, wrap)
 	f.start()
 	f.settle()
-	step := time.Second / time.Duration(rate)
+	// One step a millisecond at most, with the messages due in it.
+	step, per := time.Second/time.Duration(rate), 1
+	if step < time.Millisecond {
+		per = int(time.Millisecond / step)
+		step = time.Millisecond
+	}
+	// quiet waits until every task sleeps on its own timer and nothing else
+	// is pending (a batch's flush timer ends with the batch), and the state
+	// holds still for a moment: only then may the clock move.
+	type still struct {
+		calls    int64
+		deadline string
+	}
+	look := func() (still, bool) {
+		s, _ := f.l.State(context.Background())
+		active := s.ActiveTasks
+		ok := s.InFlight == 0 && s.IdleTasks+f.l.PacingTasks() == active && f.clock.Pending() == active
+		m := f.meter.Snapshot() // State's depth reads are calls too: not counted
+		return still{m.Total() - m.Calls[meter.Count], fmt.Sprint(f.clock.Deadlines())}, ok
+	}
 	quiet := func() {
 		eventually(t, "every task sleeps", func() bool {
-			st := f.l.Stats()
-			idle := f.l.ActiveTasks()
-			_ = st
-			s, _ := f.l.State(context.Background())
-			return s.InFlight == 0 && s.IdleTasks+f.l.PacingTasks() == idle && f.clock.Pending() >= idle
+			a, ok := look()
+			if !ok {
+				return false
+			}
+			time.Sleep(100 * time.Microsecond)
+			b, ok := look()
+			return ok && a == b
 		})
 	}
 	run := func(span time.Duration) {
 		for end := f.clock.Now().Add(span); f.clock.Now().Before(end); {
-			f.put(1)
+			f.put(per)
 			if trigger {
 				n.Notify("work")
+				quiet() // the wake has been taken
 			}
-			quiet()
 			f.clock.Advance(step)
 			quiet()
 		}
 	}
-	run(time.Second) // warm-up
+	run(500 * time.Millisecond) // warm-up
 	mu.Lock()
 	lat = nil
 	mu.Unlock()
@@ -137,7 +159,7 @@ func steady(t *testing.T, o listener.Options, wrap func(driver.Queue) driver.Que
 	mu.Lock()
 	defer mu.Unlock()
 	return steadyResult{
-		msgs: int(d / step), gets: s.Gets(), empt: s.Calls[meter.GetEmpty],
+		msgs: int(d/step) * per, gets: s.Gets(), empt: s.Calls[meter.GetEmpty],
 		deletes: s.Calls[meter.Delete] + s.Calls[meter.DeleteBatch], lat: slices.Clone(lat),
 	}
 }
@@ -149,7 +171,7 @@ func steady(t *testing.T, o listener.Options, wrap func(driver.Queue) driver.Que
 // included.
 func TestCadenceAtASteadyRate(t *testing.T) {
 	t.Parallel()
-	const d = 2 * time.Second
+	const d = time.Second
 	for _, c := range []struct {
 		name       string
 		wrap       func(driver.Queue) driver.Queue
