@@ -93,8 +93,14 @@ type QueueConfig struct {
 	// HandlerTimeout bounds one handler call; 0 means no limit.
 	HandlerTimeout time.Duration `yaml:"handler_timeout"`
 	ShutdownGrace  time.Duration `yaml:"shutdown_grace"`
-	Idle           IdleConfig    `yaml:"idle"`
-	Pool           PoolConfig    `yaml:"pool"`
+	// LatencyTarget is the pickup latency the queue accepts; its half paces
+	// gets while work trickles in and is the trigger floor, idle.min and
+	// idle.delta where those are unset. 0: the backend's default
+	// (listener.DefaultLatencyTarget: 200ms where calls are billed, 10ms
+	// otherwise).
+	LatencyTarget time.Duration `yaml:"latency_target"`
+	Idle          IdleConfig    `yaml:"idle"`
+	Pool          PoolConfig    `yaml:"pool"`
 	// MaxDequeueCount and PoisonQueue: a message failing this many runs
 	// moves to the poison queue (default "<name>-poison").
 	MaxDequeueCount int    `yaml:"max_dequeue_count"`
@@ -113,7 +119,8 @@ type TriggerConfig struct {
 	SafetyInterval time.Duration `yaml:"safety_interval"`
 }
 
-// IdleConfig is the Best Practices article's idle backoff.
+// IdleConfig is the Best Practices article's idle backoff. Min and Delta unset (0) are
+// derived from the latency target: half of it.
 type IdleConfig struct {
 	Min   time.Duration `yaml:"min"`
 	Max   time.Duration `yaml:"max"`
@@ -172,7 +179,7 @@ func DefaultQueueConfig() QueueConfig {
 		VisibilityTimeout: listener.DefaultVisibilityTimeout,
 		Concurrency:       listener.DefaultConcurrency,
 		ShutdownGrace:     listener.DefaultShutdownGrace,
-		Idle:              IdleConfig{Min: scaling.DefaultMinIdle, Max: scaling.DefaultMaxIdle, Delta: scaling.DefaultIdleDelta},
+		Idle:              IdleConfig{Max: scaling.DefaultMaxIdle}, // min, delta: latency_target/2
 		Pool: PoolConfig{
 			Min: 1, Max: listener.DefaultMaxTasks, Initial: 1,
 			Policy:          PolicyProportional,
@@ -785,14 +792,21 @@ func (q *QueueConfig) validate(at string) []string {
 	if q.ShutdownGrace < 0 {
 		add("shutdown_grace", "%s is negative", q.ShutdownGrace)
 	}
+	if q.LatencyTarget < 0 {
+		add("latency_target", "%s is negative (0 picks the backend's default)", q.LatencyTarget)
+	}
 	if q.Idle.Min < 0 {
 		add("idle.min", "%s is negative", q.Idle.Min)
 	}
-	if q.Idle.Delta <= 0 {
-		add("idle.delta", "%s is not positive", q.Idle.Delta)
+	if q.Idle.Delta < 0 {
+		add("idle.delta", "%s is negative", q.Idle.Delta)
 	}
-	if q.Idle.Max < q.Idle.Min {
+	if q.Idle.Max <= 0 {
+		add("idle.max", "%s is not positive", q.Idle.Max)
+	} else if q.Idle.Max < q.Idle.Min {
 		add("idle.max", "%s is below idle.min %s", q.Idle.Max, q.Idle.Min)
+	} else if q.Idle.Min == 0 && q.Idle.Max < q.LatencyTarget/2 {
+		add("idle.max", "%s is below idle.min %s (latency_target/2)", q.Idle.Max, q.LatencyTarget/2)
 	}
 	pl := q.Pool
 	if pl.Min < 1 {

@@ -25,8 +25,10 @@ func TestConfigDefaults(t *testing.T) {
 	if q.BatchSize != 32 || q.VisibilityTimeout != 30*time.Second || q.Concurrency != 64 || q.NewBatchThreshold != nil {
 		t.Errorf("listener defaults: %+v", q)
 	}
-	if q.Idle.Min != 100*time.Millisecond || q.Idle.Max != time.Minute || q.Idle.Delta != 100*time.Millisecond {
-		t.Errorf("idle defaults: %+v", q.Idle)
+	// Unset idle.min and idle.delta are latency_target/2, and the target
+	// comes from the backend when the queue opens.
+	if q.LatencyTarget != 0 || q.Idle.Min != 0 || q.Idle.Max != time.Minute || q.Idle.Delta != 0 {
+		t.Errorf("idle defaults: target %s, %+v", q.LatencyTarget, q.Idle)
 	}
 	if q.Pool.Policy != PolicyProportional || q.Pool.MessagesPerTask != 32 || q.Pool.Min != 1 || q.Pool.Max != 100 {
 		t.Errorf("pool defaults: %+v", q.Pool)
@@ -128,6 +130,8 @@ func TestBadConfigsNameTheField(t *testing.T) {
 		{"env unknown key", goodQueue, []string{"ADAPTQ_QUEUES_0_BATCHSIZE=4"}, "ADAPTQ_QUEUES_0_BATCHSIZE: names no config key"},
 		{"env bad duration", goodQueue, []string{"ADAPTQ_QUEUES_0_VISIBILITY_TIMEOUT=30"}, `ADAPTQ_QUEUES_0_VISIBILITY_TIMEOUT (queues[0].visibility_timeout): "30" is not a duration: a bare number has no unit`},
 		{"max dequeue", "queues: [{url: 'memory://a1b', max_dequeue_count: 0}]", nil, "queues[0].max_dequeue_count: 0 is below 1"},
+		{"negative latency target", "queues: [{url: 'memory://a1b', latency_target: -1ms}]", nil, "queues[0].latency_target: -1ms is negative"},
+		{"idle.max below the derived idle.min", "queues: [{url: 'memory://a1b', latency_target: 10s, idle: {max: 2s}}]", nil, "queues[0].idle.max: 2s is below idle.min 5s (latency_target/2)"},
 		{"empty value", "queues: [{url: 'memory://a1b', batch_size: }]", nil, "queues[0].batch_size: has no value"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -211,7 +215,7 @@ queues:
 
 func TestConfigReportsEveryProblem(t *testing.T) {
 	t.Parallel()
-	_, err := parseConfig("bad.yaml", []byte("queues: [{url: 'memory://a1b', batch_size: 40, concurrency: 0, idle: {delta: 0s}}]"), nil)
+	_, err := parseConfig("bad.yaml", []byte("queues: [{url: 'memory://a1b', batch_size: 40, concurrency: 0, idle: {delta: -1s}}]"), nil)
 	var ce *ConfigError
 	if !errors.As(err, &ce) || len(ce.Problems) != 3 {
 		t.Fatalf("want 3 problems at once, got %v", err)

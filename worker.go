@@ -508,6 +508,7 @@ func (w *Worker) assemble(wq *workerQueue, h handler.Func) error {
 		Tasks:             qc.Pool.Initial,
 		MinTasks:          qc.Pool.Min,
 		MaxTasks:          qc.Pool.Max,
+		LatencyTarget:     qc.LatencyTarget,
 		Idle:              scaling.IdleBackoff{Min: qc.Idle.Min, Max: qc.Idle.Max, Delta: qc.Idle.Delta},
 		WorkDetected:      func(*listener.Listener) { agent.WorkDetected() },
 		ShutdownGrace:     qc.ShutdownGrace,

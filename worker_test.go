@@ -322,9 +322,10 @@ queues:
     trigger: {enabled: true, safety_interval: 1h}
     idle: {max: 1m}
 `)
-	// The worker's clock moves only by the trigger floor (100 ms), less than
-	// the task's first idle sleep (at least 180 ms): only a trigger can make
-	// it get again.
+	// The worker's clock moves only by the trigger floor (5 ms: SQLite's
+	// calls are not billed, so the latency target is 10 ms), less than the
+	// task's first idle sleep (at least 9 ms): only a trigger can make it
+	// get again.
 	fake := clock.NewFake(time.Time{})
 	w, err := New(cfg, WithLogger(zap.NewNop()), withClock(fake))
 	if err != nil {
@@ -357,13 +358,13 @@ queues:
 	}
 	waitUntil(t, "the woken task waits out the trigger floor", func() bool {
 		for _, d := range fake.Deadlines() {
-			if d == 100*time.Millisecond {
+			if d == 5*time.Millisecond {
 				return true
 			}
 		}
 		return false
 	})
-	fake.Advance(100 * time.Millisecond)
+	fake.Advance(5 * time.Millisecond)
 	select {
 	case b := <-got:
 		if b != "wake" {

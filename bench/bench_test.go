@@ -56,8 +56,14 @@ var figures = map[string][]string{
 		"SQLite: Get(32)+DeleteBatch, 4 consumers", "SQLite: mixed", "memory: Put, 1 producer",
 		"memory: Get(32)+DeleteBatch, 1 consumer", "memory: Get(32)+DeleteBatch, 4 consumers", "memory: mixed",
 	},
+	"steady": {
+		"SQLite, 50 msgs/s, trigger:", "SQLite, 200 msgs/s, trigger:", "SQLite, 2,000 msgs/s, trigger:",
+		"SQLite, 50 msgs/s, no trigger", "SQLite, 200 msgs/s, no trigger", "SQLite, 2,000 msgs/s, no trigger",
+		"memory, 50 msgs/s, trigger:", "memory, 200 msgs/s, trigger:", "memory, 2,000 msgs/s, trigger:",
+		"memory, 50 msgs/s, no trigger", "memory, 200 msgs/s, no trigger", "memory, 2,000 msgs/s, no trigger",
+	},
 	"trigger": {
-		"wake latency with the trigger: Notify", "wake latency with the trigger, trickle", "wake latency without a trigger", "idle calls per hour per process, trigger configured",
+		"isolated wake with the trigger (one message", "isolated wake with the trigger, trickle", "isolated wake without a trigger", "idle calls per hour per process, trigger configured",
 		"idle calls per hour per process, no trigger",
 	},
 	"postgres": {

@@ -44,9 +44,12 @@ func capIdleCount(b scaling.IdleBackoff) int {
 	return 64
 }
 
-// idleBackoff is the listener's default backoff with a shorter maximum.
+// idleBackoff is the listener's default backoff on the embedded drivers
+// (whose calls are not billed: idle.min and idle.delta are half of
+// listener.DefaultLatencyTargetFree) with a shorter maximum.
 func idleBackoff(max time.Duration) scaling.IdleBackoff {
-	return scaling.IdleBackoff{Min: min(scaling.DefaultMinIdle, max), Max: max}
+	c := listener.DefaultLatencyTargetFree / 2
+	return scaling.IdleBackoff{Min: min(c, max), Delta: c, Max: max}
 }
 
 // errWokeMidLanding: without a trigger, the task woke while the burst was

@@ -14,6 +14,7 @@ import (
 
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue/memory"
+	"github.com/adaptq/adaptq/queue/sqlite"
 )
 
 // ChildEnv is the environment variable that turns this program into a
@@ -28,6 +29,13 @@ type childRequest struct {
 	Kind  string
 	N     int
 	Tasks int
+	// "produce": put stamped messages at Rate a second for Duration into
+	// Queue of the SQLite file Path (the steady-rate section's producer
+	// in another process); Drained is then how many it put.
+	Path     string        `json:",omitempty"`
+	Queue    string        `json:",omitempty"`
+	Rate     int           `json:",omitempty"`
+	Duration time.Duration `json:",omitempty"`
 }
 
 // childResult is what a child prints.
@@ -65,6 +73,19 @@ func runChild(req childRequest, res *childResult) error {
 	ctx := context.Background()
 	if req.Kind == "idle" {
 		return nil
+	}
+	if req.Kind == "produce" {
+		db, err := sqlite.Open(req.Path)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		q, err := db.Queue(req.Queue)
+		if err != nil {
+			return err
+		}
+		res.Drained, err = produce(ctx, q, req.Rate, req.Duration, nil)
+		return err
 	}
 	q, err := memory.NewStore().Queue("rss")
 	if err != nil {

@@ -96,6 +96,7 @@ var Sections = []Spec{
 	{Key: "burst", Title: "Burst response", Run: burst},
 	{Key: "work", Title: "Scaling with work", Run: scalingWithWork},
 	{Key: "raw", Title: "Drivers raw", Run: raw},
+	{Key: "steady", Title: "Pickup at steady rates", Run: steadyRatesSection},
 	{Key: "trigger", Title: "Push trigger", Run: trigger},
 	{Key: "postgres", Title: "PostgreSQL: adaptq's driver vs River", Run: postgresSection},
 	{Key: "redis", Title: "Redis: adaptq's driver vs asynq", Run: redisSection},

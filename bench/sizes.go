@@ -72,6 +72,10 @@ type Sizes struct {
 	Redis           int
 	RedisWakeTrials int
 	RedisIdle       time.Duration
+
+	// SteadyWindow is how long each steady-rate cell puts messages, after
+	// a warm-up of a fifth of it.
+	SteadyWindow time.Duration
 }
 
 // DefaultSizes finish in under ten minutes on a two-core machine.
@@ -108,6 +112,7 @@ func DefaultSizes() Sizes {
 		Redis:           50_000,
 		RedisWakeTrials: 300,
 		RedisIdle:       30 * time.Second,
+		SteadyWindow:   5 * time.Second,
 	}
 }
 
@@ -146,6 +151,7 @@ func TinySizes() Sizes {
 		Redis:           500,
 		RedisWakeTrials: 5,
 		RedisIdle:       time.Second,
+		SteadyWindow:   200 * time.Millisecond,
 	}
 }
 
@@ -182,6 +188,7 @@ func (s *Sizes) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&s.Redis, "redis", s.Redis, "messages per Redis-vs-asynq drain")
 	fs.IntVar(&s.RedisWakeTrials, "redis-wake-trials", s.RedisWakeTrials, "cross-process wake trials on Redis")
 	fs.DurationVar(&s.RedisIdle, "redis-idle", s.RedisIdle, "window over which idle Redis commands are counted")
+	fs.DurationVar(&s.SteadyWindow, "steady-window", s.SteadyWindow, "how long each steady-rate cell puts messages (after a fifth of it as warm-up)")
 }
 
 // Validate rejects sizes that cannot measure anything.

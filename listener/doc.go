@@ -24,7 +24,16 @@
 //     the depth and calls Resize with GetOptimalDequeueTaskCount's answer.
 //   - QueryState is State: the queue's depth (one billed Count) and the
 //     pool's active, total and idle tasks, messages in flight and counters.
-//   - A push trigger's OnNext is Wake: every sleeping task gets at once.
+//   - A push trigger's OnNext is Wake: every sleeping task gets at once,
+//     but no sooner than the trigger floor after its last empty get.
+//
+// Not in the seed: Options.LatencyTarget, the pickup latency the queue
+// accepts. Half of it, the cadence, is the trigger floor, idle.min and
+// idle.delta when unset, and how long a task waits after a get that found
+// the queue drained (fewer messages than asked) before its next get, so
+// that at a steady rate a task gets once per cadence. Its default is
+// cost-first (200 ms, the seed's 100 ms delta) where the backend bills its
+// calls and latency-first (10 ms) where it does not (cadence.go).
 //
 // # What a handler can rely on
 //

@@ -67,6 +67,7 @@ type Listener struct {
 
 	totalTasks atomic.Int64
 	idleTasks  atomic.Int32
+	pacing     atomic.Int32 // tasks waiting out the cadence after a partial get
 	inFlight   atomic.Int64
 	ewma       ewma
 	stats      counters
@@ -81,6 +82,7 @@ func New(q *queue.Queue, h handler.Func, o Options) (*Listener, error) {
 	if h == nil {
 		return nil, fmt.Errorf("listener: handler for queue %q is nil", q.Name())
 	}
+	o.fitLatency(q.Features().Billed)
 	o = o.withDefaults()
 	if err := o.validate(); err != nil {
 		return nil, fmt.Errorf("%w (queue %q)", err, q.Name())

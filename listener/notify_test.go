@@ -112,11 +112,11 @@ func TestLocalNotifierUnsubscribe(t *testing.T) {
 
 // A trickle of triggered puts is fetched in batches: a woken task gets no
 // sooner than idle.min after its last empty get, instead of one get and
-// one empty get per message.
+// one empty get per message. (The cost-first target's 100 ms floor.)
 func TestTriggerWaitsForTheFloorAfterAnEmptyGet(t *testing.T) {
 	var n listener.LocalNotifier
 	rec := newRecorder()
-	f := newFixture(t, rec.handle, listener.Options{Notifier: &n})
+	f := newFixture(t, rec.handle, listener.Options{Notifier: &n, LatencyTarget: listener.DefaultLatencyTargetBilled})
 	f.start()
 	f.settle() // an empty get at T, then a sleep of at least idle.min
 	gets := f.meter.Snapshot().Gets()

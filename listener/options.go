@@ -83,7 +83,16 @@ type Options struct {
 	// MaxTasks is the most tasks Resize starts (default DefaultMaxTasks).
 	MaxTasks int
 
-	// Idle is the backoff the default QueueEmpty hook uses.
+	// LatencyTarget is the pickup latency the queue accepts. Its half, the
+	// cadence, is the trigger floor (a woken task gets no sooner than that
+	// after its last empty get), the least time between gets after one
+	// that found the queue drained (returned fewer than asked), and idle.min
+	// and idle.delta where Idle leaves them 0. 0 means
+	// DefaultLatencyTarget(queue's Features().Billed): cost-first (200 ms)
+	// on a billed backend, latency-first (10 ms) otherwise.
+	LatencyTarget time.Duration
+	// Idle is the backoff the default QueueEmpty hook uses; Min and Delta
+	// left 0 are LatencyTarget/2.
 	Idle scaling.IdleBackoff
 	// QueueEmpty is called after each empty get with the task's count of
 	// empty gets in a row; it returns how long the task sleeps and whether
@@ -235,6 +244,8 @@ func (o Options) validate() error {
 		return bad("visibility_timeout", o.VisibilityTimeout, fmt.Sprintf("is outside (0, %s]", queue.MaxVisibilityTimeout))
 	case o.Concurrency < 1:
 		return bad("concurrency", o.Concurrency, "is below 1")
+	case o.LatencyTarget < 0:
+		return bad("latency_target", o.LatencyTarget, "is negative")
 	case o.NewBatchThreshold >= o.BatchSize:
 		return bad("new_batch_threshold", o.NewBatchThreshold, fmt.Sprintf("is not below the batch size %d", o.BatchSize))
 	case o.MinTasks < 1:

@@ -10,7 +10,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/adaptq/adaptq/queue"
-	"github.com/adaptq/adaptq/scaling"
 )
 
 // task is one dequeue task: the Best Practices article's DequeueTaskMain.
@@ -37,6 +36,9 @@ type task struct {
 	longPoll  time.Duration
 	polled    time.Duration
 	pollStart time.Time
+	// nextGet, if set, is when the next get may go after a partial one
+	// (see gotPartial).
+	nextGet time.Time
 	// hctx is the handler context and watchdog the task lends its inline
 	// batches, reused while neither is spent; only the goroutine running
 	// the loop touches them (see dispatch).
@@ -80,6 +82,13 @@ func (t *task) loop() error {
 		// (Functions' NewBatchThreshold), so a slow message holds back
 		// nothing but itself.
 		if !t.waitBelow(ctx, l.o.NewBatchThreshold) {
+			return nil
+		}
+		switch t.pace(ctx) {
+		case sleepStop:
+			counted = false
+			return nil
+		case sleepCancelled:
 			return nil
 		}
 		held, ok := l.acquire(ctx, min(l.o.BatchSize, l.o.Concurrency))
@@ -130,6 +139,7 @@ func (t *task) loop() error {
 		if unused := held - len(ms); unused > 0 {
 			l.sem.Release(int64(unused))
 		}
+		t.gotPartial(held, len(ms))
 		if len(ms) == 0 {
 			l.stats.emptyGets.Add(1)
 			t.idle++
@@ -300,11 +310,4 @@ func (l *Listener) release(id, receipt string) {
 		return
 	}
 	l.stats.released.Add(1)
-}
-
-// triggerFloor is the least time between an empty get and a get a trigger
-// wakes: idle.min, capped at scaling.DefaultMinIdle (100 ms) so that a long
-// idle.min, set to poll rarely, never slows triggered work.
-func (l *Listener) triggerFloor() time.Duration {
-	return min(l.o.Idle.Min, scaling.DefaultMinIdle)
 }

@@ -20,7 +20,10 @@ func newSimulateCmd(e env) *cobra.Command {
 		Long: `Simulate runs the two-step dequeue post's naive loop, the Best Practices article's listeners and adaptq's against the
 memory driver in virtual time, so a simulated day takes seconds, and prints for
 each policy its calls, idle calls, cost per month, p50/p99 pickup latency and
-largest backlog. Run "adaptq simulate --help" for the simulator's own flags.`,
+largest backlog. With --rate, --latency-targets or --plot it shows instead the
+trade a queue's latency_target makes at a steady arrival rate: calls per message,
+$/month and p50/p99 pickup for a range of targets, as a table and, with --plot
+FILE, as an SVG image. Run "adaptq simulate --help" for the simulator's own flags.`,
 		DisableFlagParsing: true,
 		RunE: func(_ *cobra.Command, args []string) error {
 			if code := sim.Main(args, e.stdout, e.stderr); code != 0 {

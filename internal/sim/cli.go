@@ -33,6 +33,22 @@ The default workload is the Best Practices article's scenario: an 8-hour workday
 8 packages of 2,000–200,000 transactions arrive, each over 15 minutes
 (busy 25% of the day), then 16 hours with no traffic.
 
+Latency targets: with --rate, --latency-targets or --plot, it runs instead
+adaptq's listener at a steady --rate (messages a second, default 200) for
+--length (default 10m) at each latency target (--latency-targets, default
+2ms,5ms,10ms,20ms,50ms,100ms,200ms,500ms,1s), with the push trigger and
+without, and prints for each target its calls per message (the put
+included), cost per month at that rate, and p50/p99 pickup latency (put →
+handler start). A listener paces its gets at half its target, so a lower
+target picks up sooner and makes more calls. --plot FILE also draws the
+trade as an SVG image: calls per message (left) and p50/p99 pickup (right)
+against the target, with the trigger (blue) and without (orange). Add
+--batch-delete for a backend that deletes a batch in one call (SQLite,
+PostgreSQL, Redis, memory); the default prices Azure's one delete per
+message. For example:
+
+  adaptq simulate --rate 2000 --batch-delete --plot trade.svg
+
 flags:
 `
 
@@ -60,6 +76,8 @@ func (n *names) Set(v string) error {
 //	                [--seed S] [--policy NAME…] [--json]
 //	                [--target D] [--burst-window D] [--batch-delete]
 //	                [--concurrency N] [--print-workload]
+//	adaptq simulate [--rate R] [--length D] [--latency-targets D,…]
+//	                [--plot FILE.svg] [--batch-delete] [--json]
 func Main(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -83,8 +101,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		batchDel   = fs.Bool("batch-delete", false, "the backend deletes a batch in one call (default: one call per message, as Azure)")
 		conc       = fs.Int("concurrency", 0, "handlers running at once across the pool (0: no bound)")
 		printWork  = fs.Bool("print-workload", false, "print the workload as YAML and exit")
+		rate       = fs.Float64("rate", 0, "latency targets: the steady arrival rate in messages a second (default 200 when a target or a plot is asked for)")
+		length     = fs.Duration("length", DefaultSweepLength, "latency targets: simulated time at the steady rate")
+		targetArgs names
+		plot       = fs.String("plot", "", "latency targets: also write the trade as an SVG image to this file")
 		policyArgs names
 	)
+	fs.Var(&targetArgs, "latency-targets", "latency targets to compare, comma-separated durations (default "+sweepDefaults()+")")
 	fs.Var(&policyArgs, "policy", "a policy to run, repeatable or comma-separated, or all (default: "+strings.Join(DefaultPolicies, ",")+")")
 	fs.BoolP("help", "h", false, "show this help")
 	printUsage := func(w io.Writer) {
@@ -129,6 +152,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return bad("--burst-window: %s is negative", *window)
 	case *conc < 0:
 		return bad("--concurrency: %d is negative", *conc)
+	}
+	if *rate != 0 || len(targetArgs) > 0 || *plot != "" {
+		if *rate < 0 {
+			return bad("--rate: %v is negative", *rate)
+		}
+		if *length <= 0 {
+			return bad("--length: %s is not positive", *length)
+		}
+		if len(policyArgs) > 0 || *workload != "" {
+			return bad("--policy and --workload do not go with --rate, --latency-targets or --plot (a steady rate, adaptq's listener at each target)")
+		}
+		var targets []time.Duration
+		for _, a := range targetArgs {
+			d, err := time.ParseDuration(a)
+			if err != nil || d <= 0 {
+				return bad("--latency-targets: %q is not a positive duration", a)
+			}
+			targets = append(targets, d)
+		}
+		r := *rate
+		if r == 0 {
+			r = DefaultSweepRate
+		}
+		return sweep(ctx, r, *length, targets, *plot, *asJSON, Options{
+			Service: *service, PricePer10k: *price, Seed: *seed, BatchDelete: *batchDel, Concurrency: *conc,
+		}, stdout, stderr)
 	}
 	if len(policyArgs) == 0 {
 		policyArgs = DefaultPolicies
@@ -184,4 +233,53 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "simulated %s of %d policies in %s\n", fmtDuration(rep.Length), len(rep.Results), time.Since(start).Round(time.Millisecond))
 	return ExitOK
+}
+
+func sweepDefaults() string {
+	var ss []string
+	for _, d := range DefaultSweepTargets {
+		ss = append(ss, d.String())
+	}
+	return strings.Join(ss, ",")
+}
+
+// sweep runs and prints the latency-target comparison, and writes its plot.
+func sweep(ctx context.Context, rate float64, length time.Duration, targets []time.Duration, plot string, asJSON bool, o Options, stdout, stderr io.Writer) int {
+	start := time.Now()
+	sw, err := RunSweep(ctx, rate, length, targets, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "adaptq simulate: %v\n", err)
+		return ExitError
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(sw)
+	} else {
+		err = sw.WriteTable(stdout)
+	}
+	if err == nil && plot != "" {
+		err = writePlot(plot, sw)
+		if err == nil {
+			fmt.Fprintf(stderr, "wrote the plot to %s\n", plot)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "adaptq simulate: %v\n", err)
+		return ExitError
+	}
+	fmt.Fprintf(stderr, "simulated %s at %d latency targets in %s\n", fmtDuration(length), len(sw.Points), time.Since(start).Round(time.Millisecond))
+	return ExitOK
+}
+
+func writePlot(path string, sw Sweep) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := sw.WriteSVG(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

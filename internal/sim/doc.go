@@ -30,10 +30,12 @@
 //     holds messages, and Step reads the depth with a billed Count;
 //   - a task's loop is the listener's (listener/task.go): take a stop
 //     request if Resize left one, wait while more than NewBatchThreshold
-//     of its messages are in flight, take handler slots, get, then
-//     dispatch the batch or ask QueueEmpty and sleep; a trigger (Wake) or a
-//     resize ends a sleep early; WorkDetected fires once per idle→busy
-//     edge.
+//     of its messages are in flight, wait out the cadence (half the
+//     latency target) if its last get drained the queue, take handler
+//     slots, get, then dispatch the batch or ask QueueEmpty and sleep; a
+//     trigger (Wake) ends a sleep early, but no sooner than the trigger
+//     floor after the empty get, and a resize ends a sleep or a pace;
+//     WorkDetected fires once per idle→busy edge.
 //
 // # What it leaves out
 //
@@ -87,6 +89,13 @@
 // seed transposed two digits (and its translator's "$45.7", for a tenth
 // of the price, repeats the slip). The simulator's 200 pollers cost
 // $475.20, and its tests assert that figure, not the misprint.
+//
+// # Latency targets
+//
+// RunSweep (`adaptq simulate --rate R --plot FILE`) runs adaptq's listener
+// at a steady rate for a range of latency targets, with the trigger and
+// without, and reports the trade: calls per message and cost against p50
+// and p99 pickup; Sweep.WriteSVG draws it.
 //
 // # Workloads
 //

@@ -46,5 +46,5 @@ func ExampleMain() {
 	//
 	//   naive-1        the two-step dequeue post: get 1, process, delete; sleep 1 s when empty; 1 thread
 	//   seed-adaptive  the Best Practices article: idle tasks stop down to 1; static rules (10/50/100) on WorkDetected
-	//   adaptq         adaptq: push trigger (100 ms floor), 5 min safety poll, SLA 30s pool
+	//   adaptq         adaptq: push trigger, latency target 200ms (100ms floor and pace), 5 min safety poll, SLA 30s pool
 }

@@ -64,8 +64,14 @@ type Policy struct {
 	// TriggerFloor, with a trigger, keeps a woken task from getting sooner
 	// than this after the empty get that put it to sleep: a trigger ends a
 	// sleep at max(now, empty get + TriggerFloor), as adaptq's listener
-	// does (min(idle.min, 100 ms)). 0 wakes it at once.
+	// does (min(idle.min, latency target/2)). 0 wakes it at once.
 	TriggerFloor time.Duration
+	// Pace, if set, is the listener's cadence (its latency target/2): after
+	// a get that returned some messages but fewer than it asked for, the
+	// task's next get waits until Pace after it, instead of coming back
+	// empty at once. A trigger does not end the wait. 0: get again at once,
+	// as the seeds' loops do.
+	Pace time.Duration
 	// Scaling, if set, makes the pool policy an Agent resizes the pool by
 	// (a fresh one for each run, since policies such as SLA learn).
 	Scaling func() scaling.Policy
@@ -116,6 +122,8 @@ func (p Policy) validate() error {
 		return bad("max_tasks", p.MaxTasks, fmt.Sprintf("is below min_tasks %d", p.MinTasks))
 	case p.Tasks < p.MinTasks || p.Tasks > p.MaxTasks:
 		return bad("tasks", p.Tasks, fmt.Sprintf("is outside min_tasks..max_tasks (%d..%d)", p.MinTasks, p.MaxTasks))
+	case p.Pace < 0:
+		return bad("pace", p.Pace, "is negative")
 	case p.FixedPoll < 0:
 		return bad("fixed_poll", p.FixedPoll, "is negative")
 	case p.Trigger && p.SafetyInterval < p.Idle.Max:
@@ -150,10 +158,12 @@ const (
 //     the pool by the article's static rules (10/50/100 tasks).
 //   - adaptq: a push trigger (producers notify on put; idle tasks back off
 //     to the 5-minute safety interval; a woken task gets no sooner than
-//     100 ms after its last empty get, so a stream of notifying puts is
-//     fetched in batches) and the SLA pool policy, with adaptq's listener
-//     (fetch at the new-batch threshold, coalesced deletes) and agent (the
-//     pool back to one task as soon as the queue is empty).
+//     100 ms after its last empty get, and a task whose get drained the
+//     queue waits 100 ms before the next, so a stream of notifying puts is
+//     fetched in batches: the billed backend's 200 ms latency target) and
+//     the SLA pool policy, with adaptq's listener (fetch at the new-batch
+//     threshold, coalesced deletes) and agent (the pool back to one task as
+//     soon as the queue is empty).
 //   - adaptq-poll: adaptq without the trigger, for comparison.
 func Builtin(target time.Duration) []Policy {
 	if target <= 0 {
@@ -177,19 +187,34 @@ func Builtin(target time.Duration) []Policy {
 			Tasks: 1, Stop: true,
 			Scaling: func() scaling.Policy { return scaling.SeedRules },
 		},
-		{
-			Name: PolicyAdaptq, About: fmt.Sprintf("adaptq: push trigger (100 ms floor), 5 min safety poll, SLA %s pool", target),
-			Tasks: 1, Stop: true, Trigger: true, TriggerFloor: scaling.DefaultMinIdle, NewBatchThreshold: queue.MaxBatchSize / 2, CoalesceDeletes: true,
-			Agent:   scaling.AgentOptions{ShrinkWhenEmpty: true},
-			Scaling: func() scaling.Policy { return &scaling.SLA{Target: target, MaxTasks: listener.DefaultMaxTasks} },
-		},
-		{
-			Name: PolicyAdaptqNoTrigger, About: fmt.Sprintf("adaptq without the trigger: backoff to 1 min, SLA %s pool", target),
-			Tasks: 1, Stop: true, NewBatchThreshold: queue.MaxBatchSize / 2, CoalesceDeletes: true,
-			Agent:   scaling.AgentOptions{ShrinkWhenEmpty: true},
-			Scaling: func() scaling.Policy { return &scaling.SLA{Target: target, MaxTasks: listener.DefaultMaxTasks} },
-		},
+		Adaptq(PolicyAdaptq, target, listener.DefaultLatencyTargetBilled, true),
+		Adaptq(PolicyAdaptqNoTrigger, target, listener.DefaultLatencyTargetBilled, false),
 	}
+}
+
+// Adaptq is adaptq's listener and agent as a policy: the SLA pool policy
+// with pool target slaTarget, and a latency target whose half (the
+// cadence) paces gets after one that drained the queue, is the trigger
+// floor, idle.min and idle.delta, as the listener derives them; with a
+// trigger or without.
+func Adaptq(name string, slaTarget, latencyTarget time.Duration, trigger bool) Policy {
+	c := max(latencyTarget/2, time.Nanosecond)
+	p := Policy{
+		Name: name,
+		About: fmt.Sprintf("adaptq without the trigger: latency target %s (gets paced at %s), backoff to 1 min, SLA %s pool",
+			latencyTarget, c, slaTarget),
+		Tasks: 1, Stop: true, NewBatchThreshold: queue.MaxBatchSize / 2, CoalesceDeletes: true,
+		Idle:    scaling.IdleBackoff{Min: c, Delta: c},
+		Pace:    c,
+		Agent:   scaling.AgentOptions{ShrinkWhenEmpty: true},
+		Scaling: func() scaling.Policy { return &scaling.SLA{Target: slaTarget, MaxTasks: listener.DefaultMaxTasks} },
+	}
+	if trigger {
+		p.Trigger, p.TriggerFloor = true, c
+		p.About = fmt.Sprintf("adaptq: push trigger, latency target %s (%s floor and pace), 5 min safety poll, SLA %s pool",
+			latencyTarget, c, slaTarget)
+	}
+	return p
 }
 
 // DefaultPolicies are the names the report shows when none are asked for:

@@ -273,6 +273,7 @@ const (
 	taskSleeping            // after an empty get, until its timer, a trigger or a resize
 	taskWaitBatch           // more of its messages in flight than the new-batch threshold
 	taskWaitSlots           // waiting for handler slots (Options.Concurrency)
+	taskPacing              // waiting out Pace after a get that drained the queue
 	taskStopped
 )
 
@@ -286,6 +287,7 @@ type task struct {
 	held     int    // handler slots granted while waiting
 	slept    int64  // when its current sleep began
 	wakeAt   int64  // when it is due to wake from it
+	nextGet  int64  // after a partial get: the earliest next get (Policy.Pace)
 }
 
 // batch is the messages of one get, handled in parallel.
@@ -353,7 +355,7 @@ func runPolicy(ctx context.Context, w Workload, p Policy, o Options) (Result, er
 		m:    meter.New(o.PricePer10k),
 		pm:   meter.New(o.PricePer10k),
 		body: []byte("transaction"),
-		arr:  arrivals{phases: w.Phases},
+		arr:  arrivals{phases: w.Phases, jitter: w.Jitter, seed: uint64(o.Seed)},
 	}
 	e.rng = rand.New(rand.NewPCG(seedFor(o.Seed, p.Name)))
 	copts := []queue.Option{queue.WithObserver(e.m)}
@@ -532,11 +534,29 @@ func (e *engine) run(t *task) error {
 			t.state = taskWaitBatch
 			return nil
 		}
+		if e.paced(t) {
+			return nil
+		}
 		more, err := e.fetch(t)
 		if err != nil || !more {
 			return err
 		}
 	}
+}
+
+// paced is the listener's pace: after a get that drained the queue the
+// task waits until Pace after it (neither a trigger nor anything else but
+// a resize ends the wait); it reports whether the task now waits.
+func (e *engine) paced(t *task) bool {
+	at := t.nextGet
+	t.nextGet = 0
+	if at <= e.now {
+		return false
+	}
+	t.state = taskPacing
+	t.gen++
+	e.schedule(event{at: at, kind: evTask, task: t, gen: t.gen})
+	return true
 }
 
 // fetch takes handler slots, gets, and dispatches the batch or sleeps; it
@@ -574,6 +594,9 @@ func (e *engine) fetch(t *task) (bool, error) {
 		t.slept, t.wakeAt = e.now, e.now+int64(delay)
 		e.after(delay, event{kind: evTask, task: t, gen: t.gen})
 		return false, nil
+	}
+	if e.p.Pace > 0 && len(ms) < want {
+		t.nextGet = e.now + int64(e.p.Pace)
 	}
 	if t.idle > 0 {
 		t.idle = 0
@@ -641,6 +664,9 @@ func (e *engine) done(b *batch) error {
 	e.release(len(b.ms))
 	if t.state == taskWaitBatch && t.inFlight <= e.p.NewBatchThreshold {
 		t.state = taskReady
+		if e.paced(t) {
+			return nil
+		}
 		more, err := e.fetch(t)
 		if err != nil || !more {
 			return err
@@ -717,7 +743,7 @@ func (e *engine) resize(n int) {
 	case n < cur:
 		e.stopTokens += cur - n
 		for i := len(e.tasks) - 1; i >= 0 && e.stopTokens > 0; i-- {
-			if t := e.tasks[i]; t.state == taskSleeping {
+			if t := e.tasks[i]; t.state == taskSleeping || t.state == taskPacing {
 				e.takeStopToken(t)
 			}
 		}
@@ -813,10 +839,12 @@ func percentile(sorted []time.Duration, p int) time.Duration {
 // arrivals walks a workload's phases in time order.
 type arrivals struct {
 	phases []Phase
-	i      int   // the current phase
-	start  int64 // its start, nanoseconds since the run's
-	burst  bool  // its burst is still to come
-	k, n   int64 // its next steady arrival, and how many it has
+	i      int    // the current phase
+	start  int64  // its start, nanoseconds since the run's
+	burst  bool   // its burst is still to come
+	k, n   int64  // its next steady arrival, and how many it has
+	jitter bool   // Workload.Jitter
+	seed   uint64 // of the jitter
 }
 
 func (a *arrivals) init() { a.enter() }
@@ -838,7 +866,16 @@ func (a *arrivals) next() (int64, bool) {
 			return a.start, true
 		}
 		if a.k < a.n {
-			return a.start + spread(a.k, a.n, a.phases[a.i].Duration), true
+			d := a.phases[a.i].Duration
+			at := spread(a.k, a.n, d)
+			if a.jitter {
+				// A fixed fraction of the slot for each (phase, k): next
+				// must give the same time every time it is asked.
+				slot := spread(a.k+1, a.n, d) - at
+				u := splitmix(a.seed ^ uint64(a.i)<<48 ^ uint64(a.k))
+				at += int64(float64(slot) * float64(u>>11) / (1 << 53))
+			}
+			return a.start + at, true
 		}
 		a.start += int64(a.phases[a.i].Duration)
 		a.i++
@@ -872,4 +909,12 @@ func spread(k, n int64, d time.Duration) int64 {
 	hi, lo := bits.Mul64(uint64(k), uint64(d))
 	q, _ := bits.Div64(hi, lo, uint64(n))
 	return int64(q)
+}
+
+// splitmix is SplitMix64's finalizer: a well-mixed 64-bit hash of x.
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
 }

@@ -77,6 +77,11 @@ type Workload struct {
 	Phases []Phase
 	// Days is how many days the phases cover (at least 1).
 	Days int
+	// Jitter places each steady arrival at a random moment of its own slot
+	// (the k-th of n over d lands in [k·d/n, (k+1)·d/n)) instead of at its
+	// start: the same count and mean rate, but no lockstep with a cadence
+	// that divides the spacing. Bursts still arrive at once.
+	Jitter bool
 }
 
 // Length is the workload's total duration.
