@@ -112,7 +112,7 @@ func DefaultSizes() Sizes {
 		Redis:           50_000,
 		RedisWakeTrials: 300,
 		RedisIdle:       30 * time.Second,
-		SteadyWindow:   5 * time.Second,
+		SteadyWindow:    5 * time.Second,
 	}
 }
 
@@ -151,7 +151,7 @@ func TinySizes() Sizes {
 		Redis:           500,
 		RedisWakeTrials: 5,
 		RedisIdle:       time.Second,
-		SteadyWindow:   200 * time.Millisecond,
+		SteadyWindow:    200 * time.Millisecond,
 	}
 }
 
