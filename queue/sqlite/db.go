@@ -95,7 +95,7 @@ type DB struct {
 // statements are prepared once per DB. database/sql prepares each again on
 // every connection it is used on; the write pool has one.
 type statements struct {
-	put, get, del, exists, existsBatch, update, purge, clear *sql.Stmt // write pool
+	put, putBody, get, del, exists, existsBatch, update, purge, clear *sql.Stmt // write pool
 	peek, count                                              *sql.Stmt // read pool
 
 	// delBatch[k] is sqlDeleteBatch(1<<k): batches are padded with NULLs
@@ -178,6 +178,7 @@ func (db *DB) prepare() error {
 		sql string
 	}{
 		{&db.st.put, sqlPut},
+		{&db.st.putBody, sqlPutBody},
 		{&db.st.get, sqlGet},
 		{&db.st.del, sqlDelete},
 		{&db.st.exists, sqlExists},

@@ -33,20 +33,25 @@ const (
 	sqlEnsureQueue = `INSERT INTO queues (name, created_at) VALUES (?1, ?2)
 		ON CONFLICT (name) DO UPDATE SET name = excluded.name RETURNING id`
 
-	sqlPut = `INSERT INTO messages (queue_id, inserted_at, visible_at, expires_at, body)
-		VALUES (?1, ?2, ?3, ?4, ?5)`
+	// A Put is sqlPut and then sqlPutBody with the new id, in one
+	// transaction; the trigger messages_put counts the message.
+	sqlPut = `INSERT INTO messages (queue_id, inserted_at, visible_at, expires_at)
+		VALUES (?1, ?2, ?3, ?4)`
+	sqlPutBody = `INSERT INTO bodies (id, body) VALUES (?1, ?2)`
 
 	// sqlGet takes the first ?4 visible, unexpired messages at ?2 in FIFO
 	// order, hides them until ?3, and hands each a new receipt whose low 6
 	// bits are its position in that order (RETURNING rows come unordered).
+	// It writes the messages row only; the body is read, not rewritten.
 	sqlGet = `UPDATE messages
 		SET visible_at = ?3, dequeue_count = dequeue_count + 1, receipt = (random() & -64) | s.pos
 		FROM (SELECT id, row_number() OVER (ORDER BY visible_at, id) - 1 AS pos
-		      FROM (SELECT id, visible_at FROM messages
+		      FROM (SELECT id, visible_at FROM messages INDEXED BY messages_ready
 		            WHERE queue_id = ?1 AND visible_at <= ?2 AND expires_at > ?2
 		            ORDER BY visible_at, id LIMIT ?4)) AS s
 		WHERE messages.id = s.id
-		RETURNING messages.id, receipt, body, dequeue_count, inserted_at, expires_at`
+		RETURNING messages.id, receipt, (SELECT body FROM bodies WHERE bodies.id = messages.id),
+		          dequeue_count, inserted_at, expires_at`
 
 	// In the statements that name ids, +queue_id keeps the planner on the
 	// primary key (see sqlDeleteBatch).
@@ -60,19 +65,25 @@ const (
 		WHERE id = ?2 AND +queue_id = ?1 AND receipt = ?3 AND expires_at > ?5
 		RETURNING receipt`
 
+	// sqlPurge deletes up to ?3 expired messages, visible or not, read from
+	// messages_expiry.
 	sqlPurge = `DELETE FROM messages WHERE id IN (
-		SELECT id FROM (SELECT id, expires_at FROM messages
-		                WHERE queue_id = ?1 AND visible_at <= ?2
-		                ORDER BY visible_at, id LIMIT ?3)
-		WHERE expires_at <= ?2)`
+		SELECT id FROM messages INDEXED BY messages_expiry
+		WHERE queue_id = ?1 AND expires_at <= ?2 LIMIT ?3)`
 
 	sqlClear = `DELETE FROM messages WHERE queue_id = ?1`
 
-	sqlPeek = `SELECT id, body, dequeue_count, inserted_at, expires_at, visible_at FROM messages
-		WHERE queue_id = ?1 AND visible_at <= ?2 AND expires_at > ?2
-		ORDER BY visible_at, id LIMIT ?3`
+	sqlPeek = `SELECT m.id, b.body, m.dequeue_count, m.inserted_at, m.expires_at, m.visible_at
+		FROM messages AS m INDEXED BY messages_ready JOIN bodies AS b ON b.id = m.id
+		WHERE m.queue_id = ?1 AND m.visible_at <= ?2 AND m.expires_at > ?2
+		ORDER BY m.visible_at, m.id LIMIT ?3`
 
-	sqlCount = `SELECT count(*) FROM messages WHERE queue_id = ?1 AND expires_at > ?2`
+	// sqlCount is the queue's depth, kept by the triggers, less the
+	// expired messages not yet purged: O(1) plus one index probe (the
+	// purge keeps the expired ones few).
+	sqlCount = `SELECT depth - (SELECT count(*) FROM messages INDEXED BY messages_expiry
+		                    WHERE queue_id = ?1 AND expires_at <= ?2)
+		FROM queues WHERE id = ?1`
 )
 
 // sqlDeleteBatch deletes n (id, receipt) pairs in one statement: ?2, ?4 …
