@@ -96,7 +96,7 @@ type DB struct {
 // every connection it is used on; the write pool has one.
 type statements struct {
 	put, putBody, get, del, exists, existsBatch, update, purge, clear *sql.Stmt // write pool
-	peek, count                                              *sql.Stmt // read pool
+	peek, count                                                       *sql.Stmt // read pool
 
 	// delBatch[k] is sqlDeleteBatch(1<<k): batches are padded with NULLs
 	// to the next power of two, so six statements serve every size.
