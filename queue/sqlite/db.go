@@ -39,6 +39,40 @@ type options struct {
 	clock       queue.Clock
 	maxBody     int
 	busyTimeout time.Duration
+	sync        Sync
+}
+
+// Sync is how a commit reaches the disk.
+type Sync int
+
+const (
+	// SyncNormal (the default) is WAL with synchronous NORMAL: a commit is
+	// written to the WAL but not flushed, and the WAL is flushed at each
+	// checkpoint. A Put that returned survives a crash or kill of the
+	// process; a power cut or OS crash may lose the last commits (never
+	// corrupting the file).
+	SyncNormal Sync = iota
+	// SyncFull is WAL with synchronous FULL: every commit flushes the WAL
+	// (fsync) before it returns, so a Put that returned survives a power
+	// cut too, at the price of one flush per commit (per group of Puts).
+	SyncFull
+)
+
+// String returns the name the URL parameter sync takes: "normal" or "full".
+func (s Sync) String() string {
+	if s == SyncFull {
+		return "full"
+	}
+	return "normal"
+}
+
+// WithSync sets how commits reach the disk (default SyncNormal).
+func WithSync(s Sync) Option {
+	return func(o *options) {
+		if s == SyncFull {
+			o.sync = SyncFull
+		}
+	}
 }
 
 // WithClock sets the clock the DB reads for every timestamp it stores and
@@ -83,6 +117,9 @@ type DB struct {
 	w *sql.DB // writes: exactly one connection
 	r *sql.DB // Peek and Count: read-only connections
 
+	stopVacuum context.CancelFunc // ends the vacuum loop …
+	vacuumDone chan struct{}      // … which closes this
+
 	st   statements
 	puts putGroup // Puts waiting to share a commit
 
@@ -122,16 +159,19 @@ func Open(path string, opts ...Option) (*DB, error) {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
 	db := &DB{path: abs, clock: o.clock, maxBody: o.maxBody, queues: map[string]int64{}}
-	if err := db.open(o.busyTimeout); err != nil {
+	if err := db.open(o.busyTimeout, o.sync); err != nil {
 		db.closePools()
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, classify(err))
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	db.stopVacuum, db.vacuumDone = cancel, make(chan struct{})
+	go db.vacuumLoop(ctx)
 	return db, nil
 }
 
-func (db *DB) open(busyTimeout time.Duration) (err error) {
+func (db *DB) open(busyTimeout time.Duration, sync Sync) (err error) {
 	ms := strconv.FormatInt(busyTimeout.Milliseconds(), 10)
-	if db.w, err = sql.Open("sqlite", dsn(db.path, ms, false)); err != nil {
+	if db.w, err = sql.Open("sqlite", dsn(db.path, ms, sync, false)); err != nil {
 		return err
 	}
 	// One writer connection, kept for the life of the DB.
@@ -142,7 +182,10 @@ func (db *DB) open(busyTimeout time.Duration) (err error) {
 	if err := migrate(context.Background(), db.w); err != nil {
 		return err
 	}
-	if db.r, err = sql.Open("sqlite", dsn(db.path, ms, true)); err != nil {
+	if err := incrementalVacuum(context.Background(), db.w); err != nil {
+		return err
+	}
+	if db.r, err = sql.Open("sqlite", dsn(db.path, ms, sync, true)); err != nil {
 		return err
 	}
 	n := min(readConns, runtime.GOMAXPROCS(0))
@@ -152,17 +195,27 @@ func (db *DB) open(busyTimeout time.Duration) (err error) {
 	return db.prepare()
 }
 
+// walSizeLimit is the size the WAL file is cut back to when it starts over
+// after a checkpoint (PRAGMA journal_size_limit): a burst of large
+// transactions grows it, and without a limit it would keep that size.
+const walSizeLimit = 4 << 20
+
 // dsn is the modernc.org/sqlite data source name for path: WAL, synchronous
-// NORMAL, the busy timeout, and BEGIN IMMEDIATE for transactions.
-func dsn(path, busyMillis string, readOnly bool) string {
+// NORMAL (FULL with SyncFull), the busy timeout, BEGIN IMMEDIATE for
+// transactions, and for the writer incremental auto-vacuum (which takes
+// effect on a new file; incrementalVacuum converts an old one).
+func dsn(path, busyMillis string, sync Sync, readOnly bool) string {
 	q := url.Values{}
 	q.Set("_busy_timeout", busyMillis)
 	q.Set("_journal_mode", "WAL")
-	q.Set("_synchronous", "NORMAL")
+	q.Set("_synchronous", strings.ToUpper(sync.String()))
 	q.Set("_txlock", "immediate")
 	q.Add("_pragma", "temp_store(MEMORY)")
 	if readOnly {
 		q.Set("_query_only", "1")
+	} else {
+		q.Set("_auto_vacuum", "INCREMENTAL")
+		q.Add("_pragma", fmt.Sprintf("journal_size_limit(%d)", walSizeLimit))
 	}
 	p := filepath.ToSlash(path)
 	if !strings.HasPrefix(p, "/") {
@@ -261,6 +314,8 @@ func (db *DB) Close() error {
 	if db.closed.Swap(true) {
 		return nil
 	}
+	db.stopVacuum()
+	<-db.vacuumDone
 	return db.closePools()
 }
 

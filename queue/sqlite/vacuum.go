@@ -1,0 +1,137 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// Space reclaiming. The file is in incremental auto-vacuum mode: the pages
+// that deleted messages free go on a free list (puts reuse them), and
+// PRAGMA incremental_vacuum(n) gives up to n of them back to the file
+// system by moving the last pages of the file into free slots and cutting
+// the file. A DB's vacuum loop does this in small steps, each a short write
+// transaction of its own, so a drained file shrinks without a
+// stop-the-world VACUUM while Puts and Gets go on between the steps.
+const (
+	// vacuumInterval is how often the loop looks at the file's free list.
+	vacuumInterval = time.Second
+	// vacuumMinFree is the number of free pages (of 4 KiB) below which a
+	// file is left alone (256 KiB): a step costs a transaction and a
+	// checkpoint, not worth it for less.
+	vacuumMinFree = 64
+	// vacuumStep is the number of pages one step gives back (8 MiB): a
+	// transaction of milliseconds when the end of the file is free.
+	vacuumStep = 2048
+	// vacuumStepsPerTick bounds the steps of one tick: up to 64 MiB a
+	// second, so a drained file of a few hundred MiB is back to its
+	// minimum within seconds.
+	vacuumStepsPerTick = 8
+)
+
+// vacuumWorthIt says whether a file of pages pages, free of them free, is
+// worth shrinking: at least vacuumMinFree free pages and at least half the
+// file free. The second condition keeps the loop out of a queue that is
+// busy at its usual depth (its free pages are reused by the next puts) and
+// bounds what a step moves: the pages in use at the end of the file, at
+// most as many as are free.
+func vacuumWorthIt(pages, free int64) bool {
+	return free >= vacuumMinFree && 2*free >= pages
+}
+
+// incrementalVacuum puts a file that is not in incremental auto-vacuum mode
+// into it: a file written by schema version 1 (or any file made before the
+// DSN asked for the mode) needs one full VACUUM to change mode. A new file
+// is born in the mode (the writer's DSN sets it), so this is a no-op for
+// it.
+func incrementalVacuum(ctx context.Context, w *sql.DB) error {
+	var mode int
+	if err := w.QueryRowContext(ctx, "PRAGMA auto_vacuum").Scan(&mode); err != nil {
+		return fmt.Errorf("read auto_vacuum: %w", err)
+	}
+	const incremental = 2
+	if mode == incremental {
+		return nil
+	}
+	if _, err := w.ExecContext(ctx, "PRAGMA auto_vacuum = INCREMENTAL"); err != nil {
+		return fmt.Errorf("set auto_vacuum: %w", err)
+	}
+	if _, err := w.ExecContext(ctx, "VACUUM"); err != nil {
+		return fmt.Errorf("vacuum into incremental auto-vacuum mode: %w", err)
+	}
+	return nil
+}
+
+// vacuumLoop runs vacuum every vacuumInterval until ctx ends.
+func (db *DB) vacuumLoop(ctx context.Context) {
+	defer close(db.vacuumDone)
+	t := time.NewTicker(vacuumInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_, _ = db.vacuum(ctx) // a failure (the file busy) is retried at the next tick
+		}
+	}
+}
+
+// vacuum gives free pages back while vacuumWorthIt, in up to
+// vacuumStepsPerTick steps, then checkpoints so that the database file is
+// cut at once (in WAL mode the file shrinks when the checkpoint copies the
+// commit that shrank it). It returns the number of pages given back.
+func (db *DB) vacuum(ctx context.Context) (int64, error) {
+	var released int64
+	for range vacuumStepsPerTick {
+		var pages, free int64
+		if err := db.w.QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages); err != nil {
+			return released, err
+		}
+		if err := db.w.QueryRowContext(ctx, "PRAGMA freelist_count").Scan(&free); err != nil {
+			return released, err
+		}
+		if !vacuumWorthIt(pages, free) {
+			break
+		}
+		n := min(free, vacuumStep)
+		if _, err := db.w.ExecContext(ctx, fmt.Sprintf("PRAGMA incremental_vacuum(%d)", n)); err != nil {
+			return released, err
+		}
+		released += n
+	}
+	if released > 0 {
+		return released, db.truncateWAL(ctx)
+	}
+	return released, nil
+}
+
+// checkpointWait bounds how long the checkpoint after a vacuum waits for
+// readers and another process's writer: it is tidying, and must not hold
+// the writer connection for the busy timeout.
+const checkpointWait = 100 * time.Millisecond
+
+// truncateWAL checkpoints the whole WAL and cuts it to zero bytes, which
+// also cuts the database file to the size the vacuum left. If readers or
+// another process's writer keep it waiting beyond checkpointWait, it gives
+// up; the WAL then shrinks at a later checkpoint (journal_size_limit).
+func (db *DB) truncateWAL(ctx context.Context) error {
+	c, err := db.w.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var busyMillis int64
+	if err := c.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&busyMillis); err != nil {
+		return err
+	}
+	if _, err := c.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", checkpointWait.Milliseconds())); err != nil {
+		return err
+	}
+	_, cerr := c.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)")
+	if _, err := c.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf("PRAGMA busy_timeout = %d", busyMillis)); err != nil {
+		return err
+	}
+	return cerr
+}
