@@ -53,6 +53,9 @@ func fill(b *testing.B, q *Queue, n int) {
 				b.Fatal(err)
 			}
 		}
+		if _, err := tx.Stmt(q.db.st.depth).Exec(q.qid, k); err != nil {
+			b.Fatal(err)
+		}
 		if err := tx.Commit(); err != nil {
 			b.Fatal(err)
 		}

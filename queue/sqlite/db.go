@@ -132,12 +132,14 @@ type DB struct {
 // statements are prepared once per DB. database/sql prepares each again on
 // every connection it is used on; the write pool has one.
 type statements struct {
-	put, putBody, get, del, exists, existsBatch, update, purge, clear *sql.Stmt // write pool
-	peek, count                                                       *sql.Stmt // read pool
+	put, putBody, depth, get, del, exists, existsBatch, update *sql.Stmt // write pool
+	purgeBodies, purge, clearBodies, clear, clearDepth         *sql.Stmt // write pool
+	peek, count                                                *sql.Stmt // read pool
 
-	// delBatch[k] is sqlDeleteBatch(1<<k): batches are padded with NULLs
-	// to the next power of two, so six statements serve every size.
-	delBatch [deleteBatchClasses]*sql.Stmt
+	// delBatch[k] is sqlDeleteBatch(1<<k) and delBodies[k]
+	// sqlDeleteBodies(1<<k): batches are padded with NULLs to the next
+	// power of two, so six statements serve every size.
+	delBatch, delBodies [deleteBatchClasses]*sql.Stmt
 }
 
 // Open opens the SQLite database at path, creating the file and its
@@ -232,13 +234,17 @@ func (db *DB) prepare() error {
 	}{
 		{&db.st.put, sqlPut},
 		{&db.st.putBody, sqlPutBody},
+		{&db.st.depth, sqlDepth},
 		{&db.st.get, sqlGet},
 		{&db.st.del, sqlDelete},
 		{&db.st.exists, sqlExists},
 		{&db.st.existsBatch, sqlExistsBatch},
 		{&db.st.update, sqlUpdateVisibility},
+		{&db.st.purgeBodies, sqlPurgeBodies},
 		{&db.st.purge, sqlPurge},
+		{&db.st.clearBodies, sqlClearBodies},
 		{&db.st.clear, sqlClear},
+		{&db.st.clearDepth, sqlClearDepth},
 	}
 	for _, s := range w {
 		st, err := db.w.Prepare(s.sql)
@@ -253,6 +259,10 @@ func (db *DB) prepare() error {
 			return fmt.Errorf("prepare delete batch of %d: %w", 1<<k, err)
 		}
 		db.st.delBatch[k] = st
+		if st, err = db.w.Prepare(sqlDeleteBodies(1 << k)); err != nil {
+			return fmt.Errorf("prepare delete of %d bodies: %w", 1<<k, err)
+		}
+		db.st.delBodies[k] = st
 	}
 	r := []struct {
 		p   **sql.Stmt

@@ -143,6 +143,25 @@ func (db *DB) insert(group []*putReq) ([]int64, error) {
 			return nil, err
 		}
 	}
+	// One depth update per queue of the group (usually one queue).
+	type count struct{ qid, n int64 }
+	var counts []count
+next:
+	for _, r := range group {
+		for i := range counts {
+			if counts[i].qid == r.qid {
+				counts[i].n++
+				continue next
+			}
+		}
+		counts = append(counts, count{r.qid, 1})
+	}
+	depth := tx.StmtContext(ctx, db.st.depth)
+	for _, c := range counts {
+		if _, err := depth.ExecContext(ctx, c.qid, c.n); err != nil {
+			return nil, err
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		return nil, err
 	}

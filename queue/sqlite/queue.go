@@ -33,11 +33,17 @@ const (
 	sqlEnsureQueue = `INSERT INTO queues (name, created_at) VALUES (?1, ?2)
 		ON CONFLICT (name) DO UPDATE SET name = excluded.name RETURNING id`
 
-	// A Put is sqlPut and then sqlPutBody with the new id, in one
-	// transaction; the trigger messages_put counts the message.
+	// A Put is sqlPut and then sqlPutBody with the new id, and sqlDepth
+	// for the queue, in one transaction (a group of Puts: one sqlDepth per
+	// queue).
 	sqlPut = `INSERT INTO messages (queue_id, inserted_at, visible_at, expires_at)
 		VALUES (?1, ?2, ?3, ?4)`
 	sqlPutBody = `INSERT INTO bodies (id, body) VALUES (?1, ?2)`
+
+	// sqlDepth adds ?2 to the queue's depth. Every statement that adds or
+	// removes messages runs it in its transaction, with the number of
+	// rows it changed: a per-row trigger would cost a quarter of a drain.
+	sqlDepth = `UPDATE queues SET depth = depth + ?2 WHERE id = ?1`
 
 	// sqlGet takes the first ?4 visible, unexpired messages at ?2 in FIFO
 	// order, hides them until ?3, and hands each a new receipt whose low 6
@@ -54,7 +60,9 @@ const (
 		          dequeue_count, inserted_at, expires_at`
 
 	// In the statements that name ids, +queue_id keeps the planner on the
-	// primary key (see sqlDeleteBatch).
+	// primary key (see sqlDeleteBatch). A message deleted from messages
+	// has its body deleted (sqlDeleteBodies) and its queue's depth
+	// lowered (sqlDepth) in the same transaction.
 	sqlDelete = `DELETE FROM messages WHERE id = ?2 AND +queue_id = ?1 AND receipt = ?3 RETURNING expires_at`
 
 	// sqlExists tells a stale receipt (the message is there, unexpired) from
@@ -65,13 +73,19 @@ const (
 		WHERE id = ?2 AND +queue_id = ?1 AND receipt = ?3 AND expires_at > ?5
 		RETURNING receipt`
 
-	// sqlPurge deletes up to ?3 expired messages, visible or not, read from
-	// messages_expiry.
+	// sqlPurgeBodies and then sqlPurge delete up to ?3 expired messages,
+	// visible or not, read from messages_expiry (the same ones: one
+	// transaction, one order).
+	sqlPurgeBodies = `DELETE FROM bodies WHERE id IN (
+		SELECT id FROM messages INDEXED BY messages_expiry
+		WHERE queue_id = ?1 AND expires_at <= ?2 LIMIT ?3)`
 	sqlPurge = `DELETE FROM messages WHERE id IN (
 		SELECT id FROM messages INDEXED BY messages_expiry
 		WHERE queue_id = ?1 AND expires_at <= ?2 LIMIT ?3)`
 
-	sqlClear = `DELETE FROM messages WHERE queue_id = ?1`
+	sqlClearBodies = `DELETE FROM bodies WHERE id IN (SELECT id FROM messages WHERE queue_id = ?1)`
+	sqlClear       = `DELETE FROM messages WHERE queue_id = ?1`
+	sqlClearDepth  = `UPDATE queues SET depth = 0 WHERE id = ?1`
 
 	sqlPeek = `SELECT m.id, b.body, m.dequeue_count, m.inserted_at, m.expires_at, m.visible_at
 		FROM messages AS m INDEXED BY messages_ready JOIN bodies AS b ON b.id = m.id
@@ -102,6 +116,19 @@ func sqlDeleteBatch(n int) string {
 	}
 	return "DELETE FROM messages WHERE +queue_id = ?1 AND id IN (" + in.String() +
 		") AND receipt = CASE id" + when.String() + " END RETURNING id, expires_at"
+}
+
+// sqlDeleteBodies deletes the bodies of n messages, ?1 … ?n (NULL ids
+// match nothing).
+func sqlDeleteBodies(n int) string {
+	var in strings.Builder
+	for i := range n {
+		if i > 0 {
+			in.WriteString(", ")
+		}
+		fmt.Fprintf(&in, "?%d", 1+i)
+	}
+	return "DELETE FROM bodies WHERE id IN (" + in.String() + ")"
 }
 
 // sqlExistsBatch is sqlExists for up to queue.MaxBatchSize ids, ?3 … ?34
@@ -288,14 +315,39 @@ func (q *Queue) purge(ctx context.Context, now int64) {
 	if now < next || !q.nextPurge.CompareAndSwap(next, now+int64(purgeInterval)) {
 		return
 	}
-	res, err := q.db.st.purge.ExecContext(ctx, q.qid, now, purgeLimit)
+	n, err := q.db.purge(ctx, q.qid, now)
 	if err != nil {
 		q.nextPurge.Store(now) // try again on the next Get
 		return
 	}
-	if n, err := res.RowsAffected(); err == nil && n >= purgeLimit {
+	if n >= purgeLimit {
 		q.nextPurge.Store(now) // more to delete
 	}
+}
+
+// purge deletes up to purgeLimit expired messages of the queue qid and
+// returns how many it deleted.
+func (db *DB) purge(ctx context.Context, qid, now int64) (int64, error) {
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if _, err := tx.StmtContext(ctx, db.st.purgeBodies).ExecContext(ctx, qid, now, purgeLimit); err != nil {
+		return 0, err
+	}
+	res, err := tx.StmtContext(ctx, db.st.purge).ExecContext(ctx, qid, now, purgeLimit)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil || n == 0 {
+		return 0, err // nothing to commit
+	}
+	if _, err := tx.StmtContext(ctx, db.st.depth).ExecContext(ctx, qid, -n); err != nil {
+		return 0, err
+	}
+	return n, tx.Commit()
 }
 
 // Delete removes a message held with its newest receipt. A stale receipt is
@@ -312,18 +364,60 @@ func (q *Queue) Delete(ctx context.Context, id, popReceipt string) error {
 	now := q.now()
 	r, ok := parseReceipt(popReceipt)
 	if ok {
-		var exp int64
-		err := q.db.st.del.QueryRowContext(ctx, q.qid, mid, r).Scan(&exp)
+		exp, deleted, err := q.deleteOne(ctx, mid, r)
 		switch {
-		case err == nil && exp > now:
-			return nil
-		case err == nil:
-			return q.notFound("delete", id) // expired: gone, and now deleted too
-		case !errors.Is(err, sql.ErrNoRows):
+		case err != nil:
 			return q.fail("delete", err)
+		case deleted && exp > now:
+			return nil
+		case deleted:
+			return q.notFound("delete", id) // expired: gone, and now deleted too
 		}
 	}
 	return q.missed(ctx, q.db.st.exists, "delete", id, mid, now)
+}
+
+// deleteOne deletes message mid if r is its receipt, with its body, and
+// lowers the depth, in one transaction. It returns the message's expiry and
+// whether it was deleted.
+func (q *Queue) deleteOne(ctx context.Context, mid, r int64) (exp int64, deleted bool, err error) {
+	tx, err := q.db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, false, err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	err = tx.StmtContext(ctx, q.db.st.del).QueryRowContext(ctx, q.qid, mid, r).Scan(&exp)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, false, nil // nothing written: the rollback ends the transaction
+	case err != nil:
+		return 0, false, err
+	}
+	if err := q.gone(ctx, tx, []int64{mid}); err != nil {
+		return 0, false, err
+	}
+	return exp, true, tx.Commit()
+}
+
+// gone finishes, inside tx, the deletion of messages ids (already deleted
+// from messages): it deletes their bodies and lowers the queue's depth.
+func (q *Queue) gone(ctx context.Context, tx *sql.Tx, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	for start := 0; start < len(ids); start += queue.MaxBatchSize {
+		chunk := ids[start:min(start+queue.MaxBatchSize, len(ids))]
+		c := bits.Len(uint(len(chunk) - 1)) // ceil(log2(len))
+		args := make([]any, 1<<c)           // padded with NULLs
+		for i, id := range chunk {
+			args[i] = id
+		}
+		if _, err := tx.StmtContext(ctx, q.db.st.delBodies[c]).ExecContext(ctx, args...); err != nil {
+			return err
+		}
+	}
+	_, err := tx.StmtContext(ctx, q.db.st.depth).ExecContext(ctx, q.qid, -int64(len(ids)))
+	return err
 }
 
 // missed explains why an id and receipt matched nothing: the message is
@@ -425,10 +519,24 @@ func (q *Queue) Clear(ctx context.Context) error {
 	if err := q.begin(ctx, "clear"); err != nil {
 		return err
 	}
-	if _, err := q.db.st.clear.ExecContext(ctx, q.qid); err != nil {
+	if err := q.clear(ctx); err != nil {
 		return q.fail("clear", err)
 	}
 	return nil
+}
+
+func (q *Queue) clear(ctx context.Context) error {
+	tx, err := q.db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	for _, st := range []*sql.Stmt{q.db.st.clearBodies, q.db.st.clear, q.db.st.clearDepth} {
+		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, q.qid); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
 }
 
 // DeleteBatch deletes the messages named by receipts in one transaction and
@@ -503,6 +611,7 @@ func (q *Queue) deleteChunk(ctx context.Context, tx *sql.Tx, now int64, rs []que
 			return err
 		}
 		deleted := make(map[int64]bool, k)
+		gone := make([]int64, 0, k)
 		for rows.Next() {
 			var id, exp int64
 			if err := rows.Scan(&id, &exp); err != nil {
@@ -510,9 +619,13 @@ func (q *Queue) deleteChunk(ctx context.Context, tx *sql.Tx, now int64, rs []que
 				return err
 			}
 			deleted[id] = exp > now
+			gone = append(gone, id)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
+			return err
+		}
+		if err := q.gone(ctx, tx, gone); err != nil {
 			return err
 		}
 		for i := range rs {
@@ -591,6 +704,7 @@ func (q *Queue) existing(ctx context.Context, tx *sql.Tx, now int64, ids []int64
 func (q *Queue) deleteEach(ctx context.Context, tx *sql.Tx, now int64, rs []queue.Receipt, results []error) error {
 	const op = "delete batch"
 	del, exists := tx.StmtContext(ctx, q.db.st.del), tx.StmtContext(ctx, q.db.st.exists)
+	var gone []int64
 	for i, r := range rs {
 		mid, ok := parseID(r.ID)
 		if !ok {
@@ -600,6 +714,9 @@ func (q *Queue) deleteEach(ctx context.Context, tx *sql.Tx, now int64, rs []queu
 		if rc, ok := parseReceipt(r.PopReceipt); ok {
 			var exp int64
 			err := del.QueryRowContext(ctx, q.qid, mid, rc).Scan(&exp)
+			if err == nil {
+				gone = append(gone, mid)
+			}
 			switch {
 			case err == nil && exp > now:
 				results[i] = nil
@@ -621,7 +738,7 @@ func (q *Queue) deleteEach(ctx context.Context, tx *sql.Tx, now int64, rs []queu
 			return err
 		}
 	}
-	return nil
+	return q.gone(ctx, tx, gone)
 }
 
 // deleteBatchClasses is the number of prepared sqlDeleteBatch sizes: 1, 2,

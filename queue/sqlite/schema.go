@@ -43,9 +43,9 @@ var migrations = []string{
 
 	// Version 2: a message's body apart from its changing state, so that a
 	// Get or an UpdateVisibility rewrites a small row and never the body;
-	// each queue's depth kept in its queues row by triggers, in the
-	// transaction that changes it; an index on expiry, which Count and the
-	// purge of expired messages read.
+	// each queue's depth in its queues row, kept by the statements that add
+	// and remove messages, in their transaction; an index on expiry, which
+	// Count and the purge of expired messages read.
 	`CREATE TABLE bodies (
 		id   INTEGER PRIMARY KEY, -- messages.id
 		body BLOB    NOT NULL
@@ -54,14 +54,7 @@ var migrations = []string{
 	ALTER TABLE messages DROP COLUMN body;
 	ALTER TABLE queues ADD COLUMN depth INTEGER NOT NULL DEFAULT 0; -- rows in messages, expired ones included
 	UPDATE queues SET depth = (SELECT count(*) FROM messages WHERE queue_id = queues.id);
-	CREATE INDEX messages_expiry ON messages (queue_id, expires_at);
-	CREATE TRIGGER messages_put AFTER INSERT ON messages BEGIN
-		UPDATE queues SET depth = depth + 1 WHERE id = NEW.queue_id;
-	END;
-	CREATE TRIGGER messages_gone AFTER DELETE ON messages BEGIN
-		UPDATE queues SET depth = depth - 1 WHERE id = OLD.queue_id;
-		DELETE FROM bodies WHERE id = OLD.id;
-	END;`,
+	CREATE INDEX messages_expiry ON messages (queue_id, expires_at);`,
 }
 
 // schemaVersion is the version this build writes and understands.
