@@ -28,6 +28,9 @@ type childRequest struct {
 	Kind  string
 	N     int
 	Tasks int
+	// Path is the database file of "sqlite-drain", which drains it with
+	// Tasks consumers (sqlite.go).
+	Path string `json:",omitempty"`
 }
 
 // childResult is what a child prints.
@@ -37,6 +40,10 @@ type childResult struct {
 	Source  string
 	Drained int64
 	Err     string
+	// sqlite-drain: its first get and last delete (Unix ns), its calls, the
+	// calls that took 1 ms or more, the time in Get and in DeleteBatch,
+	// and its CPU time.
+	Start, End, Calls, SlowCalls, GetNs, DelNs, CPUNs int64 `json:",omitempty"`
 }
 
 // RunChildIfAsked runs the child measurement named by ChildEnv, prints its
@@ -61,8 +68,11 @@ func RunChildIfAsked() {
 
 func runChild(req childRequest, res *childResult) error {
 	ctx := context.Background()
-	if req.Kind == "idle" {
+	switch req.Kind {
+	case "idle":
 		return nil
+	case "sqlite-drain":
+		return sqliteDrainChild(ctx, req, res)
 	}
 	q, err := memory.NewStore().Queue("rss")
 	if err != nil {

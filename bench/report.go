@@ -96,6 +96,7 @@ var Sections = []Spec{
 	{Key: "work", Title: "Scaling with work", Run: scalingWithWork},
 	{Key: "raw", Title: "Drivers raw", Run: raw},
 	{Key: "trigger", Title: "Push trigger", Run: trigger},
+	{Key: "sqlite", Title: "Embedded SQLite: backlogs, space, two processes", Run: sqliteSection},
 }
 
 // Env is what a section runs with.

@@ -3,6 +3,7 @@ package bench
 import (
 	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -17,8 +18,11 @@ type Sizes struct {
 	Overhead int
 	// Backlog is the queue depth of the peak-RSS runs.
 	Backlog int
-	// Embedded is the number of messages each SQLite-vs-goqite run drains.
-	Embedded int
+	// Embedded is the number of messages each SQLite-vs-goqite run drains;
+	// EmbeddedBytes caps the bodies of one run by size (64 KiB bodies: at
+	// most EmbeddedBytes/64Ki messages).
+	Embedded      int
+	EmbeddedBytes int
 	// Azurite is the number of messages each drain of the Azurite section
 	// starts with; AzuriteLatency the same with latency added to every
 	// request; AzuriteRounds how many times each consumer drains them.
@@ -51,6 +55,12 @@ type Sizes struct {
 	PollIdleMax   time.Duration
 	// IdleHours is the virtual time over which idle calls are counted.
 	IdleHours int
+	// SQLiteBacklogs are the backlogs of the sqlite section; SQLiteAfter
+	// how long after each drain its file size is read again; SQLiteTwoProc
+	// the messages of each two-process run.
+	SQLiteBacklogs []int
+	SQLiteAfter    time.Duration
+	SQLiteTwoProc  int
 }
 
 // DefaultSizes finish in under ten minutes on a two-core machine.
@@ -60,6 +70,10 @@ func DefaultSizes() Sizes {
 		Overhead:       500_000,
 		Backlog:        100_000,
 		Embedded:       20_000,
+		EmbeddedBytes:  256 << 20,
+		SQLiteBacklogs: []int{1_000, 100_000, 1_000_000},
+		SQLiteAfter:    time.Minute,
+		SQLiteTwoProc:  100_000,
 		Azurite:        1_500,
 		AzuriteLatency: 1_000,
 		AzuriteRounds:  5,
@@ -87,6 +101,10 @@ func TinySizes() Sizes {
 		Overhead:       2_000,
 		Backlog:        2_000,
 		Embedded:       200,
+		EmbeddedBytes:  1 << 20,
+		SQLiteBacklogs: []int{100, 1_000},
+		SQLiteAfter:    1500 * time.Millisecond,
+		SQLiteTwoProc:  500,
 		Azurite:        200,
 		AzuriteLatency: 100,
 		AzuriteRounds:  1,
@@ -113,6 +131,21 @@ func (s *Sizes) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&s.Overhead, "overhead", s.Overhead, "messages per listener-overhead run")
 	fs.IntVar(&s.Backlog, "backlog", s.Backlog, "backlog of the peak-RSS runs")
 	fs.IntVar(&s.Embedded, "embedded", s.Embedded, "messages per SQLite-vs-goqite run")
+	fs.IntVar(&s.EmbeddedBytes, "embedded-bytes", s.EmbeddedBytes, "largest total of bodies per SQLite-vs-goqite run by size")
+	fs.Func("sqlite-backlogs", fmt.Sprintf("comma-separated backlogs of the sqlite section (default %s)", joinInts(s.SQLiteBacklogs)), func(v string) error {
+		var ns []int
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return err
+			}
+			ns = append(ns, n)
+		}
+		s.SQLiteBacklogs = ns
+		return nil
+	})
+	fs.DurationVar(&s.SQLiteAfter, "sqlite-after", s.SQLiteAfter, "how long after a drain the sqlite section reads the file size again")
+	fs.IntVar(&s.SQLiteTwoProc, "sqlite-two-proc", s.SQLiteTwoProc, "messages per two-process run of the sqlite section")
 	fs.IntVar(&s.Azurite, "azurite", s.Azurite, "messages per drain of the Azurite section")
 	fs.IntVar(&s.AzuriteLatency, "azurite-latency", s.AzuriteLatency, "messages per drain of the Azurite section with latency added")
 	fs.IntVar(&s.AzuriteRounds, "azurite-rounds", s.AzuriteRounds, "drains per consumer in the Azurite section")
@@ -139,7 +172,7 @@ func (s Sizes) Validate() error {
 		"azurite": s.Azurite, "azurite-latency": s.AzuriteLatency, "azurite-rounds": s.AzuriteRounds,
 		"calls": s.Calls, "burst": s.Burst, "burst-trials": s.BurstTrials, "raw-sqlite": s.RawSQLite, "work-backlog": s.WorkBacklog,
 		"raw-memory": s.RawMemory, "trigger-trials": s.TriggerTrials, "poll-trials": s.PollTrials,
-		"poll-lanes": s.PollLanes, "idle-hours": s.IdleHours,
+		"poll-lanes": s.PollLanes, "idle-hours": s.IdleHours, "embedded-bytes": s.EmbeddedBytes, "sqlite-two-proc": s.SQLiteTwoProc,
 	} {
 		if v < 1 {
 			bad = append(bad, fmt.Sprintf("-%s %d is below 1", name, v))
@@ -152,6 +185,17 @@ func (s Sizes) Validate() error {
 			bad = append(bad, fmt.Sprintf("-%s %s is below 10ms", name, v))
 		}
 	}
+	if len(s.SQLiteBacklogs) == 0 {
+		bad = append(bad, "-sqlite-backlogs is empty")
+	}
+	for _, n := range s.SQLiteBacklogs {
+		if n < 1 {
+			bad = append(bad, fmt.Sprintf("-sqlite-backlogs %d is below 1", n))
+		}
+	}
+	if s.SQLiteAfter < 0 {
+		bad = append(bad, "-sqlite-after is negative")
+	}
 	if len(bad) > 0 {
 		return fmt.Errorf("bench: sizes: %s", strings.Join(bad, "; "))
 	}
@@ -161,7 +205,17 @@ func (s Sizes) Validate() error {
 // String lists the sizes as the flags that reproduce them.
 func (s Sizes) String() string {
 	return fmt.Sprintf("-repeats %d -overhead %d -backlog %d -embedded %d -azurite %d -azurite-latency %d -azurite-rounds %d -calls %d -burst %d -burst-trials %d -burst-idle-max %s "+
-		"-work-window %s -work-backlog %d -raw-sqlite %d -raw-memory %d -trigger-trials %d -poll-trials %d -poll-lanes %d -poll-idle-max %s -idle-hours %d",
+		"-work-window %s -work-backlog %d -raw-sqlite %d -raw-memory %d -trigger-trials %d -poll-trials %d -poll-lanes %d -poll-idle-max %s -idle-hours %d "+
+		"-embedded-bytes %d -sqlite-backlogs %s -sqlite-after %s -sqlite-two-proc %d",
 		s.Repeats, s.Overhead, s.Backlog, s.Embedded, s.Azurite, s.AzuriteLatency, s.AzuriteRounds, s.Calls, s.Burst, s.BurstTrials, s.BurstIdleMax,
-		s.WorkWindow, s.WorkBacklog, s.RawSQLite, s.RawMemory, s.TriggerTrials, s.PollTrials, s.PollLanes, s.PollIdleMax, s.IdleHours)
+		s.WorkWindow, s.WorkBacklog, s.RawSQLite, s.RawMemory, s.TriggerTrials, s.PollTrials, s.PollLanes, s.PollIdleMax, s.IdleHours,
+		s.EmbeddedBytes, joinInts(s.SQLiteBacklogs), s.SQLiteAfter, s.SQLiteTwoProc)
+}
+
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
 }
