@@ -171,7 +171,7 @@ func TestVacuumGivesSpaceBack(t *testing.T) {
 			}
 		}
 	}
-	if _, err := db.vacuum(ctx); err != nil {
+	if _, err := db.vacuum(ctx, false); err != nil {
 		t.Fatal(err)
 	}
 	if got := size(); got*10 > peak {
@@ -215,5 +215,22 @@ func TestSyncFull(t *testing.T) {
 			t.Error(err)
 		}
 		qq.Close()
+	}
+}
+
+func TestVacuumWorthIt(t *testing.T) {
+	for _, tc := range []struct {
+		pages, free int64
+		busy, want  bool
+	}{
+		{100, 60, false, false},       // too little to bother
+		{10_000, 4_000, false, false}, // mostly in use: the next puts reuse it
+		{10_000, 5_000, false, true},  // half free, quiet
+		{10_000, 5_000, true, false},  // half free, being drained: wait
+		{10_000, 9_000, true, true},   // nine tenths free: little left to move
+	} {
+		if got := vacuumWorthIt(tc.pages, tc.free, tc.busy); got != tc.want {
+			t.Errorf("vacuumWorthIt(%d, %d, busy %v) = %v, want %v", tc.pages, tc.free, tc.busy, got, tc.want)
+		}
 	}
 }

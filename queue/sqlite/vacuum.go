@@ -31,13 +31,19 @@ const (
 )
 
 // vacuumWorthIt says whether a file of pages pages, free of them free, is
-// worth shrinking: at least vacuumMinFree free pages and at least half the
-// file free. The second condition keeps the loop out of a queue that is
-// busy at its usual depth (its free pages are reused by the next puts) and
-// bounds what a step moves: the pages in use at the end of the file, at
-// most as many as are free.
-func vacuumWorthIt(pages, free int64) bool {
-	return free >= vacuumMinFree && 2*free >= pages
+// worth shrinking: at least vacuumMinFree free pages, and nine tenths of
+// the file free, or half of it while nothing has been written since the
+// last tick (busy is false). A step moves the pages in use at the end of
+// the file into free slots: while a queue is being drained those are
+// messages about to be deleted, and moving them is wasted writing, so a
+// busy file waits until little is left to move (a tenth at most); a quiet
+// one gives back once half of it is free. A queue busy at its usual depth
+// is left alone: its free pages are reused by the next puts.
+func vacuumWorthIt(pages, free int64, busy bool) bool {
+	if free < vacuumMinFree {
+		return false
+	}
+	return 10*free >= 9*pages || (!busy && 2*free >= pages)
 }
 
 // incrementalVacuum puts a file that is not in incremental auto-vacuum mode
@@ -68,21 +74,43 @@ func (db *DB) vacuumLoop(ctx context.Context) {
 	defer close(db.vacuumDone)
 	t := time.NewTicker(vacuumInterval)
 	defer t.Stop()
+	var last activity
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			_, _ = db.vacuum(ctx) // a failure (the file busy) is retried at the next tick
+			now, err := db.activity(ctx)
+			if err != nil {
+				continue
+			}
+			busy := now != last
+			last = now
+			_, _ = db.vacuum(ctx, busy) // a failure (the file busy) is retried at the next tick
 		}
 	}
+}
+
+// activity tells whether the file was written between two readings: the
+// rows this process's writer changed (total_changes()) and the commits of
+// other connections (PRAGMA data_version, which other processes' commits
+// change). The vacuum's own steps change neither.
+type activity struct{ changes, dataVersion int64 }
+
+func (db *DB) activity(ctx context.Context) (activity, error) {
+	var a activity
+	if err := db.w.QueryRowContext(ctx, "SELECT total_changes()").Scan(&a.changes); err != nil {
+		return a, err
+	}
+	err := db.w.QueryRowContext(ctx, "PRAGMA data_version").Scan(&a.dataVersion)
+	return a, err
 }
 
 // vacuum gives free pages back while vacuumWorthIt, in up to
 // vacuumStepsPerTick steps, then checkpoints so that the database file is
 // cut at once (in WAL mode the file shrinks when the checkpoint copies the
 // commit that shrank it). It returns the number of pages given back.
-func (db *DB) vacuum(ctx context.Context) (int64, error) {
+func (db *DB) vacuum(ctx context.Context, busy bool) (int64, error) {
 	var released int64
 	for range vacuumStepsPerTick {
 		var pages, free int64
@@ -92,7 +120,7 @@ func (db *DB) vacuum(ctx context.Context) (int64, error) {
 		if err := db.w.QueryRowContext(ctx, "PRAGMA freelist_count").Scan(&free); err != nil {
 			return released, err
 		}
-		if !vacuumWorthIt(pages, free) {
+		if !vacuumWorthIt(pages, free, busy) {
 			break
 		}
 		n := min(free, vacuumStep)
