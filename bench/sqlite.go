@@ -569,9 +569,10 @@ func sqliteTwoProcesses(ctx context.Context, e *Env, s *Section) error {
 
 // describeChildren summarizes where the children's time went over runs.
 func describeChildren(runs []twoProcRun) string {
-	var calls, slow, getNs, delNs, cpuNs, wallNs int64
+	var calls, slow, getNs, delNs, cpuNs, wallNs, msgs int64
 	for _, r := range runs {
 		for _, c := range r.children {
+			msgs += c.Drained
 			calls += c.Calls
 			slow += c.SlowCalls
 			getNs += c.GetNs
@@ -583,8 +584,9 @@ func describeChildren(runs []twoProcRun) string {
 	if calls == 0 {
 		return ""
 	}
-	return fmt.Sprintf("per call: Get(32) %s, DeleteBatch %s on average; %.1f%% of calls took ≥ 1 ms; the children's CPU was %.0f%% of their wall time",
-		usString(time.Duration(getNs/max(calls/2, 1))), usString(time.Duration(delNs/max(calls/2, 1))), 100*float64(slow)/float64(calls), 100*float64(cpuNs)/float64(max(wallNs, 1)))
+	return fmt.Sprintf("%s of CPU per message; per call: Get(32) %s, DeleteBatch %s on average; %.1f%% of calls took ≥ 1 ms; the children were on a CPU %.0f%% of their wall time",
+		usString(time.Duration(cpuNs/max(msgs, 1))), usString(time.Duration(getNs/max(calls/2, 1))), usString(time.Duration(delNs/max(calls/2, 1))),
+		100*float64(slow)/float64(calls), 100*float64(cpuNs)/float64(max(wallNs, 1)))
 }
 
 // runProcs fills a fresh file with n messages and drains it with procs
