@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 	"github.com/adaptq/adaptq/queue/memory"
 )
 
@@ -23,14 +24,14 @@ const topSecret = "c2VjcmV0LWFjY291bnQta2V5"
 
 // A driver whose URLs carry an account key, as azure:// URLs may.
 func init() {
-	queue.Register("secretq", queue.OpenerFunc(func(_ context.Context, u *url.URL) (queue.Queue, error) {
+	queue.Register("secretq", queue.OpenerFunc(func(_ context.Context, u *url.URL) (driver.Queue, error) {
 		if err := queue.CheckParams(u, "key", "sig"); err != nil {
 			return nil, err
 		}
 		if u.Query().Get("key") != topSecret {
 			return nil, fmt.Errorf("secretq: %w %q: authentication failed", queue.ErrInvalidURL, queue.Redact(u.String()))
 		}
-		return memory.Default.Queue(u.Host)
+		return memory.Default.Driver(u.Host)
 	}))
 }
 

@@ -63,8 +63,8 @@ type Worker struct {
 type workerQueue struct {
 	cfg    QueueConfig
 	name   string
-	q      *meter.Queue
-	poison queue.Queue // the poison queue, on the same backend and meter
+	q      *queue.Queue // metered on meter
+	poison *queue.Queue // the poison queue, on the same backend and meter
 	meter  *meter.Meter
 	l      *listener.Listener
 	agent  *scaling.Agent
@@ -231,6 +231,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		// A queue that already holds work at start-up is busy from its first
 		// get, with no idle→busy edge to wake the agent: look once now.
 		wq.agent.WorkDetected()
+		if wq.cfg.Trigger.Enabled && wq.q.Features().NativeNotify {
+			agents.Go(func() error { w.forwardNative(agentsCtx, wq); return nil })
+		}
 	}
 	listeners, lctx := errgroup.WithContext(ctx)
 	for _, wq := range qs {
@@ -284,7 +287,8 @@ func (w *Worker) build(ctx context.Context) (qs []*workerQueue, err error) {
 	var causes []error
 	for i, qc := range w.cfg.Queues {
 		at := fmt.Sprintf("queues[%d]", i)
-		raw, err := queue.Open(ctx, qc.URL)
+		m := meter.New(w.cfg.PricePer10k)
+		raw, err := queue.Open(ctx, qc.URL, queue.WithObserver(m))
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("%s.url: %v", at, err))
 			causes = append(causes, err)
@@ -302,10 +306,9 @@ func (w *Worker) build(ctx context.Context) (qs []*workerQueue, err error) {
 		if qc.PoisonQueue == "" {
 			qc.PoisonQueue = qc.Name + PoisonSuffix
 		}
-		m := meter.New(w.cfg.PricePer10k)
-		wq := &workerQueue{cfg: qc, name: qc.Name, q: m.Wrap(raw), meter: m}
+		wq := &workerQueue{cfg: qc, name: qc.Name, q: raw, meter: m}
 		qs = append(qs, wq)
-		if wq.poison, err = queue.OpenSibling(wq.q, qc.PoisonQueue); err != nil {
+		if wq.poison, err = raw.Sibling(ctx, qc.PoisonQueue); err != nil {
 			problems = append(problems, fmt.Sprintf("%s (%s).poison_queue: %v", at, qc.Name, err))
 			continue
 		}
@@ -330,6 +333,27 @@ func (w *Worker) build(ctx context.Context) (qs []*workerQueue, err error) {
 		return qs, &ConfigError{Source: "start-up", Problems: problems, Causes: causes}
 	}
 	return qs, nil
+}
+
+// forwardNative pulls the queue's trigger whenever its backend says a
+// message was put (Features().NativeNotify: a put by any process), until
+// ctx ends: the push trigger with no HTTP call from the producer. If the
+// backend refuses, the listener's safety interval polling remains.
+func (w *Worker) forwardNative(ctx context.Context, wq *workerQueue) {
+	sig, err := wq.q.Subscribe(ctx)
+	if err != nil {
+		w.log.Warn("adaptq: the backend's native notify is unavailable; idle tasks poll at the safety interval",
+			zap.String("queue", wq.name), zap.Error(err))
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sig:
+			w.notifier.Notify(wq.name)
+		}
+	}
 }
 
 // notifierFor returns the worker's notifier if the queue has a trigger.
@@ -358,7 +382,7 @@ func (w *Worker) Trigger(queueName string) error {
 
 // close closes the queue and its poison queue.
 func (wq *workerQueue) close(log *zap.Logger) {
-	for _, q := range []queue.Queue{wq.q, wq.poison} {
+	for _, q := range []*queue.Queue{wq.q, wq.poison} {
 		if q == nil {
 			continue
 		}
@@ -481,7 +505,7 @@ var ErrNotRunning = errors.New("adaptq: worker is not running")
 // Queue returns the named queue, metered, while the worker runs. Producers
 // in the worker's process (a handler that passes work on) should put
 // through it, so that the meter sees every call.
-func (w *Worker) Queue(name string) (queue.Queue, error) {
+func (w *Worker) Queue(name string) (*queue.Queue, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, wq := range w.queues {

@@ -55,7 +55,7 @@ const (
 // its start to its n-th delete.
 type azureConsumer struct {
 	key, what string
-	drain     func(ctx context.Context, q queue.Queue, n int) (time.Duration, error)
+	drain     func(ctx context.Context, q *queue.Queue, n int) (time.Duration, error)
 }
 
 var (
@@ -72,7 +72,7 @@ const azureListenerConcurrency = 2 * azureWorkers * queue.MaxBatchSize
 // naiveDrain is seed 004's worker loop: get one message, process it,
 // delete it, and sleep a second when the queue is empty. It returns at the
 // first empty get, where the seed's loop would sleep and poll again.
-func naiveDrain(ctx context.Context, q queue.Queue, n int) (time.Duration, error) {
+func naiveDrain(ctx context.Context, q *queue.Queue, n int) (time.Duration, error) {
 	start := time.Now()
 	var took time.Duration
 	deleted := 0
@@ -103,7 +103,7 @@ func naiveDrain(ctx context.Context, q queue.Queue, n int) (time.Duration, error
 // listener (queue/azure's bench_test.go handWritten): azureWorkers
 // goroutines, each getting 32, handling them inline and deleting them in
 // parallel, until its get comes back empty.
-func handWrittenDrain(ctx context.Context, q queue.Queue, n int) (time.Duration, error) {
+func handWrittenDrain(ctx context.Context, q *queue.Queue, n int) (time.Duration, error) {
 	var done, took atomic.Int64
 	start := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
@@ -159,7 +159,7 @@ func azureListenerOptions() listener.Options {
 	}
 }
 
-func listenerDrainAzure(ctx context.Context, q queue.Queue, n int) (time.Duration, error) {
+func listenerDrainAzure(ctx context.Context, q *queue.Queue, n int) (time.Duration, error) {
 	d, _, err := drainListener(ctx, q, n, noop, azureListenerOptions(), azureDrainLimit)
 	return d, err
 }
@@ -168,8 +168,8 @@ func listenerDrainAzure(ctx context.Context, q queue.Queue, n int) (time.Duratio
 type azureSeries struct {
 	c        azureConsumer
 	m        *meter.Meter
-	fill     queue.Queue // metered, direct
-	drainQ   queue.Queue // metered, direct or through the proxy
+	fill     *queue.Queue // metered, direct
+	drainQ   *queue.Queue // metered, direct or through the proxy
 	took     []time.Duration
 	cpu      nodeUsage // over the drains
 	calls    meter.Snapshot
@@ -393,12 +393,17 @@ func azurite(ctx context.Context, e *Env, s *Section) error {
 		if err := fq.Clear(ctx); err != nil {
 			return nil, err
 		}
-		dq, err := drainAcct.Queue(ctx, name)
+		m := meter.New(0)
+		dq, err := drainAcct.Queue(ctx, name, queue.WithObserver(m))
 		if err != nil {
 			return nil, err
 		}
-		m := meter.New(0)
-		return &azureSeries{c: c, m: m, fill: m.Wrap(fq), drainQ: m.Wrap(dq)}, nil
+		mfq, err := direct.Queue(ctx, name, queue.WithObserver(m))
+		if err != nil {
+			return nil, err
+		}
+		_ = fq.Close()
+		return &azureSeries{c: c, m: m, fill: mfq, drainQ: dq}, nil
 	}
 	var nearS, farS []*azureSeries
 	for _, c := range []azureConsumer{azureNaive, azureHand, azureLis} {

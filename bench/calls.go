@@ -9,6 +9,7 @@ import (
 
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 	"github.com/adaptq/adaptq/queue/memory"
 	"github.com/adaptq/adaptq/queue/meter"
 	"github.com/adaptq/adaptq/queue/sqlite"
@@ -22,10 +23,16 @@ const (
 	BatchCallsTarget     = 1.1
 )
 
-// noBatch hides every capability of the queue it wraps, BatchDeleter
-// included: how Azure's driver looks to the listener and the meter (one
-// billed Delete per message).
-type noBatch struct{ queue.Queue }
+// noBatch is a driver wrapper that says it has no batch delete: how Azure's
+// driver looks to the listener and the meter (one billed Delete per
+// message).
+type noBatch struct{ driver.Queue }
+
+func (n noBatch) Features() driver.Features {
+	f := n.Queue.Features()
+	f.BatchDelete = false
+	return f
+}
 
 const callsTasks = 4
 
@@ -35,20 +42,20 @@ func callsPerMessage(ctx context.Context, e *Env, s *Section) error {
 		"(8 producers), then the listener (%d tasks, %d handler slots each, no-op handler) drains the backlog: a consumer "+
 		"that always finds a full batch, i.e. at saturation. The figure is billed calls ÷ messages deleted, puts "+
 		"included, counted until the listener has shut down (its last empty gets included). **Azure-like**: a wrapper "+
-		"hides the driver's BatchDeleter capability, so each delete is its own call, as on Azure Queue Storage. "+
+		"says the driver has no batch delete, so each delete is its own call, as on Azure Queue Storage. "+
 		"Arithmetic: 1 put + 1/32 get + 1 delete = 2.031; with batch deletes 1 + 1/32 + 1/32 = 1.063.",
 		commas(int64(n)), callsTasks, listenerSlotsPerTask)
-	type driver struct {
+	type backend struct {
 		name string
-		open func() (queue.Queue, func(), error)
+		open func(opts ...queue.Option) (*queue.Queue, func(), error)
 		body []byte
 	}
-	drivers := []driver{
-		{"memory", func() (queue.Queue, func(), error) {
-			q, err := memory.NewStore().Queue("calls")
+	drivers := []backend{
+		{"memory", func(opts ...queue.Option) (*queue.Queue, func(), error) {
+			q, err := memory.NewStore().Queue("calls", opts...)
 			return q, func() {}, err
 		}, smallBody},
-		{"SQLite", func() (queue.Queue, func(), error) {
+		{"SQLite", func(opts ...queue.Option) (*queue.Queue, func(), error) {
 			dir, err := e.tempDir("calls")
 			if err != nil {
 				return nil, nil, err
@@ -57,7 +64,7 @@ func callsPerMessage(ctx context.Context, e *Env, s *Section) error {
 			if err != nil {
 				return nil, nil, err
 			}
-			q, err := db.Queue("calls")
+			q, err := db.Queue("calls", opts...)
 			if err != nil {
 				db.Close()
 				return nil, nil, err
@@ -67,11 +74,16 @@ func callsPerMessage(ctx context.Context, e *Env, s *Section) error {
 	}
 	for _, d := range drivers {
 		for _, azure := range []bool{true, false} {
-			q, closeFn, err := d.open()
+			m := meter.New(0)
+			opts := []queue.Option{queue.WithObserver(m)}
+			if azure {
+				opts = append(opts, queue.WithWrapper(func(d driver.Queue) driver.Queue { return noBatch{d} }))
+			}
+			q, closeFn, err := d.open(opts...)
 			if err != nil {
 				return err
 			}
-			snap, err := meteredDrain(ctx, q, azure, n, d.body)
+			snap, err := meteredDrain(ctx, q, m, n, d.body)
 			closeFn()
 			if err != nil {
 				return fmt.Errorf("%s: %w", d.name, err)
@@ -98,13 +110,7 @@ func callsPerMessage(ctx context.Context, e *Env, s *Section) error {
 
 // meteredDrain puts n messages through a meter and drains them with the
 // listener, and returns the meter's counts.
-func meteredDrain(ctx context.Context, q queue.Queue, azureLike bool, n int, body []byte) (meter.Snapshot, error) {
-	inner := q
-	if azureLike {
-		inner = noBatch{q}
-	}
-	m := meter.New(0)
-	mq := m.Wrap(inner)
+func meteredDrain(ctx context.Context, mq *queue.Queue, m *meter.Meter, n int, body []byte) (meter.Snapshot, error) {
 	if err := fillParallel(ctx, mq, n, 8, body); err != nil {
 		return meter.Snapshot{}, err
 	}

@@ -31,7 +31,7 @@ var (
 func noop(context.Context, *queue.Message) error { return nil }
 
 // fill puts n messages from one goroutine.
-func fill(ctx context.Context, q queue.Queue, n int, body []byte) error {
+func fill(ctx context.Context, q *queue.Queue, n int, body []byte) error {
 	for i := 0; i < n; i++ {
 		if _, err := q.Put(ctx, body, queue.PutOptions{}); err != nil {
 			return fmt.Errorf("fill: %w", err)
@@ -42,7 +42,7 @@ func fill(ctx context.Context, q queue.Queue, n int, body []byte) error {
 
 // fillParallel puts n messages from producers goroutines (on SQLite they
 // share commits).
-func fillParallel(ctx context.Context, q queue.Queue, n, producers int, body []byte) error {
+func fillParallel(ctx context.Context, q *queue.Queue, n, producers int, body []byte) error {
 	var next atomic.Int64
 	errs := make(chan error, producers)
 	var wg sync.WaitGroup
@@ -65,7 +65,7 @@ func fillParallel(ctx context.Context, q queue.Queue, n, producers int, body []b
 // (listener/bench_test.go's plainLoop): workers each get 32, run the
 // handler inline and delete the batch in one call, until the queue is
 // empty. It returns the number of messages deleted.
-func plainLoop(ctx context.Context, q queue.Queue, workers int, h func(context.Context, *queue.Message) error) (int64, error) {
+func plainLoop(ctx context.Context, q *queue.Queue, workers int, h func(context.Context, *queue.Message) error) (int64, error) {
 	var done atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
@@ -87,7 +87,7 @@ func plainLoop(ctx context.Context, q queue.Queue, workers int, h func(context.C
 						rs = append(rs, queue.Receipt{ID: m.ID, PopReceipt: m.PopReceipt})
 					}
 				}
-				res, err := queue.DeleteBatch(ctx, q, rs)
+				res, err := q.DeleteBatch(ctx, rs)
 				if err != nil {
 					errs <- err
 					return
@@ -111,7 +111,7 @@ var errTimeout = errors.New("timed out")
 // drainListener starts a listener on q and waits until it has drained n
 // messages; it returns the time from Start to the n-th delete and the
 // listener's counters. The listener is shut down before it returns.
-func drainListener(ctx context.Context, q queue.Queue, n int, h func(context.Context, *queue.Message) error, o listener.Options, limit time.Duration) (time.Duration, listener.Stats, error) {
+func drainListener(ctx context.Context, q *queue.Queue, n int, h func(context.Context, *queue.Message) error, o listener.Options, limit time.Duration) (time.Duration, listener.Stats, error) {
 	l, err := listener.New(q, h, o)
 	if err != nil {
 		return 0, listener.Stats{}, err

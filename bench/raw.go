@@ -28,7 +28,7 @@ const memoryRound = 100_000
 // getDeleteLoop runs workers that Get(32) and DeleteBatch until the queue
 // is empty (until done reaches target, pausing 1 ms on an empty get, if
 // target > 0).
-func getDeleteLoop(ctx context.Context, q queue.Queue, workers int, target int64, done *atomic.Int64) error {
+func getDeleteLoop(ctx context.Context, q *queue.Queue, workers int, target int64, done *atomic.Int64) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
 	for w := 0; w < workers; w++ {
@@ -53,7 +53,7 @@ func getDeleteLoop(ctx context.Context, q queue.Queue, workers int, target int64
 				for _, m := range ms {
 					rs = append(rs, queue.Receipt{ID: m.ID, PopReceipt: m.PopReceipt})
 				}
-				res, err := queue.DeleteBatch(ctx, q, rs)
+				res, err := q.DeleteBatch(ctx, rs)
 				if err != nil {
 					errs <- err
 					return
@@ -91,7 +91,7 @@ func raw(ctx context.Context, e *Env, s *Section) error {
 		"figure is the median of %d runs; the note gives the CPU time per message and how many cores this process and the "+
 		"whole machine kept busy over the timed parts (getrusage, /proc/stat).", len(jsonBody), commas(int64(ns)), len(smallBody), commas(int64(nm)),
 		commas(memoryRound), e.Sizes.Repeats)
-	openSQLite := func() (queue.Queue, func(), error) {
+	openSQLite := func() (*queue.Queue, func(), error) {
 		dir, err := e.tempDir("raw")
 		if err != nil {
 			return nil, nil, err
@@ -107,11 +107,11 @@ func raw(ctx context.Context, e *Env, s *Section) error {
 		}
 		return q, func() { db.Close() }, nil
 	}
-	openMemory := func() (queue.Queue, func(), error) {
+	openMemory := func() (*queue.Queue, func(), error) {
 		q, err := memory.NewStore().Queue("raw")
 		return q, func() {}, err
 	}
-	type opener func() (queue.Queue, func(), error)
+	type opener func() (*queue.Queue, func(), error)
 	put := func(open opener, n, producers int, body []byte) func(context.Context) (int, usage, error) {
 		return func(ctx context.Context) (int, usage, error) {
 			q, closeFn, err := open()

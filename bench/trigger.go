@@ -32,7 +32,7 @@ const (
 // time from the moment a message is in the queue (Put returned; Notify
 // with a trigger) to its handler's start.
 type lane struct {
-	q        queue.Queue
+	q        *queue.Queue
 	l        *listener.Listener
 	notifier *listener.LocalNotifier
 	started  chan laneStart
@@ -277,12 +277,11 @@ func idleCallsPerHour(ctx context.Context, e *Env, withTrigger bool, hours int) 
 		return 0, 0, err
 	}
 	defer db.Close()
-	raw, err := db.Queue("idle")
+	m := meter.New(0)
+	q, err := db.Queue("idle", queue.WithObserver(m))
 	if err != nil {
 		return 0, 0, err
 	}
-	m := meter.New(0)
-	q := m.Wrap(raw)
 	var agent *scaling.Agent
 	o := listener.Options{
 		Tasks: 1, MinTasks: 1, MaxTasks: listener.DefaultMaxTasks,

@@ -445,7 +445,7 @@ func (l *Listener) deleteReceipts(rs []queue.Receipt) {
 	ctx := l.opCtx
 	for attempt := 1; len(rs) > 0; attempt++ {
 		last := attempt == attempts || ctx.Err() != nil
-		res, err := queue.DeleteBatch(ctx, l.q, rs)
+		res, err := l.q.DeleteBatch(ctx, rs)
 		var retry []queue.Receipt
 		var wait time.Duration
 		deleted := 0

@@ -12,7 +12,7 @@ import (
 	"github.com/adaptq/adaptq/queue/memory"
 )
 
-func benchQueue(b *testing.B, n int) *memory.Queue {
+func benchQueue(b *testing.B, n int) *queue.Queue {
 	b.Helper()
 	q, err := memory.NewStore().Queue("bench")
 	if err != nil {
@@ -33,7 +33,7 @@ func noop(context.Context, *queue.Message) error { return nil }
 // plainLoop is the hand-written consumer the listener must keep up with:
 // workers each get 32, run the handler inline, and delete the batch, until
 // the queue is empty.
-func plainLoop(q queue.Queue, workers int, h func(context.Context, *queue.Message) error) error {
+func plainLoop(q *queue.Queue, workers int, h func(context.Context, *queue.Message) error) error {
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
@@ -55,7 +55,7 @@ func plainLoop(q queue.Queue, workers int, h func(context.Context, *queue.Messag
 						rs = append(rs, queue.Receipt{ID: m.ID, PopReceipt: m.PopReceipt})
 					}
 				}
-				if _, err := queue.DeleteBatch(ctx, q, rs); err != nil {
+				if _, err := q.DeleteBatch(ctx, rs); err != nil {
 					errs <- err
 					return
 				}

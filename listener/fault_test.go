@@ -13,6 +13,7 @@ import (
 
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 	"github.com/adaptq/adaptq/queue/memory"
 	"github.com/adaptq/adaptq/queue/meter"
 )
@@ -21,7 +22,7 @@ import (
 // down, and sometimes loses the answer of a batch delete that the backend
 // did carry out. It counts every attempt that reaches it.
 type faulty struct {
-	queue.Queue
+	driver.Queue
 	mu       sync.Mutex
 	rng      *rand.Rand
 	failRate float64
@@ -53,7 +54,7 @@ func (f *faulty) before() error {
 	return nil
 }
 
-func (f *faulty) Get(ctx context.Context, n int, vis time.Duration) ([]*queue.Message, error) {
+func (f *faulty) Get(ctx context.Context, n int, vis time.Duration) ([]*driver.Message, error) {
 	if err := f.before(); err != nil {
 		return nil, err
 	}
@@ -67,11 +68,11 @@ func (f *faulty) Delete(ctx context.Context, id, r string) error {
 	return f.Queue.Delete(ctx, id, r)
 }
 
-func (f *faulty) DeleteBatch(ctx context.Context, rs []queue.Receipt) ([]error, error) {
+func (f *faulty) DeleteBatch(ctx context.Context, rs []driver.Receipt) ([]error, error) {
 	if err := f.before(); err != nil {
 		return nil, err
 	}
-	res, err := queue.DeleteBatch(ctx, f.Queue, rs)
+	res, err := f.Queue.DeleteBatch(ctx, rs)
 	if err == nil && f.roll() < 0.05 {
 		// The backend deleted them; the answer never arrived.
 		f.lostAcks.Add(1)
@@ -99,7 +100,8 @@ func (f *faulty) Count(ctx context.Context) (int, error) {
 // listener never stops, and the meter bills every attempt.
 func TestFaultsLoseNothing(t *testing.T) {
 	const n = 20_000
-	raw, err := memory.NewStore().Queue("faults")
+	store := memory.NewStore()
+	raw, err := store.Queue("faults")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,9 +112,12 @@ func TestFaultsLoseNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f := &faulty{Queue: raw, rng: rand.New(rand.NewPCG(1, 2)), failRate: 0.2}
+	f := &faulty{rng: rand.New(rand.NewPCG(1, 2)), failRate: 0.2}
 	m := meter.New(0)
-	q := m.Wrap(f)
+	q, err := store.Queue("faults", queue.WithObserver(m), queue.WithWrapper(func(d driver.Queue) driver.Queue { f.Queue = d; return f }))
+	if err != nil {
+		t.Fatal(err)
+	}
 	rec := newRecorder()
 	h := func(ctx context.Context, msg *queue.Message) error {
 		if rand.IntN(50) == 0 {
@@ -184,12 +189,12 @@ func TestFaultsLoseNothing(t *testing.T) {
 // flakyItems fails the first delete of every other message with a
 // transient error of its own, as Azure's per-message deletes can.
 type flakyItems struct {
-	queue.Queue
+	driver.Queue
 	mu    sync.Mutex
 	tried map[string]bool
 }
 
-func (f *flakyItems) DeleteBatch(ctx context.Context, rs []queue.Receipt) ([]error, error) {
+func (f *flakyItems) DeleteBatch(ctx context.Context, rs []driver.Receipt) ([]error, error) {
 	out := make([]error, len(rs))
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -206,7 +211,7 @@ func (f *flakyItems) DeleteBatch(ctx context.Context, rs []queue.Receipt) ([]err
 
 func TestTransientDeleteOfOneMessageIsRetried(t *testing.T) {
 	rec := newRecorder()
-	f := newFixtureWith(t, rec.handle, listener.Options{}, func(q queue.Queue) queue.Queue {
+	f := newFixtureWith(t, rec.handle, listener.Options{}, func(q driver.Queue) driver.Queue {
 		return &flakyItems{Queue: q, tried: map[string]bool{}}
 	})
 	f.put(64)

@@ -13,6 +13,7 @@ import (
 	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 	"github.com/adaptq/adaptq/queue/memory"
 	"github.com/adaptq/adaptq/queue/meter"
 	"github.com/adaptq/adaptq/scaling"
@@ -22,9 +23,10 @@ import (
 type fixture struct {
 	t      *testing.T
 	clock  *clock.Fake
-	raw    *memory.Queue
+	store  *memory.Store
+	raw    *queue.Queue // the same queue, unmetered and unwrapped
 	meter  *meter.Meter
-	q      queue.Queue
+	q      *queue.Queue
 	l      *listener.Listener
 	cancel context.CancelFunc
 	done   chan error
@@ -37,25 +39,29 @@ func newFixture(t *testing.T, h handler.Func, o listener.Options) *fixture {
 
 // newFixtureWith puts wrap (a fault injector) between the queue and the
 // meter, so the meter bills what the injector does.
-func newFixtureWith(t *testing.T, h handler.Func, o listener.Options, wrap func(queue.Queue) queue.Queue) *fixture {
+func newFixtureWith(t *testing.T, h handler.Func, o listener.Options, wrap func(driver.Queue) driver.Queue) *fixture {
 	t.Helper()
 	c := clock.NewFake(clock.Epoch)
-	raw, err := memory.NewStore(memory.WithClock(c)).Queue("work")
+	store := memory.NewStore(memory.WithClock(c))
+	raw, err := store.Queue("work")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := meter.New(0)
-	var inner queue.Queue = raw
+	opts := []queue.Option{queue.WithObserver(m)}
 	if wrap != nil {
-		inner = wrap(raw)
+		opts = append(opts, queue.WithWrapper(wrap))
 	}
-	q := m.Wrap(inner)
+	q, err := store.Queue("work", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	o.Clock = c
 	l, err := listener.New(q, h, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{t: t, clock: c, raw: raw, meter: m, q: q, l: l}
+	return &fixture{t: t, clock: c, store: store, raw: raw, meter: m, q: q, l: l}
 }
 
 // start runs the listener until stop or the end of the test.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 	"github.com/adaptq/adaptq/queue/memory"
 	"github.com/adaptq/adaptq/queue/meter"
 	"github.com/adaptq/adaptq/scaling"
@@ -201,7 +202,7 @@ func TestClosedQueueEndsTheListener(t *testing.T) {
 	f := newFixture(t, newRecorder().handle, listener.Options{})
 	f.start()
 	f.settle()
-	_ = f.raw.Close()
+	_ = f.q.Close()
 	f.clock.AdvanceToNext()
 	select {
 	case err := <-f.done:
@@ -260,12 +261,12 @@ func TestOptionsAreValidated(t *testing.T) {
 // messages are hidden) and reports the caller's cancellation if it came
 // meanwhile, as a network call cut off midway would.
 type cutOffGets struct {
-	queue.Queue
+	driver.Queue
 	entered chan struct{}
 	release chan struct{}
 }
 
-func (c *cutOffGets) Get(ctx context.Context, n int, vis time.Duration) ([]*queue.Message, error) {
+func (c *cutOffGets) Get(ctx context.Context, n int, vis time.Duration) ([]*driver.Message, error) {
 	select {
 	case c.entered <- struct{}{}:
 	default:
@@ -281,7 +282,7 @@ func (c *cutOffGets) Get(ctx context.Context, n int, vis time.Duration) ([]*queu
 func TestShutdownDuringAGetLeavesNothingHidden(t *testing.T) {
 	cut := &cutOffGets{entered: make(chan struct{}, 1), release: make(chan struct{})}
 	f := newFixtureWith(t, newRecorder().handle, listener.Options{VisibilityTimeout: time.Hour},
-		func(q queue.Queue) queue.Queue { cut.Queue = q; return cut })
+		func(q driver.Queue) driver.Queue { cut.Queue = q; return cut })
 	f.put(5)
 	f.start()
 	<-cut.entered // the task's get is on its way

@@ -25,7 +25,7 @@ var ErrRunning = errors.New("listener: already running")
 // tasks feeding one handler func. Create it with New, run it with Run (or
 // Start and Wait), and resize the pool with Resize while it runs.
 type Listener struct {
-	q   queue.Queue
+	q   *queue.Queue
 	h   handler.Func
 	o   Options
 	log *zap.Logger
@@ -67,7 +67,7 @@ type Listener struct {
 
 // New returns a listener that feeds messages of q to h. It validates the
 // options and names the first bad field.
-func New(q queue.Queue, h handler.Func, o Options) (*Listener, error) {
+func New(q *queue.Queue, h handler.Func, o Options) (*Listener, error) {
 	if q == nil {
 		return nil, errors.New("listener: queue is nil")
 	}
@@ -78,6 +78,7 @@ func New(q queue.Queue, h handler.Func, o Options) (*Listener, error) {
 	if err := o.validate(); err != nil {
 		return nil, fmt.Errorf("%w (queue %q)", err, q.Name())
 	}
+	o.fitBatch(q.Features().MaxBatch)
 	if o.QueueEmpty == nil {
 		idle := o.Idle
 		long := idle
@@ -105,7 +106,7 @@ func New(q queue.Queue, h handler.Func, o Options) (*Listener, error) {
 }
 
 // Queue returns the queue the listener reads.
-func (l *Listener) Queue() queue.Queue { return l.q }
+func (l *Listener) Queue() *queue.Queue { return l.q }
 
 // Options returns the options in effect, defaults filled in.
 func (l *Listener) Options() Options { return l.o }

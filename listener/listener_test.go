@@ -11,6 +11,7 @@ import (
 	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 	"github.com/adaptq/adaptq/queue/meter"
 	"github.com/adaptq/adaptq/scaling"
 )
@@ -256,7 +257,7 @@ func TestTransientGetErrorsNeverEndTheListener(t *testing.T) {
 	rec := newRecorder()
 	var fl *flakyGets
 	f := newFixtureWith(t, rec.handle, listener.Options{ErrorBackoffInitial: time.Second, ErrorBackoffMax: 8 * time.Second},
-		func(q queue.Queue) queue.Queue {
+		func(q driver.Queue) driver.Queue {
 			fl = &flakyGets{Queue: q, fails: 6, retryAfter: 20 * time.Second}
 			return fl
 		})
@@ -293,13 +294,13 @@ func TestTransientGetErrorsNeverEndTheListener(t *testing.T) {
 // flakyGets fails the first gets with transient errors; the fourth carries
 // a Retry-After hint.
 type flakyGets struct {
-	queue.Queue
+	driver.Queue
 	mu         sync.Mutex
 	fails, n   int
 	retryAfter time.Duration
 }
 
-func (q *flakyGets) Get(ctx context.Context, n int, vis time.Duration) ([]*queue.Message, error) {
+func (q *flakyGets) Get(ctx context.Context, n int, vis time.Duration) ([]*driver.Message, error) {
 	q.mu.Lock()
 	q.n++
 	k := q.n

@@ -63,7 +63,8 @@ const (
 
 // Options configure a Listener. The zero value uses every default.
 type Options struct {
-	// BatchSize is the n of each get, 1..32.
+	// BatchSize is the n of each get, 1..32; a driver whose gets return
+	// fewer (Features().MaxBatch: SQS's 10) lowers it to its maximum.
 	BatchSize int
 	// VisibilityTimeout hides fetched messages; a handler still running at
 	// half of it has its messages' visibility extended.
@@ -119,7 +120,7 @@ type Options struct {
 	// there after its run. The body is kept byte for byte, the message is
 	// put to Poison first and deleted from the queue after. Nil disables
 	// poisoning: failures are retried while the message lives.
-	Poison queue.Queue
+	Poison *queue.Queue
 	// MaxDequeueCount is the number of runs before poisoning (default
 	// DefaultMaxDequeueCount).
 	MaxDequeueCount int
@@ -192,6 +193,20 @@ func (o Options) withDefaults() Options {
 		o.Logger = zap.NewNop()
 	}
 	return o
+}
+
+// fitBatch lowers the batch size to the driver's largest get (SQS: 10), so
+// that the defaults work on every backend, and a new-batch threshold left
+// to its default with it.
+func (o *Options) fitBatch(maxBatch int) {
+	if o.BatchSize <= maxBatch {
+		return
+	}
+	if o.NewBatchThreshold == o.BatchSize/2 {
+		o.NewBatchThreshold = maxBatch / 2
+	}
+	o.BatchSize = maxBatch
+	o.NewBatchThreshold = min(o.NewBatchThreshold, maxBatch-1)
 }
 
 // defaultRetryDelay hides a permanently failed message for

@@ -12,19 +12,22 @@ import (
 	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 )
 
 // poisonFixture is a fixture whose listener poisons into a sibling queue.
-func poisonFixture(t *testing.T, h handler.Func, o listener.Options, wrapPoison func(queue.Queue) queue.Queue) (*fixture, queue.Queue) {
+func poisonFixture(t *testing.T, h handler.Func, o listener.Options, wrapPoison func(driver.Queue) driver.Queue) (*fixture, *queue.Queue) {
 	t.Helper()
 	f := newFixture(t, h, o)
-	p, err := queue.OpenSibling(f.raw, "work-poison")
+	p, err := f.raw.Sibling(context.Background(), "work-poison")
 	if err != nil {
 		t.Fatal(err)
 	}
 	poison := p
 	if wrapPoison != nil {
-		poison = wrapPoison(p)
+		if poison, err = f.store.Queue("work-poison", queue.WithWrapper(wrapPoison)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	o.Poison = poison
 	o.Clock = f.clock
@@ -131,15 +134,15 @@ func TestPermanentFailureIsPoisonedAtOnce(t *testing.T) {
 }
 
 // failingPuts makes every Put fail.
-type failingPuts struct{ queue.Queue }
+type failingPuts struct{ driver.Queue }
 
-func (failingPuts) Put(context.Context, []byte, queue.PutOptions) (string, error) {
+func (failingPuts) Put(context.Context, []byte, driver.PutOptions) (string, error) {
 	return "", queue.Transient(errors.New("poison queue unavailable"), 0)
 }
 
 func TestPoisonPutFailureLosesNothing(t *testing.T) {
 	h := func(context.Context, *queue.Message) error { return handler.Permanent(errors.New("bad")) }
-	f, poison := poisonFixture(t, h, listener.Options{VisibilityTimeout: 10 * time.Second}, func(q queue.Queue) queue.Queue { return failingPuts{q} })
+	f, poison := poisonFixture(t, h, listener.Options{VisibilityTimeout: 10 * time.Second}, func(q driver.Queue) driver.Queue { return failingPuts{q} })
 	if _, err := f.raw.Put(context.Background(), []byte("keep me"), queue.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +161,7 @@ func TestPoisonPutFailureLosesNothing(t *testing.T) {
 }
 
 // stolenLeases makes renewals find the message taken by someone else.
-type stolenLeases struct{ queue.Queue }
+type stolenLeases struct{ driver.Queue }
 
 func (stolenLeases) UpdateVisibility(_ context.Context, id, _ string, _ time.Duration) (string, error) {
 	return "", errors.Join(queue.ErrReceiptMismatch, errors.New("taken by another consumer: "+id))
@@ -177,7 +180,7 @@ func TestLostLeaseCancelsTheHandler(t *testing.T) {
 		mu.Unlock()
 		return ctx.Err()
 	}
-	f := newFixtureWith(t, h, listener.Options{VisibilityTimeout: vis}, func(q queue.Queue) queue.Queue { return stolenLeases{q} })
+	f := newFixtureWith(t, h, listener.Options{VisibilityTimeout: vis}, func(q driver.Queue) driver.Queue { return stolenLeases{q} })
 	ids := f.put(1)
 	f.start()
 	<-started
@@ -209,7 +212,7 @@ func TestLostLeaseCancelsAnInlineHandler(t *testing.T) {
 		}
 		return rec.handle(ctx, m)
 	}
-	f := newFixtureWith(t, h, listener.Options{VisibilityTimeout: vis}, func(q queue.Queue) queue.Queue { return stolenLeases{q} })
+	f := newFixtureWith(t, h, listener.Options{VisibilityTimeout: vis}, func(q driver.Queue) driver.Queue { return stolenLeases{q} })
 	f.put(200) // fast: later batches run inline
 	f.start()
 	eventually(t, "the warm-up is deleted", func() bool { return f.l.Stats().Deleted == 200 })

@@ -1,7 +1,12 @@
-// Package queue is adaptq's portable queue contract: the Message type, the
-// Queue interface every backend implements, the typed errors callers branch
-// on, optional capability interfaces, and the driver registry behind
-// Open(ctx, url).
+// Package queue is adaptq's portable queue: the Queue type that programs, the
+// listener and the worker hold whatever the backend, the Message type, the
+// typed errors callers branch on, and the driver registry behind
+// Open(ctx, url). Backends implement the narrow interface of package
+// queue/driver; Queue wraps a driver and does, once for all of them, what
+// each would otherwise repeat: argument checks against the driver's
+// Features, the closed state, metering (Observers such as the cost meter),
+// the batch-delete fallback, and error wrapping and classification
+// (IsTransient, RetryAfter). As reaches a driver's own client.
 //
 // The semantics are Azure Queue Storage's (seeds 000 and 001), held on every
 // driver by the conformance suite in package queuetest:
@@ -29,6 +34,10 @@
 //
 // Drivers live in their own packages (memory, sqlite, azure …) and register a
 // URL scheme with Register; programs import the driver for its side effect and
-// call Open. The layout follows database/sql and go-cloud's pubsub: a small
-// portable API here, backends elsewhere, and one conformance suite for all.
+// call Open, or use the driver package's own constructor. Options add
+// observers (WithObserver: the cost meter) and driver wrappers (WithWrapper:
+// fault injection, tracing), which keep every capability of the driver. The
+// layout follows database/sql and go-cloud's pubsub: a small portable API
+// here, the driver interface in queue/driver, and one conformance suite
+// (queue/queuetest) for all.
 package queue

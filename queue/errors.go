@@ -3,35 +3,39 @@ package queue
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
-	"syscall"
 	"time"
+
+	"github.com/adaptq/adaptq/queue/driver"
 )
 
-// Errors callers branch on with errors.Is. Drivers wrap them with the
-// offending value, so the text always says what was wrong.
+// Errors callers branch on with errors.Is. They are package driver's
+// values, so a driver's errors match them. The portable Queue wraps every
+// error with the driver, operation and queue, and the offending value.
 var (
 	// ErrReceiptMismatch: the pop receipt is not the newest for the message,
-	// which timed out and was got again by someone else (seed 001: Azure's
-	// 400 PopReceiptMismatch). An expected event for a consumer.
-	ErrReceiptMismatch = errors.New("queue: pop receipt mismatch")
+	// which timed out and was got again by someone else (Azure's 400
+	// PopReceiptMismatch). An expected event for a consumer.
+	ErrReceiptMismatch = driver.ErrReceiptMismatch
 	// ErrNotFound: no message with this id (deleted, expired, or never
 	// there). An expected event for a consumer.
-	ErrNotFound = errors.New("queue: message not found")
-	// ErrBatchSize: a Get or Peek asked for fewer than 1 or more than 32.
-	ErrBatchSize = errors.New("queue: batch size out of range")
+	ErrNotFound = driver.ErrNotFound
+	// ErrBatchSize: a Get or Peek asked for fewer than 1 or more than the
+	// driver's maximum (Features().MaxBatch, at most 32).
+	ErrBatchSize = driver.ErrBatchSize
 	// ErrTooLarge: the body is over the driver's limit.
-	ErrTooLarge = errors.New("queue: message too large")
+	ErrTooLarge = driver.ErrTooLarge
 	// ErrInvalidName: the queue name breaks the naming rules (ValidateName).
-	ErrInvalidName = errors.New("queue: invalid queue name")
+	ErrInvalidName = driver.ErrInvalidName
 	// ErrInvalidArgument: a duration or other argument is out of range.
-	ErrInvalidArgument = errors.New("queue: invalid argument")
+	ErrInvalidArgument = driver.ErrInvalidArgument
 	// ErrInvalidURL: Open was given a URL it cannot use (unknown scheme,
 	// missing part, unknown parameter).
-	ErrInvalidURL = errors.New("queue: invalid queue URL")
+	ErrInvalidURL = driver.ErrInvalidURL
 	// ErrClosed: the queue or its backend was closed.
-	ErrClosed = errors.New("queue: closed")
+	ErrClosed = driver.ErrClosed
+	// ErrUnsupported: the backend does not have the operation (see
+	// Features).
+	ErrUnsupported = driver.ErrUnsupported
 )
 
 // ThrottleRetryAfter is how long to wait after a throttling error that gives
@@ -56,24 +60,11 @@ func IsThrottlingCode(code int) bool {
 	return false
 }
 
-// transientError marks an error that a retry may cure.
-type transientError struct {
-	err        error
-	retryAfter time.Duration
-}
-
-func (e *transientError) Error() string   { return e.err.Error() }
-func (e *transientError) Unwrap() error   { return e.err }
-func (e *transientError) Transient() bool { return true }
-
 // Transient marks err as one a caller should retry (a timeout, a busy
 // server, a locked database). retryAfter is the server's hint, or 0 for
 // none. Transient(nil, …) is nil.
 func Transient(err error, retryAfter time.Duration) error {
-	if err == nil {
-		return nil
-	}
-	return &transientError{err: err, retryAfter: retryAfter}
+	return driver.Transient(err, retryAfter)
 }
 
 // Throttled marks err as a throttling error: transient, retried after
@@ -82,51 +73,29 @@ func Throttled(err error, retryAfter time.Duration) error {
 	if retryAfter <= 0 {
 		retryAfter = ThrottleRetryAfter
 	}
-	return Transient(err, retryAfter)
+	return driver.Transient(err, retryAfter)
 }
 
-// IsTransient reports whether a retry of the failed call may succeed:
-// errors marked with Transient (or implementing Transient() bool), network
-// timeouts, refused and reset connections, and unexpected EOFs. A cancelled
-// or expired context of the caller is not transient: the caller gave up.
+// IsTransient reports whether a retry of the failed call may succeed. An
+// error of a Queue says what its driver's Classify said; any other error is
+// classified as every backend would (driver.DefaultClassify): errors marked
+// with Transient, network timeouts, refused and reset connections, and
+// unexpected EOFs. A cancelled or expired context of the caller is not
+// transient: the caller gave up.
 func IsTransient(err error) bool {
-	if err == nil {
+	if err == nil || errors.Is(err, context.Canceled) {
 		return false
 	}
-	if errors.Is(err, context.Canceled) {
-		return false
-	}
-	var t interface{ Transient() bool }
-	if errors.As(err, &t) {
-		return t.Transient()
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return true
-	}
-	switch {
-	case errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, syscall.ECONNREFUSED),
-		errors.Is(err, syscall.ECONNABORTED),
-		errors.Is(err, syscall.EPIPE),
-		errors.Is(err, io.ErrUnexpectedEOF):
-		return true
-	}
-	return false
+	t, _ := driver.DefaultClassify(err)
+	return t
 }
 
 // RetryAfter returns the wait a server asked for before a retry, if err
 // carries one.
 func RetryAfter(err error) (time.Duration, bool) {
-	var t *transientError
-	if errors.As(err, &t) && t.retryAfter > 0 {
-		return t.retryAfter, true
+	if err == nil {
+		return 0, false
 	}
-	var r interface{ RetryAfter() time.Duration }
-	if errors.As(err, &r) {
-		if d := r.RetryAfter(); d > 0 {
-			return d, true
-		}
-	}
-	return 0, false
+	_, d := driver.DefaultClassify(err)
+	return d, d > 0
 }

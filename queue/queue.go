@@ -3,8 +3,13 @@ package queue
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
+
+	"github.com/adaptq/adaptq/queue/driver"
 )
 
 // Limits and defaults shared by every driver. They are Azure Queue Storage's,
@@ -42,7 +47,7 @@ const (
 
 // NoExpiry as PutOptions.TTL keeps a message until it is deleted (Azure's
 // messagettl=-1).
-const NoExpiry time.Duration = -1
+const NoExpiry = driver.NoExpiry
 
 // Message is one message as a consumer sees it. Get fills every field; Peek
 // fills all but PopReceipt.
@@ -79,145 +84,251 @@ type PutOptions struct {
 	InitialVisibilityDelay time.Duration
 }
 
-// Queue is one named queue on one backend. Implementations are safe for
-// concurrent use by many goroutines.
-type Queue interface {
-	// Name is the queue's name (see ValidateName).
-	Name() string
-
-	// Put adds a message and returns its id. A body larger than the driver's
-	// limit is ErrTooLarge, and nothing is written. Once Put returns nil the
-	// message is stored (durably, on a durable driver). An error means
-	// nothing was written, except a transient error from a network backend
-	// that cannot know (a timeout after sending): a retry may then store the
-	// message twice, which at-least-once consumers tolerate.
-	Put(ctx context.Context, body []byte, opts PutOptions) (id string, err error)
-
-	// Get returns up to n visible messages (1 ≤ n ≤ MaxBatchSize, else
-	// ErrBatchSize), each now hidden for visibility (0 < visibility ≤
-	// MaxVisibilityTimeout) with a fresh PopReceipt and its DequeueCount
-	// incremented. An empty queue returns no messages and no error.
-	// Messages come oldest first: by the time they became visible, then by
-	// when they were put. Embedded drivers keep this order exactly; Azure
-	// keeps it approximately, so no consumer may depend on it.
-	Get(ctx context.Context, n int, visibility time.Duration) ([]*Message, error)
-
-	// Delete removes a message. It succeeds only with the newest receipt;
-	// a stale receipt is ErrReceiptMismatch, an id that is gone ErrNotFound.
-	Delete(ctx context.Context, id, popReceipt string) error
-
-	// UpdateVisibility hides a held message for d from now (0 makes it
-	// visible at once) and returns the new receipt; the old one is stale.
-	UpdateVisibility(ctx context.Context, id, popReceipt string, d time.Duration) (newReceipt string, err error)
-
-	// Peek returns up to n (1..MaxPeek) visible messages without hiding them
-	// or changing their receipts or dequeue counts. PopReceipt is empty.
-	Peek(ctx context.Context, n int) ([]*Message, error)
-
-	// Count is the approximate number of messages, visible or not (Azure's
-	// ApproximateMessagesCount).
-	Count(ctx context.Context) (int, error)
-
-	// Clear deletes every message of the queue.
-	Clear(ctx context.Context) error
-
-	// Close releases what the queue holds. Messages are not affected.
-	Close() error
-}
-
 // Receipt names one held message: what Delete needs.
 type Receipt struct {
 	ID         string
 	PopReceipt string
 }
 
-// BatchDeleter is implemented by drivers that delete many messages in one
-// backend call (one transaction on SQLite). DeleteBatch returns one error
-// per receipt, in order (nil where the message was deleted,
-// ErrReceiptMismatch or ErrNotFound where it was not), and err for a failure
-// of the call itself, in which case nothing was deleted.
+// Message and Receipt have the fields of driver.Message and driver.Receipt,
+// so slices of them are handed over without a copy (see messages).
+var (
+	_ = (*Message)((*driver.Message)(nil))
+	_ = (*driver.Receipt)((*Receipt)(nil))
+)
+
+// messages views a driver's messages as the package's own: the two types
+// have identical fields (checked above), so their pointers convert.
+func messages(ms []*driver.Message) []*Message {
+	if len(ms) == 0 {
+		return nil
+	}
+	return unsafe.Slice((**Message)(unsafe.Pointer(unsafe.SliceData(ms))), len(ms))
+}
+
+// driverReceipts views receipts as the driver's type, without a copy.
+func driverReceipts(rs []Receipt) []driver.Receipt {
+	return unsafe.Slice((*driver.Receipt)(unsafe.Pointer(unsafe.SliceData(rs))), len(rs))
+}
+
+// Queue is one named queue on one backend: what programs, the listener and
+// the worker hold, whatever the backend. Get one from Open (by URL) or from
+// a driver package's constructor; New wraps a driver.Queue.
 //
-// Callers should use the package function DeleteBatch, which falls back to
-// one Delete per message.
-type BatchDeleter interface {
-	DeleteBatch(ctx context.Context, receipts []Receipt) (results []error, err error)
+// Every method checks its arguments against the driver's Features before
+// the backend sees them (ErrBatchSize, ErrTooLarge, ErrInvalidArgument,
+// ErrInvalidName), fails with ErrClosed after Close, and wraps the driver's
+// errors with the driver's name, the operation and the queue's name. Errors
+// keep the contract's sentinels for errors.Is, and IsTransient and
+// RetryAfter say what the driver's classification said. Observers (the
+// cost meter) see every call. A Queue is safe for concurrent use.
+type Queue struct {
+	d      driver.Queue
+	f      driver.Features
+	name   string
+	opts   options
+	closed atomic.Bool
 }
 
-// SiblingOpener is implemented by queues that can open another queue on
-// the same backend (the same file, account, or store): how a worker finds
-// a queue's poison queue without a URL of its own. The sibling is closed
-// separately.
-type SiblingOpener interface {
-	Sibling(name string) (Queue, error)
+// Option configures a Queue.
+type Option func(*options)
+
+type options struct {
+	observers []Observer
+	wrappers  []func(driver.Queue) driver.Queue
 }
 
-// OpenSibling opens the queue called name on q's backend, looking through
-// wrappers for a SiblingOpener.
-func OpenSibling(q Queue, name string) (Queue, error) {
-	for cur := q; cur != nil; {
-		if s, ok := cur.(SiblingOpener); ok {
-			return s.Sibling(name)
-		}
-		w, ok := cur.(Wrapper)
-		if !ok {
-			break
-		}
-		cur = w.Unwrap()
-	}
-	return nil, fmt.Errorf("%w: the driver of %q cannot open queue %q beside it", ErrInvalidArgument, q.Name(), name)
+// WithObserver makes o see every call the queue makes to its backend (the
+// cost meter; metrics). Siblings opened from the queue share it.
+func WithObserver(o Observer) Option {
+	return func(op *options) { op.observers = append(op.observers, o) }
 }
 
-// MaxBodySizer is implemented by drivers whose body limit is not
+// WithWrapper wraps the driver in w before the queue uses it: fault or
+// latency injection, tracing, a log of calls. A wrapper that embeds the
+// driver.Queue it is given forwards every operation and the Features, so
+// no capability (batch deletes, siblings, native notify) is lost through
+// it. Wrappers given first end up outermost. Siblings are wrapped the same
+// way.
+func WithWrapper(w func(driver.Queue) driver.Queue) Option {
+	return func(op *options) { op.wrappers = append(op.wrappers, w) }
+}
+
+// New returns the portable queue over d. Features that d leaves zero get
+// the contract's defaults: MaxBatch MaxBatchSize, MaxBody
 // DefaultMaxBodySize.
-type MaxBodySizer interface {
-	MaxBodySize() int
-}
-
-// Wrapper is implemented by queues that wrap another (the cost meter, fault
-// injectors). Unwrap returns the wrapped queue, so capabilities can be found
-// through wrappers.
-type Wrapper interface {
-	Unwrap() Queue
-}
-
-// MaxBodySize reports q's body limit in bytes.
-func MaxBodySize(q Queue) int {
-	for q != nil {
-		if s, ok := q.(MaxBodySizer); ok {
-			return s.MaxBodySize()
-		}
-		w, ok := q.(Wrapper)
-		if !ok {
-			break
-		}
-		q = w.Unwrap()
+func New(d driver.Queue, opts ...Option) *Queue {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
 	}
-	return DefaultMaxBodySize
+	return newQueue(d, o)
 }
 
-// DeleteBatch deletes the messages named by receipts, with one backend call
-// if q is a BatchDeleter, else with one Delete each. Results are per receipt,
-// in order; err reports a failure of the batch call as a whole.
-func DeleteBatch(ctx context.Context, q Queue, receipts []Receipt) (results []error, err error) {
+func newQueue(d driver.Queue, o options) *Queue {
+	for i := len(o.wrappers) - 1; i >= 0; i-- {
+		d = o.wrappers[i](d)
+	}
+	f := d.Features()
+	if f.MaxBatch <= 0 || f.MaxBatch > MaxBatchSize {
+		f.MaxBatch = MaxBatchSize
+	}
+	if f.MaxBody <= 0 {
+		f.MaxBody = DefaultMaxBodySize
+	}
+	f.MaxPeek = min(max(f.MaxPeek, 0), MaxPeek)
+	if f.Name == "" {
+		f.Name = "queue"
+	}
+	return &Queue{d: d, f: f, name: d.Name(), opts: o}
+}
+
+// Name is the queue's name.
+func (q *Queue) Name() string { return q.name }
+
+// Features describes the backend: its limits and capabilities.
+func (q *Queue) Features() driver.Features { return q.f }
+
+// MaxBodySize is the largest body Put accepts, in bytes.
+func (q *Queue) MaxBodySize() int { return q.f.MaxBody }
+
+// As sets target to the driver's own client or handle if target points to
+// its type (see each driver's package doc), and reports whether it did.
+// Errors need no As: errors.As reaches the driver's error types through the
+// queue's wrapping.
+func (q *Queue) As(target any) bool { return q.d.As(target) }
+
+// Close releases what the queue holds; the messages stay. Calls after Close
+// fail with ErrClosed. Closing twice is a no-op.
+func (q *Queue) Close() error {
+	if q.closed.Swap(true) {
+		return nil
+	}
+	return q.d.Close()
+}
+
+// Put adds a message and returns its id. A body larger than the driver's
+// limit is ErrTooLarge, and nothing is written. Once Put returns nil the
+// message is stored (durably, on a durable driver). An error means nothing
+// was written, except a transient error from a network backend that cannot
+// know (a timeout after sending): a retry may then store the message twice,
+// which at-least-once consumers tolerate.
+func (q *Queue) Put(ctx context.Context, body []byte, opts PutOptions) (string, error) {
+	if err := q.begin(ctx, OpPut); err != nil {
+		return "", err
+	}
+	ttl, err := CheckPut(body, opts, q.f.MaxBody)
+	if err != nil {
+		return "", q.reject(OpPut, err)
+	}
+	id, err := q.d.Put(ctx, body, driver.PutOptions{TTL: ttl, InitialVisibilityDelay: opts.InitialVisibilityDelay})
+	if err != nil {
+		return "", q.fail(OpPut, 0, err)
+	}
+	q.observe(OpPut, 1, nil)
+	return id, nil
+}
+
+// Get returns up to n visible messages (1 ≤ n ≤ Features().MaxBatch, else
+// ErrBatchSize), each now hidden for visibility (0 < visibility ≤
+// MaxVisibilityTimeout) with a fresh PopReceipt and its DequeueCount
+// incremented. An empty queue returns no messages and no error. Messages
+// come oldest first: by the time they became visible, then by when they
+// were put. Embedded drivers keep this order exactly; Azure keeps it
+// approximately, so no consumer may depend on it.
+func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*Message, error) {
+	if err := q.begin(ctx, OpGet); err != nil {
+		return nil, err
+	}
+	if n < 1 || n > q.f.MaxBatch {
+		return nil, q.reject(OpGet, fmt.Errorf("%w: %d is outside 1..%d", ErrBatchSize, n, q.f.MaxBatch))
+	}
+	if err := checkVisibility(visibility); err != nil {
+		return nil, q.reject(OpGet, err)
+	}
+	ms, err := q.d.Get(ctx, n, visibility)
+	if err != nil {
+		return nil, q.fail(OpGet, 0, err)
+	}
+	q.observe(OpGet, len(ms), nil)
+	return messages(ms), nil
+}
+
+// Delete removes a message. It succeeds only with the newest receipt; a
+// stale receipt is ErrReceiptMismatch, an id that is gone ErrNotFound.
+func (q *Queue) Delete(ctx context.Context, id, popReceipt string) error {
+	if err := q.begin(ctx, OpDelete); err != nil {
+		return err
+	}
+	return q.delete(ctx, id, popReceipt)
+}
+
+func (q *Queue) delete(ctx context.Context, id, popReceipt string) error {
+	if id == "" {
+		return q.reject(OpDelete, fmt.Errorf("%w: empty message id", ErrNotFound))
+	}
+	if err := q.d.Delete(ctx, id, popReceipt); err != nil {
+		return q.fail(OpDelete, 0, err)
+	}
+	q.observe(OpDelete, 1, nil)
+	return nil
+}
+
+// DeleteBatch deletes the messages named by receipts with as few backend
+// calls as the driver allows: one per Features().MaxBatch receipts where the
+// driver deletes in batches, else one Delete per message, run concurrently.
+// results has one entry per receipt, in order: nil where the message was
+// deleted, else what Delete would have returned (a failed batch call
+// reports its error for each of its receipts). err is for a call refused as
+// a whole (a closed queue, a cancelled context); results is then nil.
+func (q *Queue) DeleteBatch(ctx context.Context, receipts []Receipt) (results []error, err error) {
 	if len(receipts) == 0 {
 		return nil, nil
 	}
-	if bd, ok := q.(BatchDeleter); ok {
-		return bd.DeleteBatch(ctx, receipts)
+	if err := q.begin(ctx, OpDeleteBatch); err != nil {
+		return nil, err
 	}
-	return DeleteEach(ctx, q, receipts), nil
+	if !q.f.BatchDelete {
+		return q.deleteEach(ctx, receipts), nil
+	}
+	results = make([]error, len(receipts))
+	rs := driverReceipts(receipts)
+	for start := 0; start < len(rs); start += q.f.MaxBatch {
+		end := min(start+q.f.MaxBatch, len(rs))
+		res, err := q.d.DeleteBatch(ctx, rs[start:end])
+		if err == nil && len(res) != end-start {
+			err = fmt.Errorf("the driver returned %d results for %d receipts", len(res), end-start)
+		}
+		if err != nil {
+			err = q.fail(OpDeleteBatch, 0, err)
+			for i := start; i < end; i++ {
+				results[i] = err
+			}
+			continue
+		}
+		deleted := 0
+		for i, r := range res {
+			if r != nil {
+				results[start+i] = q.wrap(OpDelete, r)
+			} else {
+				deleted++
+			}
+		}
+		q.observe(OpDeleteBatch, deleted, nil)
+	}
+	return results, nil
 }
 
-// DeleteEach deletes receipts with one Delete each, up to MaxBatchSize at
+// deleteEach deletes receipts with one Delete each, up to MaxBatchSize at
 // once, for drivers without a batch delete (Azure bills every delete
 // anyway, and a round trip per message one after another would hold a
 // consumer back). A receipt whose id came earlier in the list is deleted
 // after the earlier one, so results are those of deleting in order: the
 // repeat finds its message gone.
-func DeleteEach(ctx context.Context, q Queue, receipts []Receipt) []error {
+func (q *Queue) deleteEach(ctx context.Context, receipts []Receipt) []error {
 	results := make([]error, len(receipts))
 	if len(receipts) == 1 {
-		results[0] = q.Delete(ctx, receipts[0].ID, receipts[0].PopReceipt)
+		results[0] = q.delete(ctx, receipts[0].ID, receipts[0].PopReceipt)
 		return results
 	}
 	seen := make(map[string]bool, len(receipts))
@@ -233,44 +344,250 @@ func DeleteEach(ctx context.Context, q Queue, receipts []Receipt) []error {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			results[i] = q.Delete(ctx, r.ID, r.PopReceipt)
+			results[i] = q.delete(ctx, r.ID, r.PopReceipt)
 		})
 	}
 	wg.Wait()
 	for _, i := range repeats {
-		results[i] = q.Delete(ctx, receipts[i].ID, receipts[i].PopReceipt)
+		results[i] = q.delete(ctx, receipts[i].ID, receipts[i].PopReceipt)
 	}
 	return results
 }
 
-// CheckBatchSize returns ErrBatchSize, naming n, unless 1 ≤ n ≤ MaxBatchSize.
-func CheckBatchSize(n int) error {
-	if n < 1 || n > MaxBatchSize {
-		return fmt.Errorf("%w: %d is outside 1..%d", ErrBatchSize, n, MaxBatchSize)
+// UpdateVisibility hides a held message for d from now (0 makes it visible
+// at once; at most MaxVisibilityTimeout) and returns the new receipt; the
+// old one is stale.
+func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d time.Duration) (string, error) {
+	if err := q.begin(ctx, OpUpdate); err != nil {
+		return "", err
+	}
+	if err := checkUpdateVisibility(d); err != nil {
+		return "", q.reject(OpUpdate, err)
+	}
+	if id == "" {
+		return "", q.reject(OpUpdate, fmt.Errorf("%w: empty message id", ErrNotFound))
+	}
+	r, err := q.d.UpdateVisibility(ctx, id, popReceipt, d)
+	if err != nil {
+		return "", q.fail(OpUpdate, 0, err)
+	}
+	q.observe(OpUpdate, 1, nil)
+	return r, nil
+}
+
+// Peek returns up to n (1..Features().MaxPeek) visible messages without
+// hiding them or changing their receipts or dequeue counts. PopReceipt is
+// empty. A backend that cannot peek returns ErrUnsupported.
+func (q *Queue) Peek(ctx context.Context, n int) ([]*Message, error) {
+	if err := q.begin(ctx, OpPeek); err != nil {
+		return nil, err
+	}
+	if q.f.MaxPeek == 0 {
+		return nil, q.reject(OpPeek, fmt.Errorf("%w: %s cannot peek", ErrUnsupported, q.f.Name))
+	}
+	if n < 1 || n > q.f.MaxPeek {
+		return nil, q.reject(OpPeek, fmt.Errorf("%w: peek of %d is outside 1..%d", ErrBatchSize, n, q.f.MaxPeek))
+	}
+	ms, err := q.d.Peek(ctx, n)
+	if err != nil {
+		return nil, q.fail(OpPeek, 0, err)
+	}
+	q.observe(OpPeek, len(ms), nil)
+	return messages(ms), nil
+}
+
+// Count is the number of messages, visible or not: exact where
+// Features().ExactCount, else approximate (Azure's
+// ApproximateMessagesCount).
+func (q *Queue) Count(ctx context.Context) (int, error) {
+	if err := q.begin(ctx, OpCount); err != nil {
+		return 0, err
+	}
+	n, err := q.d.Count(ctx)
+	if err != nil {
+		return 0, q.fail(OpCount, 0, err)
+	}
+	q.observe(OpCount, n, nil)
+	return n, nil
+}
+
+// Clear deletes every message of the queue.
+func (q *Queue) Clear(ctx context.Context) error {
+	if err := q.begin(ctx, OpClear); err != nil {
+		return err
+	}
+	if err := q.d.Clear(ctx); err != nil {
+		return q.fail(OpClear, 0, err)
+	}
+	q.observe(OpClear, 0, nil)
+	return nil
+}
+
+// Sibling opens the queue called name on q's backend (the same file,
+// account or server), with q's observers and wrappers: how a worker opens a
+// poison queue that has no URL of its own. It is closed separately. A
+// backend that cannot is ErrUnsupported.
+func (q *Queue) Sibling(ctx context.Context, name string) (*Queue, error) {
+	if err := q.begin(ctx, OpSibling); err != nil {
+		return nil, err
+	}
+	if err := ValidateName(name); err != nil {
+		return nil, q.wrap(OpSibling, err)
+	}
+	if !q.f.Siblings {
+		return nil, q.wrap(OpSibling, fmt.Errorf("%w: %s cannot open queue %q beside it", ErrUnsupported, q.f.Name, name))
+	}
+	d, err := q.d.Sibling(ctx, name)
+	if err != nil {
+		return nil, q.wrap(OpSibling, err)
+	}
+	o := q.opts
+	o.wrappers = nil // d came from the wrapped driver: wrapped already
+	return newQueue(d, o), nil
+}
+
+// Subscribe returns a channel that receives soon after a message is put to
+// the queue, by this process or another, until ctx ends: the backend's own
+// push trigger (Features().NativeNotify), which the listener can use
+// instead of polling. A backend without one returns ErrUnsupported.
+func (q *Queue) Subscribe(ctx context.Context) (<-chan struct{}, error) {
+	if err := q.begin(ctx, OpSubscribe); err != nil {
+		return nil, err
+	}
+	if !q.f.NativeNotify {
+		return nil, q.wrap(OpSubscribe, fmt.Errorf("%w: %s has no native notify", ErrUnsupported, q.f.Name))
+	}
+	ch, err := q.d.Subscribe(ctx)
+	if err != nil {
+		return nil, q.wrap(OpSubscribe, err)
+	}
+	return ch, nil
+}
+
+// begin refuses a call on a closed queue or with a context that has ended.
+func (q *Queue) begin(ctx context.Context, op Op) error {
+	if q.closed.Load() {
+		return q.reject(op, ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return q.reject(op, err)
 	}
 	return nil
 }
 
-// CheckPeekSize returns ErrBatchSize, naming n, unless 1 ≤ n ≤ MaxPeek.
-func CheckPeekSize(n int) error {
-	if n < 1 || n > MaxPeek {
-		return fmt.Errorf("%w: peek of %d is outside 1..%d", ErrBatchSize, n, MaxPeek)
+// reject wraps an error found before the backend was called, and tells
+// the observers of a call that was not billed.
+func (q *Queue) reject(op Op, err error) error {
+	err = q.wrap(op, err)
+	for _, o := range q.opts.observers {
+		o.Observe(Call{Queue: q.name, Op: op, Err: err, Rejected: true})
 	}
-	return nil
+	return err
 }
 
-// CheckVisibility validates the visibility timeout of a Get: it must be
+// fail wraps and classifies an error the driver returned, and tells the
+// observers of the failed call.
+func (q *Queue) fail(op Op, n int, err error) error {
+	t, after := q.d.Classify(err)
+	e := &opError{prefix: q.prefix(op), err: err, transient: t, retryAfter: after}
+	q.observe(op, n, e)
+	return e
+}
+
+// wrap names the driver, operation and queue in err, keeping what err
+// says of itself.
+func (q *Queue) wrap(op Op, err error) error {
+	t, after := driver.DefaultClassify(err)
+	return &opError{prefix: q.prefix(op), err: err, transient: t, retryAfter: after}
+}
+
+func (q *Queue) prefix(op Op) string {
+	return q.f.Name + ": " + op.String() + " " + strconv.Quote(q.name) + ": "
+}
+
+func (q *Queue) observe(op Op, n int, err error) {
+	for _, o := range q.opts.observers {
+		o.Observe(Call{Queue: q.name, Op: op, Messages: n, Err: err})
+	}
+}
+
+// opError is an error of a Queue's call: the driver's error, named, with
+// the driver's classification.
+type opError struct {
+	prefix     string
+	err        error
+	transient  bool
+	retryAfter time.Duration
+}
+
+func (e *opError) Error() string             { return e.prefix + e.err.Error() }
+func (e *opError) Unwrap() error             { return e.err }
+func (e *opError) Transient() bool           { return e.transient }
+func (e *opError) RetryAfter() time.Duration { return e.retryAfter }
+
+// Op is an operation of a Queue, as Observers see it.
+type Op int
+
+// The operations. OpDeleteBatch is one backend call that deleted many.
+const (
+	OpPut Op = iota
+	OpGet
+	OpDelete
+	OpDeleteBatch
+	OpUpdate
+	OpPeek
+	OpCount
+	OpClear
+	OpSibling
+	OpSubscribe
+)
+
+var opNames = []string{"put", "get", "delete", "delete batch", "update visibility", "peek", "count", "clear", "sibling", "subscribe"}
+
+// String names the operation as errors do.
+func (o Op) String() string {
+	if o >= 0 && int(o) < len(opNames) {
+		return opNames[o]
+	}
+	return "op(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Observer sees every call a Queue makes to its backend: how the cost meter
+// (package meter) counts billed transactions and metrics count errors.
+// Observe is called on the caller's goroutine after the call and must not
+// block.
+type Observer interface {
+	Observe(Call)
+}
+
+// Call is one call of a Queue, as an Observer sees it.
+type Call struct {
+	// Queue is the queue's name and Op the operation.
+	Queue string
+	Op    Op
+	// Messages counts what the call moved: 1 for a put, delete or update,
+	// the messages a get or peek returned, those a batch delete deleted,
+	// the count a Count returned.
+	Messages int
+	// Err is the call's error, nil on success.
+	Err error
+	// Rejected is set for a call refused before it reached the backend (a
+	// bad argument, a closed queue, an ended context): not billed.
+	Rejected bool
+}
+
+// checkVisibility validates the visibility timeout of a Get: it must be
 // positive and at most MaxVisibilityTimeout.
-func CheckVisibility(d time.Duration) error {
+func checkVisibility(d time.Duration) error {
 	if d <= 0 || d > MaxVisibilityTimeout {
 		return fmt.Errorf("%w: visibility timeout %s is outside (0, %s]", ErrInvalidArgument, d, MaxVisibilityTimeout)
 	}
 	return nil
 }
 
-// CheckUpdateVisibility validates the duration of an UpdateVisibility:
+// checkUpdateVisibility validates the duration of an UpdateVisibility:
 // 0 (release now) to MaxVisibilityTimeout.
-func CheckUpdateVisibility(d time.Duration) error {
+func checkUpdateVisibility(d time.Duration) error {
 	if d < 0 || d > MaxVisibilityTimeout {
 		return fmt.Errorf("%w: visibility timeout %s is outside [0, %s]", ErrInvalidArgument, d, MaxVisibilityTimeout)
 	}

@@ -7,18 +7,22 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/adaptq/adaptq/queue/driver"
 )
 
-// Opener opens a queue from a URL whose scheme it registered for.
+// Opener opens a driver's queue from a URL whose scheme it registered for.
 type Opener interface {
-	OpenQueueURL(ctx context.Context, u *url.URL) (Queue, error)
+	OpenQueueURL(ctx context.Context, u *url.URL) (driver.Queue, error)
 }
 
 // OpenerFunc adapts a function to Opener.
-type OpenerFunc func(ctx context.Context, u *url.URL) (Queue, error)
+type OpenerFunc func(ctx context.Context, u *url.URL) (driver.Queue, error)
 
 // OpenQueueURL calls f.
-func (f OpenerFunc) OpenQueueURL(ctx context.Context, u *url.URL) (Queue, error) { return f(ctx, u) }
+func (f OpenerFunc) OpenQueueURL(ctx context.Context, u *url.URL) (driver.Queue, error) {
+	return f(ctx, u)
+}
 
 var (
 	registryMu sync.RWMutex
@@ -54,8 +58,9 @@ func Schemes() []string {
 
 // Open opens the queue named by rawURL with the driver registered for its
 // scheme, for example memory://orders, sqlite://./data/adaptq.db?queue=orders
-// or azure://account/orders. The driver's package must be imported.
-func Open(ctx context.Context, rawURL string) (Queue, error) {
+// or azure://account/orders. The driver's package must be imported. opts
+// configure the Queue as in New.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Queue, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("%w %q: %v", ErrInvalidURL, Redact(rawURL), err)
@@ -70,7 +75,11 @@ func Open(ctx context.Context, rawURL string) (Queue, error) {
 		return nil, fmt.Errorf("%w %q: unknown scheme %q (registered: %s; is the driver imported?)",
 			ErrInvalidURL, Redact(rawURL), u.Scheme, strings.Join(Schemes(), ", "))
 	}
-	return o.OpenQueueURL(ctx, u)
+	d, err := o.OpenQueueURL(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	return New(d, opts...), nil
 }
 
 // secretParams are URL parameters whose values Redact hides.

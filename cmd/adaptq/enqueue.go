@@ -97,7 +97,7 @@ func (o *enqueueCmd) run(cmd *cobra.Command, e env, args []string) (err error) {
 	defer closeQueue(q, &err)
 
 	opts := queue.PutOptions{TTL: o.ttl.d, InitialVisibilityDelay: o.delay.d}
-	limit := queue.MaxBodySize(q)
+	limit := q.MaxBodySize()
 	for i, b := range bodies {
 		if len(b) > limit {
 			what := source
@@ -206,7 +206,7 @@ func (o *enqueueCmd) readInput(cmd *cobra.Command, e env, args []string) ([]byte
 // putAll puts total messages, body i%len(bodies) for the i-th, with up to
 // producers puts in flight; done counts the stored ones. It returns the
 // id of the first message.
-func putAll(ctx context.Context, q queue.Queue, bodies [][]byte, total int, opts queue.PutOptions, done *atomic.Int64) (string, error) {
+func putAll(ctx context.Context, q *queue.Queue, bodies [][]byte, total int, opts queue.PutOptions, done *atomic.Int64) (string, error) {
 	var next atomic.Int64
 	var firstID string
 	g, ctx := errgroup.WithContext(ctx)

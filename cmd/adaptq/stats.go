@@ -145,7 +145,7 @@ func (o *statsCmd) run(cmd *cobra.Command, e env) error {
 
 // depth counts the messages of q and of its poison queue (one billed call
 // each) and closes q.
-func depth(ctx context.Context, q queue.Queue, rawURL, poison string) queueDepth {
+func depth(ctx context.Context, q *queue.Queue, rawURL, poison string) queueDepth {
 	defer q.Close()
 	d := queueDepth{Name: q.Name(), URL: queue.Redact(rawURL)}
 	n, err := q.Count(ctx)
@@ -153,9 +153,9 @@ func depth(ctx context.Context, q queue.Queue, rawURL, poison string) queueDepth
 		d.Error = err.Error()
 	}
 	d.Depth = n
-	p, err := queue.OpenSibling(q, poison)
+	p, err := q.Sibling(ctx, poison)
 	switch {
-	case errors.Is(err, queue.ErrInvalidArgument):
+	case errors.Is(err, queue.ErrUnsupported):
 		// The driver cannot open a queue beside this one: no poison row.
 	case err != nil:
 		d.Poison = &queueDepth{Name: poison, Error: err.Error()}

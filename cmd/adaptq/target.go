@@ -51,7 +51,7 @@ func (t *target) addFlags(cmd *cobra.Command, withURL bool) {
 
 // open opens the queue the flags name. Errors exit 2 when the flags, the
 // config or the URL are at fault, 1 otherwise.
-func (t *target) open(ctx context.Context, cmd *cobra.Command) (queue.Queue, error) {
+func (t *target) open(ctx context.Context, cmd *cobra.Command) (*queue.Queue, error) {
 	q, _, err := t.openConfigured(ctx, cmd)
 	return q, err
 }
@@ -66,7 +66,7 @@ type configured struct {
 
 // openConfigured is open that also returns the config the queue was found
 // in (nil with --url).
-func (t *target) openConfigured(ctx context.Context, cmd *cobra.Command) (queue.Queue, *configured, error) {
+func (t *target) openConfigured(ctx context.Context, cmd *cobra.Command) (*queue.Queue, *configured, error) {
 	if cmd.Flags().Changed("url") {
 		if cmd.Flags().Changed("queue") || cmd.Flags().Changed("config") {
 			return nil, nil, usageErrorf("give --url, or --config and --queue, not both")
@@ -106,7 +106,7 @@ func loadConfig(path string, explicit bool) (adaptq.Config, error) {
 }
 
 // openURL opens a queue by URL; what names where the URL came from.
-func openURL(ctx context.Context, what, rawURL string) (queue.Queue, error) {
+func openURL(ctx context.Context, what, rawURL string) (*queue.Queue, error) {
 	q, err := queue.Open(ctx, rawURL)
 	if err != nil {
 		err = fmt.Errorf("%s: %w", what, err)
@@ -123,7 +123,7 @@ func openURL(ctx context.Context, what, rawURL string) (queue.Queue, error) {
 // poison queue of that name. An empty name picks the only queue of a
 // one-queue config. It returns the index of the queue's config, or -1 for a
 // poison queue.
-func findQueue(ctx context.Context, cfg adaptq.Config, source, name string) (queue.Queue, int, error) {
+func findQueue(ctx context.Context, cfg adaptq.Config, source, name string) (*queue.Queue, int, error) {
 	if name == "" {
 		if len(cfg.Queues) != 1 {
 			return nil, 0, usageErrorf("--queue is required: %s has %d queues (%s)", source, len(cfg.Queues), strings.Join(queueLabels(ctx, cfg), ", "))
@@ -149,7 +149,7 @@ func findQueue(ctx context.Context, cfg adaptq.Config, source, name string) (que
 			return q, i, nil
 		}
 		if poisonName(qc, q.Name()) == name {
-			p, err := queue.OpenSibling(q, name)
+			p, err := q.Sibling(ctx, name)
 			_ = q.Close()
 			if err != nil {
 				return nil, 0, failuref("queues[%d].poison_queue %q: %w", i, name, err)
@@ -193,7 +193,7 @@ func queueLabels(ctx context.Context, cfg adaptq.Config) []string {
 
 // closeQueue closes q, turning a failure into the command's error if it
 // has none yet (a durable driver may report a failed flush here).
-func closeQueue(q queue.Queue, err *error) {
+func closeQueue(q *queue.Queue, err *error) {
 	if cerr := q.Close(); cerr != nil && *err == nil {
 		*err = failuref("close %s: %w", q.Name(), cerr)
 	}

@@ -315,7 +315,7 @@ func Run(ctx context.Context, p Params, out io.Writer) (Summary, error) {
 
 // putBurst puts one burst's work messages from 8 producers, and adds what
 // the controller should end up with to want.
-func putBurst(ctx context.Context, q queue.Queue, burst int, p Params, want *Summary) error {
+func putBurst(ctx context.Context, q *queue.Queue, burst int, p Params, want *Summary) error {
 	var items [][]byte
 	for i := 0; i < p.Transactions; i += p.PerMessage {
 		it := WorkItem{Burst: burst}

@@ -175,7 +175,7 @@ func lines(path string) int {
 }
 
 // fill puts n messages and returns their ids.
-func fill(t *testing.T, q queue.Queue, n int) []string {
+func fill(t *testing.T, q *queue.Queue, n int) []string {
 	t.Helper()
 	ids := make([]string, 0, n)
 	for i := 0; i < n; i++ {
@@ -188,7 +188,7 @@ func fill(t *testing.T, q queue.Queue, n int) []string {
 	return ids
 }
 
-func openQueue(t *testing.T, db string) queue.Queue {
+func openQueue(t *testing.T, db string) *queue.Queue {
 	t.Helper()
 	q, err := queue.Open(context.Background(), "sqlite://"+db+"?queue=work")
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 	"github.com/adaptq/adaptq/queue/memory"
 	"github.com/adaptq/adaptq/queue/meter"
 	"github.com/adaptq/adaptq/scaling"
@@ -146,7 +147,13 @@ func (c *vclock) AfterFunc(time.Duration, func()) clock.Timer {
 
 // perMessageDeletes hides a driver's batch delete, so that the meter counts
 // one call per deleted message, as Azure bills.
-type perMessageDeletes struct{ queue.Queue }
+type perMessageDeletes struct{ driver.Queue }
+
+func (p perMessageDeletes) Features() driver.Features {
+	f := p.Queue.Features()
+	f.BatchDelete = false
+	return f
+}
 
 type evKind uint8
 
@@ -298,8 +305,8 @@ type engine struct {
 	end  int64
 	plan agenda
 
-	q        queue.Queue // the consumer's calls, metered
-	producer queue.Queue // the producer's puts, metered apart
+	q        *queue.Queue // the consumer's calls, metered
+	producer *queue.Queue // the producer's puts, metered apart
 	m, pm    *meter.Meter
 	arr      arrivals
 	body     []byte
@@ -340,10 +347,6 @@ func seedFor(seed int64, name string) (uint64, uint64) {
 func runPolicy(ctx context.Context, w Workload, p Policy, o Options) (Result, error) {
 	vc := &vclock{now: clock.Epoch}
 	store := memory.NewStore(memory.WithClock(vc))
-	mq, err := store.Queue(queueName)
-	if err != nil {
-		return Result{}, fmt.Errorf("sim: %w", err)
-	}
 	e := &engine{
 		ctx: ctx, p: p, o: o, clk: vc,
 		end:  int64(w.Length()),
@@ -353,12 +356,17 @@ func runPolicy(ctx context.Context, w Workload, p Policy, o Options) (Result, er
 		arr:  arrivals{phases: w.Phases},
 	}
 	e.rng = rand.New(rand.NewPCG(seedFor(o.Seed, p.Name)))
-	var consumer queue.Queue = mq
+	copts := []queue.Option{queue.WithObserver(e.m)}
 	if !o.BatchDelete {
-		consumer = perMessageDeletes{mq}
+		copts = append(copts, queue.WithWrapper(func(d driver.Queue) driver.Queue { return perMessageDeletes{d} }))
 	}
-	e.q = e.m.Wrap(consumer)
-	e.producer = e.pm.Wrap(mq)
+	var err error
+	if e.q, err = store.Queue(queueName, copts...); err != nil {
+		return Result{}, fmt.Errorf("sim: %w", err)
+	}
+	if e.producer, err = store.Queue(queueName, queue.WithObserver(e.pm)); err != nil {
+		return Result{}, fmt.Errorf("sim: %w", err)
+	}
 	if o.Concurrency > 0 {
 		e.free = o.Concurrency
 	}
@@ -609,7 +617,7 @@ func (e *engine) done(b *batch) error {
 		for i, m := range b.ms {
 			rs[i] = queue.Receipt{ID: m.ID, PopReceipt: m.PopReceipt}
 		}
-		res, err := queue.DeleteBatch(e.ctx, e.q, rs)
+		res, err := e.q.DeleteBatch(e.ctx, rs)
 		if err != nil {
 			return fmt.Errorf("sim: delete batch: %w", err)
 		}

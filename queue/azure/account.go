@@ -2,6 +2,7 @@ package azure
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -362,7 +363,17 @@ func (a *Account) Close() error {
 
 // Queue opens the queue called name, creating it if it does not exist
 // (unless Config.NoCreate, which makes a missing queue ErrQueueNotFound).
-func (a *Account) Queue(ctx context.Context, name string) (*Queue, error) {
+// opts configure the handle as in queue.New (a meter, a wrapper).
+func (a *Account) Queue(ctx context.Context, name string, opts ...queue.Option) (*queue.Queue, error) {
+	d, err := a.open(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return queue.New(d, opts...), nil
+}
+
+// open returns the driver of the queue called name.
+func (a *Account) open(ctx context.Context, name string) (*Queue, error) {
 	if err := queue.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("azure: open: %w", err)
 	}
@@ -371,6 +382,10 @@ func (a *Account) Queue(ctx context.Context, name string) (*Queue, error) {
 	}
 	q := newQueue(a, name)
 	if err := q.ensure(ctx); err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			return nil, fmt.Errorf("azure: open %q: %w", name, err)
+		}
 		return nil, err
 	}
 	return q, nil

@@ -32,7 +32,7 @@ func noop(context.Context, *queue.Message) error { return nil }
 // naiveLoop is seed 004's worker loop: get one message, process it,
 // delete it, and sleep a second when the queue is empty. It returns at
 // the first empty get (a real one would sleep and poll forever).
-func naiveLoop(ctx context.Context, q queue.Queue) error {
+func naiveLoop(ctx context.Context, q *queue.Queue) error {
 	for {
 		ms, err := q.Get(ctx, 1, time.Minute)
 		if err != nil {
@@ -52,7 +52,7 @@ func naiveLoop(ctx context.Context, q queue.Queue) error {
 // handWritten is what a careful programmer writes without the listener:
 // benchWorkers goroutines, each getting 32, handling them inline and
 // deleting them in parallel.
-func handWritten(ctx context.Context, q queue.Queue) error {
+func handWritten(ctx context.Context, q *queue.Queue) error {
 	g, ctx := errgroup.WithContext(ctx)
 	for range benchWorkers {
 		g.Go(func() error {
@@ -81,7 +81,7 @@ func handWritten(ctx context.Context, q queue.Queue) error {
 
 // listenerDrain drains n messages with the adaptive listener at the same
 // concurrency: benchWorkers tasks getting 32.
-func listenerDrain(ctx context.Context, q queue.Queue, n int) error {
+func listenerDrain(ctx context.Context, q *queue.Queue, n int) error {
 	l, err := listener.New(q, noop, listener.Options{
 		Tasks: benchWorkers, MinTasks: benchWorkers, MaxTasks: benchWorkers,
 		Concurrency: 2 * benchWorkers * queue.MaxBatchSize,
@@ -105,12 +105,12 @@ func listenerDrain(ctx context.Context, q queue.Queue, n int) error {
 // consumer is one way of draining a queue in the benchmarks.
 type consumer struct {
 	name  string
-	drain func(ctx context.Context, q queue.Queue, n int) error
+	drain func(ctx context.Context, q *queue.Queue, n int) error
 }
 
 var (
-	naiveConsumer       = consumer{"naive", func(ctx context.Context, q queue.Queue, _ int) error { return naiveLoop(ctx, q) }}
-	handWrittenConsumer = consumer{"handwritten", func(ctx context.Context, q queue.Queue, _ int) error { return handWritten(ctx, q) }}
+	naiveConsumer       = consumer{"naive", func(ctx context.Context, q *queue.Queue, _ int) error { return naiveLoop(ctx, q) }}
+	handWrittenConsumer = consumer{"handwritten", func(ctx context.Context, q *queue.Queue, _ int) error { return handWritten(ctx, q) }}
 	listenerConsumer    = consumer{"listener", listenerDrain}
 )
 
@@ -150,8 +150,8 @@ func BenchmarkDrainLatency(b *testing.B) {
 // drainAcct with each consumer, once per round in rotating order, and
 // reports each one's rate and the listener's ratio to the others.
 func compareDrains(b *testing.B, fillAcct, drainAcct *azure.Account, n int, consumers ...consumer) {
-	fills := make([]queue.Queue, len(consumers))
-	queues := make([]queue.Queue, len(consumers))
+	fills := make([]*queue.Queue, len(consumers))
+	queues := make([]*queue.Queue, len(consumers))
 	meters := make([]*meter.Meter, len(consumers))
 	for i, c := range consumers {
 		name := "bench-drain-" + c.name
@@ -160,7 +160,7 @@ func compareDrains(b *testing.B, fillAcct, drainAcct *azure.Account, n int, cons
 			b.Fatal(err)
 		}
 		meters[i] = meter.New(0)
-		queues[i] = meters[i].Wrap(openQueue(b, drainAcct, name))
+		queues[i] = openQueue(b, drainAcct, name, queue.WithObserver(meters[i]))
 	}
 	took := make([]time.Duration, len(consumers))
 	b.ResetTimer()

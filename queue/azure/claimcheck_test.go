@@ -44,7 +44,7 @@ func TestClaimCheck1MiB(t *testing.T) {
 	srv := azuritetest.Shared(t)
 	acct := newAccount(t, srv, azure.Config{})
 	q := openQueue(t, acct, "claim-1mib")
-	if got := queue.MaxBodySize(q); got != azure.DefaultMaxBodySize {
+	if got := q.MaxBodySize(); got != azure.DefaultMaxBodySize {
 		t.Errorf("MaxBodySize = %d, want %d", got, azure.DefaultMaxBodySize)
 	}
 	body := randomBody(1 << 20)
@@ -182,11 +182,11 @@ func TestClaimCheckSweep(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n, err := q.Sweep(ctx); err != nil || n != 0 {
+	if n, err := sweep(t, q); err != nil || n != 0 {
 		t.Fatalf("Sweep before any expiry = %d, %v", n, err)
 	}
 	time.Sleep(2200 * time.Millisecond)
-	if n, err := q.Sweep(ctx); err != nil || n != 1 {
+	if n, err := sweep(t, q); err != nil || n != 1 {
 		t.Fatalf("Sweep after one expiry = %d, %v; want 1", n, err)
 	}
 	if bs := blobs(t, srv, azure.DefaultContainer, "sweep/"); len(bs) != 2 {
@@ -276,7 +276,7 @@ func TestClaimCheckToSibling(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	poison, err := queue.OpenSibling(q, "sibling-src-poison")
+	poison, err := q.Sibling(ctx, "sibling-src-poison")
 	if err != nil {
 		t.Fatal(err)
 	}

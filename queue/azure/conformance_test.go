@@ -9,6 +9,7 @@ import (
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/azure"
 	"github.com/adaptq/adaptq/queue/azure/azuritetest"
+	"github.com/adaptq/adaptq/queue/driver"
 	"github.com/adaptq/adaptq/queue/queuetest"
 )
 
@@ -26,7 +27,7 @@ func TestConformance(t *testing.T) {
 		var mu sync.Mutex
 		acct := newAccount(t, srv, azure.Config{})
 		h := &queuetest.Harness{
-			NewQueue: func(ctx context.Context, name string) (queue.Queue, error) {
+			NewQueue: func(ctx context.Context, name string) (*queue.Queue, error) {
 				mu.Lock()
 				a := acct
 				mu.Unlock()
@@ -41,9 +42,10 @@ func TestConformance(t *testing.T) {
 				acct = newAccount(t, srv, azure.Config{})
 				return nil
 			},
-			MaxBodySize:      azure.DefaultMaxBodySize,
-			TimeResolution:   time.Second,
-			ApproximateCount: true,
+			Features: driver.Features{
+				MaxPeek: queue.MaxPeek, MaxBody: azure.DefaultMaxBodySize, Siblings: true,
+				Durability: driver.Replicated, Billed: true, TimeResolution: time.Second,
+			},
 		}
 		if testing.Short() {
 			h.ConcurrencyMessages = 1000

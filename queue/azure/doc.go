@@ -94,8 +94,9 @@
 //	429                                    queue.Throttled
 //	no response (reset, refused, closed, timeout)  queue.Transient
 //
-// as *Error values that name the operation, the queue, the status and
-// Azure's code and message. A 503 ServerBusy without a Retry-After leaves
+// as *Error values that carry the operation, the queue, the status and
+// Azure's code and message (the portable queue names the operation and
+// queue in the text). A 503 ServerBusy without a Retry-After leaves
 // the wait to the caller's backoff, as the Azure SDK's own policy does (seed
 // 003's 10 s is SQL Azure's rule, not Storage's).
 //
@@ -109,9 +110,10 @@
 // Count is Azure's ApproximateMessagesCount. Clear is Clear Messages.
 // Message order is approximate, as on Azure (Azurite keeps it).
 //
-// Azure has no batch delete, and Queue does not implement
-// queue.BatchDeleter: queue.DeleteBatch makes one Delete, one billed
-// request, per message, and the cost meter counts each.
+// Azure has no batch delete (Features().BatchDelete is false): the portable
+// queue's DeleteBatch makes one Delete, one billed request, per message, and
+// the cost meter counts each. The driver's own type, *Queue, is reached
+// with the portable queue's As (for Sweep and Account).
 //
 // # Tests
 //

@@ -38,9 +38,9 @@ const (
 	codeBlobNotFound          = "BlobNotFound"
 )
 
-// Error is a failed call to Azure Storage. Its text names the operation,
-// the queue, the HTTP status and Azure's error code and message, never a
-// URL's query or a credential. errors.Is matches the queue error it maps to
+// Error is a failed call to Azure Storage. Its text gives the HTTP status
+// and Azure's error code and message, never a URL's query or a credential
+// (the portable queue names the operation and the queue before it). errors.Is matches the queue error it maps to
 // (queue.ErrNotFound for MessageNotFound …), and errors.As finds the SDK's
 // *azcore.ResponseError for the raw response.
 type Error struct {
@@ -63,7 +63,6 @@ type Error struct {
 
 func (e *Error) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "azure: %s %q: ", e.Op, e.Queue)
 	if e.kind != nil {
 		b.WriteString(e.kind.Error())
 		b.WriteString(": ")

@@ -151,7 +151,7 @@ func TestTooLargeWithoutClaimCheck(t *testing.T) {
 	} {
 		acct := newAccount(t, srv, azure.Config{NoClaimCheck: true, Encoding: c.enc})
 		q := openQueue(t, acct, c.name)
-		if got := queue.MaxBodySize(q); got != c.limit {
+		if got := q.MaxBodySize(); got != c.limit {
 			t.Errorf("%s: MaxBodySize = %d, want %d", c.enc, got, c.limit)
 		}
 		full := []byte(strings.Repeat("z", c.limit))

@@ -45,7 +45,7 @@ func Example() {
 			log.Fatal(err)
 		}
 	}
-	fmt.Println("body limit:", queue.MaxBodySize(q)>>20, "MiB")
+	fmt.Println("body limit:", q.MaxBodySize()>>20, "MiB")
 	// Output:
 	// 7 bytes, dequeue count 1
 	// 1048576 bytes, dequeue count 1

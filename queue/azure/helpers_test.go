@@ -84,9 +84,9 @@ func blobs(t testing.TB, srv *azuritetest.Server, containerName, prefix string) 
 }
 
 // openQueue opens name on acct, closed at the end of the test.
-func openQueue(t testing.TB, acct *azure.Account, name string) *azure.Queue {
+func openQueue(t testing.TB, acct *azure.Account, name string, opts ...queue.Option) *queue.Queue {
 	t.Helper()
-	q, err := acct.Queue(ctx, name)
+	q, err := acct.Queue(ctx, name, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,8 +94,18 @@ func openQueue(t testing.TB, acct *azure.Account, name string) *azure.Queue {
 	return q
 }
 
+// sweep runs the claim-check sweep of q's driver (reached with As).
+func sweep(t testing.TB, q *queue.Queue) (int, error) {
+	t.Helper()
+	var aq *azure.Queue
+	if !q.As(&aq) {
+		t.Fatal("As gave no *azure.Queue")
+	}
+	return aq.Sweep(ctx)
+}
+
 // fill puts n small messages with 8 producers.
-func fill(t testing.TB, q queue.Queue, n int) map[string]bool {
+func fill(t testing.TB, q *queue.Queue, n int) map[string]bool {
 	t.Helper()
 	var mu sync.Mutex
 	ids := make(map[string]bool, n)

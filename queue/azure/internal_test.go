@@ -20,7 +20,7 @@ func TestServerTooLarge(t *testing.T) {
 	}
 	defer a.Close()
 	ctx := context.Background()
-	q, err := a.Queue(ctx, "server-too-large")
+	q, err := a.open(ctx, "server-too-large")
 	if err != nil {
 		t.Fatal(err)
 	}

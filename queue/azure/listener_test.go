@@ -96,7 +96,7 @@ func TestListenerEndToEnd(t *testing.T) {
 	srv := azuritetest.Shared(t)
 	acct := newAccount(t, srv, azure.Config{})
 	m := meter.New(0)
-	q := m.Wrap(openQueue(t, acct, "listener-e2e"))
+	q := openQueue(t, acct, "listener-e2e", queue.WithObserver(m))
 	ids := fill(t, q, e2eMessages)
 
 	h := &handled{runs: map[string]int{}}
@@ -156,7 +156,7 @@ func TestListenerFaults(t *testing.T) {
 	p := newFaultProxy(t, srv.QueueEndpoint)
 	viaProxy := newAccount(t, srv, azure.Config{QueueEndpoint: p.Endpoint, Timeout: 5 * time.Second})
 	m := meter.New(0)
-	q := m.Wrap(openQueue(t, viaProxy, "listener-faults"))
+	q := openQueue(t, viaProxy, "listener-faults", queue.WithObserver(m))
 	p.Busy.Store(30)           // 3% 503 ServerBusy without a hint
 	p.BusyRetryAfter.Store(20) // 2% with Retry-After: 1
 	p.DropBefore.Store(20)     // 2% closed before reaching Azurite

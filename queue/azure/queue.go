@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
@@ -16,25 +15,30 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 )
+
+// PricePer10k is the price of 10,000 storage transactions in US dollars
+// (the 2011 best-practices article: "$0.01 per 10,000 transactions"),
+// which Features reports for the cost meter.
+const PricePer10k = 0.01
 
 // payloadFetches bounds the claim-check downloads one Get or Peek runs at
 // once.
 const payloadFetches = 8
 
-// Queue is one Azure queue. It implements queue.Queue, queue.MaxBodySizer
-// and queue.SiblingOpener, and is safe for concurrent use.
+// Queue is the driver of one Azure queue (a driver.Queue), safe for
+// concurrent use. Programs hold the portable *queue.Queue that wraps it, and
+// reach this type with its As (for Sweep and Account).
 //
-// It does not implement queue.BatchDeleter: Azure has no batch delete, so
-// queue.DeleteBatch makes one Delete (one billed request) per message, and
-// the cost meter counts each.
+// Azure has no batch delete, so the portable queue's DeleteBatch makes one
+// Delete (one billed request) per message, and the cost meter counts each.
 type Queue struct {
 	a    *Account
 	name string
 	qc   *azqueue.QueueClient
 	log  *zap.Logger
 
-	closed  atomic.Bool
 	onClose func() error // releases an account shared by URL opens
 
 	sweepOnce sync.Once
@@ -42,11 +46,7 @@ type Queue struct {
 	sweepDone chan struct{}
 }
 
-var (
-	_ queue.Queue         = (*Queue)(nil)
-	_ queue.MaxBodySizer  = (*Queue)(nil)
-	_ queue.SiblingOpener = (*Queue)(nil)
-)
+var _ driver.Queue = (*Queue)(nil)
 
 func newQueue(a *Account, name string) *Queue {
 	return &Queue{
@@ -63,10 +63,56 @@ func (q *Queue) Name() string { return q.name }
 // Account returns the account the queue is on.
 func (q *Queue) Account() *Account { return q.a }
 
-// MaxBodySize is the largest body Put accepts: Config.MaxBodySize with
+// Features: Azure's limits, billed calls, no batch delete, no native
+// notify, approximate counts, one-second timestamps.
+func (q *Queue) Features() driver.Features {
+	return driver.Features{
+		Name:           Scheme,
+		MaxBatch:       queue.MaxBatchSize,
+		MaxPeek:        queue.MaxPeek,
+		MaxBody:        q.maxBodySize(),
+		Siblings:       true,
+		Durability:     driver.Replicated,
+		Billed:         true,
+		PricePer10k:    PricePer10k,
+		TimeResolution: time.Second,
+	}
+}
+
+// Classify reads the marks classify put on the driver's errors.
+func (q *Queue) Classify(err error) (bool, time.Duration) { return driver.DefaultClassify(err) }
+
+// As gives the queue itself to a *(*Queue) target, its *Account to a
+// *(*Account) target, and the SDK's client to a *(*azqueue.QueueClient).
+func (q *Queue) As(target any) bool {
+	switch p := target.(type) {
+	case **Queue:
+		*p = q
+	case **Account:
+		*p = q.a
+	case **azqueue.QueueClient:
+		*p = q.qc
+	default:
+		return false
+	}
+	return true
+}
+
+// Subscribe is not supported: Azure Queue Storage has no push; adaptq's own
+// trigger (HTTP) wakes listeners instead.
+func (q *Queue) Subscribe(context.Context) (<-chan struct{}, error) {
+	return nil, driver.ErrUnsupported
+}
+
+// DeleteBatch is not supported: Azure deletes one message per request.
+func (q *Queue) DeleteBatch(context.Context, []driver.Receipt) ([]error, error) {
+	return nil, driver.ErrUnsupported
+}
+
+// maxBodySize is the largest body Put accepts: Config.MaxBodySize with
 // claim-check, else what fits in one message (MaxInlineBody with Base64,
 // MaxMessageSize with Text).
-func (q *Queue) MaxBodySize() int {
+func (q *Queue) maxBodySize() int {
 	if q.a.claimCheck() {
 		return q.a.cfg.MaxBodySize
 	}
@@ -74,13 +120,13 @@ func (q *Queue) MaxBodySize() int {
 }
 
 // Sibling opens another queue of the same account (for a poison queue).
-func (q *Queue) Sibling(name string) (queue.Queue, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*q.a.cfg.Timeout+time.Second)
+func (q *Queue) Sibling(ctx context.Context, name string) (driver.Queue, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*q.a.cfg.Timeout+time.Second)
 	defer cancel()
 	if q.onClose != nil {
 		q.a.refs.Add(1)
 	}
-	s, err := q.a.Queue(ctx, name)
+	s, err := q.a.open(ctx, name)
 	if err != nil {
 		if q.onClose != nil {
 			_ = q.a.release()
@@ -94,12 +140,8 @@ func (q *Queue) Sibling(name string) (queue.Queue, error) {
 }
 
 // Close releases the handle (and the account, if the queue was opened by
-// URL and is the last one on it). Operations on a closed handle return
-// queue.ErrClosed. Closing twice is a no-op.
+// URL and is the last one on it). The portable queue calls it once.
 func (q *Queue) Close() error {
-	if q.closed.Swap(true) {
-		return nil
-	}
 	q.stopSweeper()
 	if q.onClose != nil {
 		return q.onClose()
@@ -107,19 +149,16 @@ func (q *Queue) Close() error {
 	return nil
 }
 
-// begin checks what every operation checks first.
+// begin checks, for calls that do not come through the portable queue
+// (opening, Sweep), the caller's context and the account.
 func (q *Queue) begin(ctx context.Context, op string) error {
 	if err := ctx.Err(); err != nil {
-		return q.wrap(op, err)
+		return fmt.Errorf("azure: %s %q: %w", op, q.name, err)
 	}
-	if q.closed.Load() || q.a.closed.Load() {
-		return q.wrap(op, queue.ErrClosed)
+	if q.a.closed.Load() {
+		return fmt.Errorf("azure: %s %q: %w", op, q.name, queue.ErrClosed)
 	}
 	return nil
-}
-
-func (q *Queue) wrap(op string, err error) error {
-	return fmt.Errorf("azure: %s %q: %w", op, q.name, err)
 }
 
 // ensure creates the queue, or with NoCreate checks that it exists.
@@ -180,18 +219,12 @@ func seconds(d time.Duration) int32 {
 
 // Put adds a message and returns its id. A body over the inline limit is
 // stored as a claim-check blob first.
-func (q *Queue) Put(ctx context.Context, body []byte, opts queue.PutOptions) (string, error) {
-	if err := q.begin(ctx, "put"); err != nil {
-		return "", err
-	}
-	ttl, err := queue.CheckPut(body, opts, q.MaxBodySize())
-	if err != nil {
-		return "", q.wrap("put", err)
-	}
+func (q *Queue) Put(ctx context.Context, body []byte, opts driver.PutOptions) (string, error) {
+	ttl := opts.TTL
 	enc := q.a.cfg.Encoding
 	if enc == Text {
 		if err := checkText(body); err != nil {
-			return "", q.wrap("put", err)
+			return "", err
 		}
 	}
 	blobName := ""
@@ -199,10 +232,11 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts queue.PutOptions) (st
 	if len(body) > enc.inlineLimit() || isEnvelope(body) {
 		if !q.a.claimCheck() {
 			if isEnvelope(body) {
-				return "", q.wrap("put", fmt.Errorf("%w: body starts like a claim-check envelope (%s…), which only claim-check may send", queue.ErrInvalidArgument, envelopePrefix))
+				return "", fmt.Errorf("%w: body starts like a claim-check envelope (%s…), which only claim-check may send", queue.ErrInvalidArgument, envelopePrefix)
 			}
-			return "", q.wrap("put", fmt.Errorf("%w: body of %d bytes is over the limit of %d", queue.ErrTooLarge, len(body), enc.inlineLimit()))
+			return "", fmt.Errorf("%w: body of %d bytes is over the limit of %d", queue.ErrTooLarge, len(body), enc.inlineLimit())
 		}
+		var err error
 		wire, blobName, err = q.storePayload(ctx, body, ttl)
 		if err != nil {
 			return "", err
@@ -210,7 +244,7 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts queue.PutOptions) (st
 	}
 	text, err := enc.encode(wire)
 	if err != nil {
-		return "", q.wrap("put", err)
+		return "", err
 	}
 	o := &azqueue.EnqueueMessageOptions{TimeToLive: to.Ptr(ttlSeconds(ttl))}
 	if d := opts.InitialVisibilityDelay; d > 0 {
@@ -227,7 +261,7 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts queue.PutOptions) (st
 		return err
 	})
 	if err == nil && (len(resp.Messages) == 0 || resp.Messages[0].MessageID == nil) {
-		err = q.wrap("put", errors.New("the response holds no message id"))
+		err = errors.New("the response holds no message id")
 	}
 	if err != nil {
 		var e *Error
@@ -243,7 +277,7 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts queue.PutOptions) (st
 // ttlSeconds is Azure's messagettl: -1 for NoExpiry, else whole seconds
 // rounded up; a TTL beyond int32 seconds (68 years) is forever too.
 func ttlSeconds(ttl time.Duration) int32 {
-	if ttl == queue.NoExpiry {
+	if ttl == driver.NoExpiry {
 		return -1
 	}
 	s := seconds(ttl)
@@ -255,16 +289,7 @@ func ttlSeconds(ttl time.Duration) int32 {
 
 // Get returns up to n visible messages, each hidden for visibility rounded
 // up to whole seconds (Azure's resolution; at least one second).
-func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*queue.Message, error) {
-	if err := q.begin(ctx, "get"); err != nil {
-		return nil, err
-	}
-	if err := queue.CheckBatchSize(n); err != nil {
-		return nil, q.wrap("get", err)
-	}
-	if err := queue.CheckVisibility(visibility); err != nil {
-		return nil, q.wrap("get", err)
-	}
+func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*driver.Message, error) {
 	o := &azqueue.DequeueMessagesOptions{NumberOfMessages: to.Ptr(int32(n)), VisibilityTimeout: to.Ptr(seconds(visibility))}
 	var resp azqueue.DequeueMessagesResponse
 	err := q.call(ctx, "get", func() error {
@@ -275,12 +300,12 @@ func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*qu
 	if err != nil {
 		return nil, err
 	}
-	ms := make([]*queue.Message, 0, len(resp.Messages))
+	ms := make([]*driver.Message, 0, len(resp.Messages))
 	for _, dm := range resp.Messages {
 		if dm == nil || dm.MessageID == nil || dm.PopReceipt == nil {
 			continue
 		}
-		m := &queue.Message{
+		m := &driver.Message{
 			ID:            *dm.MessageID,
 			PopReceipt:    *dm.PopReceipt,
 			Body:          q.a.cfg.Encoding.decode(deref(dm.MessageText)),
@@ -299,7 +324,7 @@ func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*qu
 // whose payload is gone for good is deleted and left out, since no
 // consumer could ever handle it. If every message was left out, the first
 // error is returned.
-func (q *Queue) resolve(ctx context.Context, op string, ms []*queue.Message) ([]*queue.Message, error) {
+func (q *Queue) resolve(ctx context.Context, op string, ms []*driver.Message) ([]*driver.Message, error) {
 	var idx []int
 	for i, m := range ms {
 		if isEnvelope(m.Body) {
@@ -404,18 +429,15 @@ func validID(id string) bool {
 
 // Delete removes a message (and its claim-check payload).
 func (q *Queue) Delete(ctx context.Context, id, popReceipt string) error {
-	if err := q.begin(ctx, "delete"); err != nil {
-		return err
-	}
 	return q.deleteMessage(ctx, id, popReceipt)
 }
 
 func (q *Queue) deleteMessage(ctx context.Context, id, popReceipt string) error {
 	if !validID(id) {
-		return q.wrap("delete", fmt.Errorf("%w: id %q", queue.ErrNotFound, id))
+		return fmt.Errorf("%w: id %q", queue.ErrNotFound, id)
 	}
 	if popReceipt == "" {
-		return q.wrap("delete", fmt.Errorf("%w: empty pop receipt", queue.ErrInvalidArgument))
+		return fmt.Errorf("%w: empty pop receipt", queue.ErrInvalidArgument)
 	}
 	receipt, blobName := q.splitReceipt(popReceipt)
 	_, err := q.qc.DeleteMessage(ctx, id, receipt, nil)
@@ -435,21 +457,15 @@ func (q *Queue) deleteMessage(ctx context.Context, id, popReceipt string) error 
 // UpdateVisibility hides a held message for d (rounded up to whole
 // seconds; 0 releases it now) and returns the new receipt.
 func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d time.Duration) (string, error) {
-	if err := q.begin(ctx, "update"); err != nil {
-		return "", err
-	}
-	if err := queue.CheckUpdateVisibility(d); err != nil {
-		return "", q.wrap("update", err)
-	}
 	return q.updateVisibility(ctx, id, popReceipt, d)
 }
 
 func (q *Queue) updateVisibility(ctx context.Context, id, popReceipt string, d time.Duration) (string, error) {
 	if !validID(id) {
-		return "", q.wrap("update", fmt.Errorf("%w: id %q", queue.ErrNotFound, id))
+		return "", fmt.Errorf("%w: id %q", queue.ErrNotFound, id)
 	}
 	if popReceipt == "" {
-		return "", q.wrap("update", fmt.Errorf("%w: empty pop receipt", queue.ErrInvalidArgument))
+		return "", fmt.Errorf("%w: empty pop receipt", queue.ErrInvalidArgument)
 	}
 	receipt, blobName := q.splitReceipt(popReceipt)
 	resp, err := q.qc.UpdateMessage(context.WithValue(ctx, visibilityOnlyKey{}, true), id, receipt, "",
@@ -462,19 +478,13 @@ func (q *Queue) updateVisibility(ctx context.Context, id, popReceipt string, d t
 		return "", err
 	}
 	if resp.PopReceipt == nil {
-		return "", q.wrap("update", errors.New("the response holds no pop receipt"))
+		return "", errors.New("the response holds no pop receipt")
 	}
 	return joinReceipt(*resp.PopReceipt, blobName), nil
 }
 
 // Peek returns up to n visible messages without hiding them.
-func (q *Queue) Peek(ctx context.Context, n int) ([]*queue.Message, error) {
-	if err := q.begin(ctx, "peek"); err != nil {
-		return nil, err
-	}
-	if err := queue.CheckPeekSize(n); err != nil {
-		return nil, q.wrap("peek", err)
-	}
+func (q *Queue) Peek(ctx context.Context, n int) ([]*driver.Message, error) {
 	var resp azqueue.PeekMessagesResponse
 	err := q.call(ctx, "peek", func() error {
 		var err error
@@ -484,12 +494,12 @@ func (q *Queue) Peek(ctx context.Context, n int) ([]*queue.Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	ms := make([]*queue.Message, 0, len(resp.Messages))
+	ms := make([]*driver.Message, 0, len(resp.Messages))
 	for _, pm := range resp.Messages {
 		if pm == nil || pm.MessageID == nil {
 			continue
 		}
-		ms = append(ms, &queue.Message{
+		ms = append(ms, &driver.Message{
 			ID:           *pm.MessageID,
 			Body:         q.a.cfg.Encoding.decode(deref(pm.MessageText)),
 			DequeueCount: int(deref(pm.DequeueCount)),
@@ -503,9 +513,6 @@ func (q *Queue) Peek(ctx context.Context, n int) ([]*queue.Message, error) {
 // Count is Azure's ApproximateMessagesCount: visible and invisible
 // messages, and for a while expired ones too.
 func (q *Queue) Count(ctx context.Context) (int, error) {
-	if err := q.begin(ctx, "count"); err != nil {
-		return 0, err
-	}
 	var resp azqueue.GetQueuePropertiesResponse
 	err := q.call(ctx, "count", func() error {
 		var err error
@@ -522,9 +529,6 @@ func (q *Queue) Count(ctx context.Context) (int, error) {
 // claim-check payloads stored before it began. Payloads of messages put
 // while it ran are left to the sweep.
 func (q *Queue) Clear(ctx context.Context) error {
-	if err := q.begin(ctx, "clear"); err != nil {
-		return err
-	}
 	var resp azqueue.ClearMessagesResponse
 	err := q.call(ctx, "clear", func() error {
 		var err error

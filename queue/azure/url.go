@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 )
 
 // Scheme is the URL scheme this package registers with queue.Register.
@@ -91,7 +92,7 @@ func init() {
 // Parameters are the Param constants; any other is queue.ErrInvalidURL
 // naming it. It is what queue.Open calls for the scheme. The queue owns its
 // Account (and the siblings it opens share it).
-func OpenURL(ctx context.Context, u *url.URL) (queue.Queue, error) {
+func OpenURL(ctx context.Context, u *url.URL) (driver.Queue, error) {
 	cfg, name, err := ConfigFromURL(u)
 	if err != nil {
 		return nil, err
@@ -101,7 +102,7 @@ func OpenURL(ctx context.Context, u *url.URL) (queue.Queue, error) {
 		return nil, fmt.Errorf("azure: open %q: %w", queue.Redact(u.String()), err)
 	}
 	a.refs.Store(1)
-	q, err := a.Queue(ctx, name)
+	q, err := a.open(ctx, name)
 	if err != nil {
 		_ = a.Close()
 		return nil, err

@@ -10,7 +10,7 @@ import (
 	"github.com/adaptq/adaptq/queue/memory"
 )
 
-func fill(b *testing.B, q queue.Queue, n int) {
+func fill(b *testing.B, q *queue.Queue, n int) {
 	b.Helper()
 	ctx := context.Background()
 	body := []byte("a small message body of about fifty bytes .......")

@@ -10,6 +10,11 @@
 //
 // Queues live in a Store. The URL memory://NAME opens NAME in the process's
 // Default store, so a producer and a worker in one process share it.
+//
+// The driver has every capability of the contract, native notify
+// included: a Put wakes the queue's subscribers in the process. Its batch
+// limit can be lowered (WithMaxBatch) to test consumers against backends
+// whose batches are smaller than Azure's 32, such as SQS's 10.
 package memory
 
 import (
@@ -24,6 +29,7 @@ import (
 	"time"
 
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 )
 
 func init() {
@@ -43,10 +49,15 @@ func WithClock(c queue.Clock) Option { return func(s *Store) { s.clock = c } }
 // WithMaxBodySize sets the body limit (default queue.DefaultMaxBodySize).
 func WithMaxBodySize(n int) Option { return func(s *Store) { s.maxBody = n } }
 
+// WithMaxBatch sets the most messages one Get returns (default and at most
+// queue.MaxBatchSize), to stand in for a backend with a smaller limit.
+func WithMaxBatch(n int) Option { return func(s *Store) { s.maxBatch = n } }
+
 // Store holds named queues in memory.
 type Store struct {
-	clock   queue.Clock
-	maxBody int
+	clock    queue.Clock
+	maxBody  int
+	maxBatch int
 
 	mu     sync.Mutex
 	queues map[string]*state
@@ -57,16 +68,31 @@ type Store struct {
 
 // NewStore returns an empty store.
 func NewStore(opts ...Option) *Store {
-	s := &Store{clock: queue.SystemClock{}, maxBody: queue.DefaultMaxBodySize, queues: map[string]*state{}}
+	s := &Store{clock: queue.SystemClock{}, maxBody: queue.DefaultMaxBodySize, maxBatch: queue.MaxBatchSize, queues: map[string]*state{}}
 	for _, o := range opts {
 		o(s)
 	}
+	s.maxBatch = min(max(s.maxBatch, 1), queue.MaxBatchSize)
 	return s
 }
 
 // Queue returns a handle on the queue called name, creating the queue on
-// first use. Handles on one name share the messages.
-func (s *Store) Queue(name string) (*Queue, error) {
+// first use. Handles on one name share the messages. opts configure the
+// handle as in queue.New (a meter, a wrapper).
+func (s *Store) Queue(name string, opts ...queue.Option) (*queue.Queue, error) {
+	d, err := s.open(name)
+	if err != nil {
+		return nil, err
+	}
+	return queue.New(d, opts...), nil
+}
+
+// Driver returns the driver of the queue called name, for a driver built
+// on this one (a test double, a wrapper registered under its own scheme).
+func (s *Store) Driver(name string) (driver.Queue, error) { return s.open(name) }
+
+// open returns the driver of the queue called name.
+func (s *Store) open(name string) (*memQueue, error) {
 	if err := queue.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("memory: %w", err)
 	}
@@ -77,10 +103,10 @@ func (s *Store) Queue(name string) (*Queue, error) {
 		st = &state{byID: map[uint64]*entry{}, minExpiry: math.MaxInt64}
 		s.queues[name] = st
 	}
-	return &Queue{s: s, st: st, name: name}, nil
+	return &memQueue{s: s, st: st, name: name}, nil
 }
 
-func openURL(_ context.Context, u *url.URL) (queue.Queue, error) {
+func openURL(_ context.Context, u *url.URL) (driver.Queue, error) {
 	if err := queue.CheckParams(u); err != nil {
 		return nil, fmt.Errorf("memory: %w", err)
 	}
@@ -94,7 +120,7 @@ func openURL(_ context.Context, u *url.URL) (queue.Queue, error) {
 	if name == "" {
 		return nil, fmt.Errorf("memory: %w %q: no queue name (want memory://NAME)", queue.ErrInvalidURL, u.String())
 	}
-	return Default.Queue(name)
+	return Default.open(name)
 }
 
 // entry is one stored message. Times are unix nanoseconds.
@@ -123,60 +149,101 @@ type state struct {
 	heap      []*entry
 	byID      map[uint64]*entry
 	minExpiry int64 // no message expires before this
+
+	// Subscribers of native notify; nsubs lets Put skip subMu when there
+	// are none.
+	nsubs atomic.Int32
+	subMu sync.Mutex
+	subs  map[chan struct{}]struct{}
 }
 
-// Queue is a handle on one queue of a Store. It implements queue.Queue,
-// queue.BatchDeleter and queue.MaxBodySizer.
-type Queue struct {
-	s      *Store
-	st     *state
-	name   string
-	closed atomic.Bool
+// memQueue is the driver of one queue of a Store.
+type memQueue struct {
+	s    *Store
+	st   *state
+	name string
 }
 
-var (
-	_ queue.Queue         = (*Queue)(nil)
-	_ queue.BatchDeleter  = (*Queue)(nil)
-	_ queue.MaxBodySizer  = (*Queue)(nil)
-	_ queue.SiblingOpener = (*Queue)(nil)
-)
+var _ driver.Queue = (*memQueue)(nil)
 
-// Name returns the queue's name.
-func (q *Queue) Name() string { return q.name }
+func (q *memQueue) Name() string { return q.name }
+
+func (q *memQueue) Features() driver.Features {
+	return driver.Features{
+		Name:         "memory",
+		MaxBatch:     q.s.maxBatch,
+		MaxPeek:      queue.MaxPeek,
+		MaxBody:      q.s.maxBody,
+		ExactCount:   true,
+		BatchDelete:  true,
+		Siblings:     true,
+		NativeNotify: true,
+		Durability:   driver.InProcess,
+	}
+}
 
 // Sibling opens another queue of the same store.
-func (q *Queue) Sibling(name string) (queue.Queue, error) { return q.s.Queue(name) }
-
-// MaxBodySize returns the store's body limit.
-func (q *Queue) MaxBodySize() int { return q.s.maxBody }
-
-// Close marks the handle closed; the messages stay in the store.
-func (q *Queue) Close() error {
-	q.closed.Store(true)
-	return nil
+func (q *memQueue) Sibling(_ context.Context, name string) (driver.Queue, error) {
+	return q.s.open(name)
 }
 
-func (q *Queue) check(ctx context.Context, op string) error {
-	if q.closed.Load() {
-		return fmt.Errorf("memory: %s %q: %w", op, q.name, queue.ErrClosed)
+// Close does nothing: the messages stay in the store.
+func (q *memQueue) Close() error { return nil }
+
+// Classify knows no errors of its own: the memory driver fails only by the
+// contract.
+func (q *memQueue) Classify(err error) (bool, time.Duration) { return driver.DefaultClassify(err) }
+
+// As gives the Store behind the queue to a *(*Store) target.
+func (q *memQueue) As(target any) bool {
+	if p, ok := target.(**Store); ok {
+		*p = q.s
+		return true
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memory: %s %q: %w", op, q.name, err)
-	}
-	return nil
+	return false
 }
 
-func (q *Queue) now() int64 { return q.s.clock.Now().UnixNano() }
+// Subscribe returns a channel that receives after each Put to the queue in
+// this process (through any handle of the store), until ctx ends.
+func (q *memQueue) Subscribe(ctx context.Context) (<-chan struct{}, error) {
+	ch := make(chan struct{}, 1)
+	st := q.st
+	st.subMu.Lock()
+	if st.subs == nil {
+		st.subs = map[chan struct{}]struct{}{}
+	}
+	st.subs[ch] = struct{}{}
+	st.nsubs.Add(1)
+	st.subMu.Unlock()
+	context.AfterFunc(ctx, func() {
+		st.subMu.Lock()
+		delete(st.subs, ch)
+		st.nsubs.Add(-1)
+		st.subMu.Unlock()
+	})
+	return ch, nil
+}
+
+// notify signals the queue's subscribers.
+func (st *state) notify() {
+	if st.nsubs.Load() == 0 {
+		return
+	}
+	st.subMu.Lock()
+	for ch := range st.subs {
+		select {
+		case ch <- struct{}{}:
+		default: // one is pending already
+		}
+	}
+	st.subMu.Unlock()
+}
+
+func (q *memQueue) now() int64 { return q.s.clock.Now().UnixNano() }
 
 // Put stores a copy of body.
-func (q *Queue) Put(ctx context.Context, body []byte, opts queue.PutOptions) (string, error) {
-	if err := q.check(ctx, "put"); err != nil {
-		return "", err
-	}
-	ttl, err := queue.CheckPut(body, opts, q.s.maxBody)
-	if err != nil {
-		return "", fmt.Errorf("memory: put %q: %w", q.name, err)
-	}
+func (q *memQueue) Put(_ context.Context, body []byte, opts driver.PutOptions) (string, error) {
+	ttl := opts.TTL
 	now := q.now()
 	e := &entry{
 		id:        q.s.ids.Add(1),
@@ -194,28 +261,20 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts queue.PutOptions) (st
 		st.minExpiry = e.expires
 	}
 	st.mu.Unlock()
+	st.notify()
 	return e.idStr, nil
 }
 
 // addSat returns now+d, math.MaxInt64 for queue.NoExpiry or on overflow.
 func addSat(now int64, d time.Duration) int64 {
-	if d == queue.NoExpiry || now > math.MaxInt64-int64(d) {
+	if d == driver.NoExpiry || now > math.MaxInt64-int64(d) {
 		return math.MaxInt64
 	}
 	return now + int64(d)
 }
 
 // Get hides and returns up to n visible messages.
-func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*queue.Message, error) {
-	if err := q.check(ctx, "get"); err != nil {
-		return nil, err
-	}
-	if err := queue.CheckBatchSize(n); err != nil {
-		return nil, fmt.Errorf("memory: get %q: %w", q.name, err)
-	}
-	if err := queue.CheckVisibility(visibility); err != nil {
-		return nil, fmt.Errorf("memory: get %q: %w", q.name, err)
-	}
+func (q *memQueue) Get(_ context.Context, n int, visibility time.Duration) ([]*driver.Message, error) {
 	now := q.now()
 	until := now + int64(visibility)
 	var got [queue.MaxBatchSize]*entry
@@ -243,15 +302,15 @@ func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*qu
 		return nil, nil
 	}
 	// One allocation each for the messages, the bodies and the receipts.
-	ms := make([]queue.Message, k)
-	out := make([]*queue.Message, k)
+	ms := make([]driver.Message, k)
+	out := make([]*driver.Message, k)
 	bodies := make([]byte, 0, size)
 	var rb []byte
 	rend := make([]int, k)
 	for i, e := range got[:k] {
 		start := len(bodies)
 		bodies = append(bodies, e.body...)
-		ms[i] = queue.Message{
+		ms[i] = driver.Message{
 			ID:            e.idStr,
 			Body:          bodies[start:len(bodies):len(bodies)],
 			DequeueCount:  e.dequeues,
@@ -304,17 +363,14 @@ func (st *state) lookup(id, receipt string, now int64) (*entry, error) {
 }
 
 // Delete removes a message held with its newest receipt.
-func (q *Queue) Delete(ctx context.Context, id, popReceipt string) error {
-	if err := q.check(ctx, "delete"); err != nil {
-		return err
-	}
+func (q *memQueue) Delete(_ context.Context, id, popReceipt string) error {
 	now := q.now()
 	st := q.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	e, err := st.lookup(id, popReceipt, now)
 	if err != nil {
-		return fmt.Errorf("memory: delete %q: %w", q.name, err)
+		return err
 	}
 	st.remove(e.index)
 	delete(st.byID, e.id)
@@ -322,10 +378,7 @@ func (q *Queue) Delete(ctx context.Context, id, popReceipt string) error {
 }
 
 // DeleteBatch deletes many messages under one lock.
-func (q *Queue) DeleteBatch(ctx context.Context, receipts []queue.Receipt) ([]error, error) {
-	if err := q.check(ctx, "delete batch"); err != nil {
-		return nil, err
-	}
+func (q *memQueue) DeleteBatch(_ context.Context, receipts []driver.Receipt) ([]error, error) {
 	res := make([]error, len(receipts))
 	now := q.now()
 	st := q.st
@@ -334,7 +387,7 @@ func (q *Queue) DeleteBatch(ctx context.Context, receipts []queue.Receipt) ([]er
 	for i, r := range receipts {
 		e, err := st.lookup(r.ID, r.PopReceipt, now)
 		if err != nil {
-			res[i] = fmt.Errorf("memory: delete %q: %w", q.name, err)
+			res[i] = err
 			continue
 		}
 		st.remove(e.index)
@@ -345,20 +398,14 @@ func (q *Queue) DeleteBatch(ctx context.Context, receipts []queue.Receipt) ([]er
 
 // UpdateVisibility hides a held message for d from now and returns its new
 // receipt.
-func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d time.Duration) (string, error) {
-	if err := q.check(ctx, "update"); err != nil {
-		return "", err
-	}
-	if err := queue.CheckUpdateVisibility(d); err != nil {
-		return "", fmt.Errorf("memory: update %q: %w", q.name, err)
-	}
+func (q *memQueue) UpdateVisibility(_ context.Context, id, popReceipt string, d time.Duration) (string, error) {
 	now := q.now()
 	st := q.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	e, err := st.lookup(id, popReceipt, now)
 	if err != nil {
-		return "", fmt.Errorf("memory: update %q: %w", q.name, err)
+		return "", err
 	}
 	e.receipt = q.s.receipts.Add(1)
 	e.visibleAt = now + int64(d)
@@ -367,20 +414,14 @@ func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d t
 }
 
 // Peek returns up to n visible messages, oldest first, changing nothing.
-func (q *Queue) Peek(ctx context.Context, n int) ([]*queue.Message, error) {
-	if err := q.check(ctx, "peek"); err != nil {
-		return nil, err
-	}
-	if err := queue.CheckPeekSize(n); err != nil {
-		return nil, fmt.Errorf("memory: peek %q: %w", q.name, err)
-	}
+func (q *memQueue) Peek(_ context.Context, n int) ([]*driver.Message, error) {
 	now := q.now()
 	st := q.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	// Walk the heap in order without changing it: a small frontier heap of
 	// candidate positions yields the k smallest in O(k log k).
-	var out []*queue.Message
+	var out []*driver.Message
 	frontier := []int{}
 	push := func(i int) {
 		if i < len(st.heap) && st.heap[i].visibleAt <= now {
@@ -425,7 +466,7 @@ func (q *Queue) Peek(ctx context.Context, n int) ([]*queue.Message, error) {
 		if e.expires <= now {
 			continue
 		}
-		out = append(out, &queue.Message{
+		out = append(out, &driver.Message{
 			ID:            e.idStr,
 			Body:          append([]byte(nil), e.body...),
 			DequeueCount:  e.dequeues,
@@ -438,10 +479,7 @@ func (q *Queue) Peek(ctx context.Context, n int) ([]*queue.Message, error) {
 }
 
 // Count returns the number of unexpired messages, visible or not.
-func (q *Queue) Count(ctx context.Context) (int, error) {
-	if err := q.check(ctx, "count"); err != nil {
-		return 0, err
-	}
+func (q *memQueue) Count(context.Context) (int, error) {
 	now := q.now()
 	st := q.st
 	st.mu.Lock()
@@ -453,10 +491,7 @@ func (q *Queue) Count(ctx context.Context) (int, error) {
 }
 
 // Clear deletes every message.
-func (q *Queue) Clear(ctx context.Context) error {
-	if err := q.check(ctx, "clear"); err != nil {
-		return err
-	}
+func (q *memQueue) Clear(context.Context) error {
 	st := q.st
 	st.mu.Lock()
 	defer st.mu.Unlock()

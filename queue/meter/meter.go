@@ -2,9 +2,9 @@
 // backend. Each call is a billed storage transaction (seed 002: "a store
 // transaction is a request from a user application to add, read, update, or
 // delete store data"), a get that comes back empty included, and a retried
-// call is billed again. Wrap a queue.Queue with a Meter and read Snapshots;
-// the listener, the CLI's stats, and the simulator all read the same
-// numbers.
+// call is billed again. A Meter is a queue.Observer: open queues with
+// queue.WithObserver(m) and read Snapshots; the worker, the CLI's stats,
+// and the simulator all read the same numbers.
 package meter
 
 import (
@@ -199,150 +199,58 @@ func (s Snapshot) Map() map[string]int64 {
 func rejected(err error) bool {
 	return errors.Is(err, queue.ErrBatchSize) || errors.Is(err, queue.ErrInvalidArgument) ||
 		errors.Is(err, queue.ErrInvalidName) || errors.Is(err, queue.ErrClosed) ||
-		errors.Is(err, context.Canceled)
+		errors.Is(err, queue.ErrUnsupported) || errors.Is(err, context.Canceled)
 }
 
-func (m *Meter) record(k Kind, err error) {
-	if err != nil && rejected(err) {
+var _ queue.Observer = (*Meter)(nil)
+
+// Observe counts one call of a queue (queue.Observer). A call refused
+// before it reached the backend is counted apart and not billed; a batch
+// delete is one call; where the driver has no batch delete, the queue
+// makes one Delete per message, and each is counted, so the meter shows
+// what the backend really bills.
+func (m *Meter) Observe(c queue.Call) {
+	if c.Rejected || (c.Err != nil && rejected(c.Err)) {
 		m.rej.Add(1)
 		return
 	}
+	var k Kind
+	switch c.Op {
+	case queue.OpPut:
+		k = Put
+		if c.Err == nil {
+			m.put.Add(1)
+		}
+	case queue.OpGet:
+		k = Get
+		if c.Messages == 0 {
+			k = GetEmpty
+		}
+		m.got.Add(int64(c.Messages))
+	case queue.OpDelete:
+		k = Delete
+		if c.Err == nil {
+			m.del.Add(1)
+		}
+	case queue.OpDeleteBatch:
+		k = DeleteBatch
+		m.del.Add(int64(c.Messages))
+	case queue.OpUpdate:
+		k = Update
+	case queue.OpPeek:
+		k = Peek
+	case queue.OpCount:
+		k = Count
+	case queue.OpClear:
+		k = Clear
+	default:
+		return // not a backend call the meter prices
+	}
 	m.calls[k].Add(1)
-	if err != nil {
+	if c.Err != nil {
 		m.errs[k].Add(1)
-		if queue.IsTransient(err) {
+		if queue.IsTransient(c.Err) {
 			m.trans.Add(1)
 		}
 	}
-}
-
-// Wrap returns q with every call counted on m. The result implements
-// queue.BatchDeleter whether or not q does: without the capability a batch
-// becomes one Delete per message, each counted, so the meter shows what the
-// backend really bills.
-func (m *Meter) Wrap(q queue.Queue) *Queue {
-	return &Queue{q: q, m: m}
-}
-
-// Queue is a metered queue.
-type Queue struct {
-	q queue.Queue
-	m *Meter
-}
-
-var (
-	_ queue.Queue        = (*Queue)(nil)
-	_ queue.BatchDeleter = (*Queue)(nil)
-	_ queue.Wrapper      = (*Queue)(nil)
-	_ queue.MaxBodySizer = (*Queue)(nil)
-)
-
-// Sibling opens a queue on the same backend, metered on the same meter.
-func (q *Queue) Sibling(name string) (queue.Queue, error) {
-	s, err := queue.OpenSibling(q.q, name)
-	if err != nil {
-		return nil, err
-	}
-	return q.m.Wrap(s), nil
-}
-
-// Meter returns the meter the queue counts on.
-func (q *Queue) Meter() *Meter { return q.m }
-
-// Unwrap returns the wrapped queue.
-func (q *Queue) Unwrap() queue.Queue { return q.q }
-
-// Name returns the wrapped queue's name.
-func (q *Queue) Name() string { return q.q.Name() }
-
-// MaxBodySize returns the wrapped queue's body limit.
-func (q *Queue) MaxBodySize() int { return queue.MaxBodySize(q.q) }
-
-// Close closes the wrapped queue; it is not a backend call.
-func (q *Queue) Close() error { return q.q.Close() }
-
-// Put counts one put.
-func (q *Queue) Put(ctx context.Context, body []byte, opts queue.PutOptions) (string, error) {
-	id, err := q.q.Put(ctx, body, opts)
-	q.m.record(Put, err)
-	if err == nil {
-		q.m.put.Add(1)
-	}
-	return id, err
-}
-
-// Get counts one get, as GetEmpty when it returned no messages.
-func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*queue.Message, error) {
-	ms, err := q.q.Get(ctx, n, visibility)
-	if len(ms) == 0 {
-		q.m.record(GetEmpty, err)
-	} else {
-		q.m.record(Get, err)
-		q.m.got.Add(int64(len(ms)))
-	}
-	return ms, err
-}
-
-// Delete counts one delete.
-func (q *Queue) Delete(ctx context.Context, id, popReceipt string) error {
-	err := q.q.Delete(ctx, id, popReceipt)
-	q.m.record(Delete, err)
-	if err == nil {
-		q.m.del.Add(1)
-	}
-	return err
-}
-
-// DeleteBatch counts one batch call when the backend deletes in batches,
-// else one delete per receipt.
-func (q *Queue) DeleteBatch(ctx context.Context, receipts []queue.Receipt) ([]error, error) {
-	if len(receipts) == 0 {
-		return nil, nil
-	}
-	if bd, ok := q.q.(queue.BatchDeleter); ok {
-		res, err := bd.DeleteBatch(ctx, receipts)
-		q.m.record(DeleteBatch, err)
-		if err == nil {
-			for _, r := range res {
-				if r == nil {
-					q.m.del.Add(1)
-				}
-			}
-		}
-		return res, err
-	}
-	// One billed Delete per message, through this meter, concurrently.
-	return queue.DeleteEach(ctx, deleter{q}, receipts), nil
-}
-
-// deleter is the metered queue without its BatchDeleter method, so that
-// DeleteEach calls the metered Delete.
-type deleter struct{ *Queue }
-
-// UpdateVisibility counts one update.
-func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d time.Duration) (string, error) {
-	r, err := q.q.UpdateVisibility(ctx, id, popReceipt, d)
-	q.m.record(Update, err)
-	return r, err
-}
-
-// Peek counts one peek.
-func (q *Queue) Peek(ctx context.Context, n int) ([]*queue.Message, error) {
-	ms, err := q.q.Peek(ctx, n)
-	q.m.record(Peek, err)
-	return ms, err
-}
-
-// Count counts one count.
-func (q *Queue) Count(ctx context.Context) (int, error) {
-	n, err := q.q.Count(ctx)
-	q.m.record(Count, err)
-	return n, err
-}
-
-// Clear counts one clear.
-func (q *Queue) Clear(ctx context.Context) error {
-	err := q.q.Clear(ctx)
-	q.m.record(Clear, err)
-	return err
 }

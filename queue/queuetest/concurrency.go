@@ -27,7 +27,7 @@ func (e *env) concurrencyMessages() int {
 }
 
 // fill puts n messages with 8 producers and returns their ids.
-func (e *env) fill(t *testing.T, q queue.Queue, n int) map[string]bool {
+func (e *env) fill(t *testing.T, q *queue.Queue, n int) map[string]bool {
 	t.Helper()
 	var mu sync.Mutex
 	ids := make(map[string]bool, n)
@@ -110,13 +110,13 @@ func testConcurrentConsumers(t *testing.T, e *env) {
 	// The visibility timeout outlasts the drain, so every message must be got
 	// exactly once.
 	const vis = 10 * time.Minute
-	h := newHoldings(e.h.TimeResolution)
+	h := newHoldings(e.f.TimeResolution)
 	var deleted atomic.Int64
 	g, ctx := errgroup.WithContext(e.ctx)
 	for c := 0; c < concurrentConsumers; c++ {
 		g.Go(func() error {
 			for {
-				ms, err := q.Get(ctx, queue.MaxBatchSize, vis)
+				ms, err := q.Get(ctx, e.batch(), vis)
 				if err != nil {
 					if queue.IsTransient(err) {
 						continue
@@ -131,7 +131,7 @@ func testConcurrentConsumers(t *testing.T, e *env) {
 					h.got(c, m, vis)
 					rs[i] = queue.Receipt{ID: m.ID, PopReceipt: m.PopReceipt}
 				}
-				res, err := queue.DeleteBatch(ctx, q, rs)
+				res, err := q.DeleteBatch(ctx, rs)
 				if err != nil {
 					return fmt.Errorf("consumer %d delete batch: %w", c, err)
 				}
@@ -196,7 +196,7 @@ func testConcurrentWithTimeouts(t *testing.T, e *env) {
 		g.Go(func() error {
 			k := 0
 			for deleted.Load() < int64(n) {
-				ms, err := q.Get(gctx, 8, vis)
+				ms, err := q.Get(gctx, min(8, e.batch()), vis)
 				if err != nil {
 					return fmt.Errorf("consumer %d get: %w", c, err)
 				}

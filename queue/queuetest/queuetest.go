@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 )
 
 // Harness is one isolated instance of the backend under test. Run calls the
@@ -25,7 +26,7 @@ type Harness struct {
 	// NewQueue opens the queue called name on the backend, creating it if
 	// needed. It must return an error wrapping queue.ErrInvalidName for a
 	// name that breaks the rules, and create nothing then.
-	NewQueue func(ctx context.Context, name string) (queue.Queue, error)
+	NewQueue func(ctx context.Context, name string) (*queue.Queue, error)
 
 	// Advance moves the backend's clock forward. Nil means the backend keeps
 	// real time; the suite then sleeps.
@@ -36,17 +37,13 @@ type Harness struct {
 	// before are closed by it; the suite reopens them with NewQueue.
 	Reopen func(ctx context.Context) error
 
-	// MaxBodySize is the body limit the driver promises; 0 means
-	// queue.DefaultMaxBodySize.
-	MaxBodySize int
-
-	// TimeResolution is the granularity of the backend's timestamps (Azure:
-	// one second). Checks that compare timestamps allow this much slack.
-	TimeResolution time.Duration
-
-	// ApproximateCount is set when Count may include expired messages for a
-	// while (Azure's ApproximateMessagesCount).
-	ApproximateCount bool
+	// Features are what the driver promises: its limits (MaxBatch, MaxPeek,
+	// MaxBody, TimeResolution), whether Count is exact, and which optional
+	// operations it has. Every queue the harness opens must report the same
+	// limits and capabilities; cases for an operation the driver lacks
+	// check that it is refused with queue.ErrUnsupported, and skip the
+	// rest, naming what is absent.
+	Features driver.Features
 
 	// ConcurrencyMessages overrides the 5,000 messages of the concurrency
 	// case (for slow backends in short mode); 0 means 5,000.
@@ -92,6 +89,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"Closed", testClosed},
 		{"Restart", testRestart},
 		{"Sibling", testSibling},
+		{"Subscribe", testSubscribe},
 		{"ConcurrentConsumers", testConcurrentConsumers},
 		{"ConcurrentConsumersWithTimeouts", testConcurrentWithTimeouts},
 	}
@@ -101,15 +99,60 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 			if h == nil || h.NewQueue == nil {
 				t.Fatal("queuetest: harness without NewQueue")
 			}
-			c.fn(t, &env{h: h, ctx: context.Background()})
+			c.fn(t, &env{h: h, f: normalize(h.Features), ctx: context.Background()})
 		})
 	}
+}
+
+// normalize fills what a driver may leave zero, as queue.New does.
+func normalize(f driver.Features) driver.Features {
+	if f.MaxBatch <= 0 || f.MaxBatch > queue.MaxBatchSize {
+		f.MaxBatch = queue.MaxBatchSize
+	}
+	if f.MaxBody <= 0 {
+		f.MaxBody = queue.DefaultMaxBodySize
+	}
+	f.MaxPeek = min(max(f.MaxPeek, 0), queue.MaxPeek)
+	return f
 }
 
 // env is one case's view of the harness, with helpers that fail the test.
 type env struct {
 	h   *Harness
+	f   driver.Features // the harness's, defaults filled in
 	ctx context.Context
+}
+
+// batch is the driver's largest Get; peek its largest Peek.
+func (e *env) batch() int { return e.f.MaxBatch }
+func (e *env) peek() int  { return e.f.MaxPeek }
+
+// need skips the case unless the driver has what it tests, and checks that
+// a driver without it refuses the operation as the contract says.
+func (e *env) need(t *testing.T, has bool, what string, refused func() error) {
+	t.Helper()
+	if has {
+		return
+	}
+	if refused != nil {
+		if err := refused(); !errors.Is(err, queue.ErrUnsupported) {
+			t.Fatalf("%s is absent from Features, but the call returned %v, want ErrUnsupported", what, err)
+		}
+	}
+	t.Skipf("the driver's Features say it has no %s", what)
+}
+
+// checkFeatures fails unless q reports the limits and capabilities the
+// harness declared.
+func (e *env) checkFeatures(t *testing.T, q *queue.Queue) {
+	t.Helper()
+	got := q.Features()
+	want := e.f
+	got.Name, want.Name = "", ""
+	got.PricePer10k, want.PricePer10k = 0, 0
+	if got != want {
+		t.Fatalf("queue %q reports Features %+v, the harness declared %+v", q.Name(), got, want)
+	}
 }
 
 func (e *env) advance(d time.Duration) {
@@ -122,24 +165,20 @@ func (e *env) advance(d time.Duration) {
 
 func (e *env) virtual() bool { return e.h.Advance != nil }
 
-func (e *env) maxBody() int {
-	if e.h.MaxBodySize > 0 {
-		return e.h.MaxBodySize
-	}
-	return queue.DefaultMaxBodySize
-}
+func (e *env) maxBody() int { return e.f.MaxBody }
 
-func (e *env) open(t *testing.T, name string) queue.Queue {
+func (e *env) open(t *testing.T, name string) *queue.Queue {
 	t.Helper()
 	q, err := e.h.NewQueue(e.ctx, name)
 	if err != nil {
 		t.Fatalf("NewQueue(%q): %v", name, err)
 	}
 	t.Cleanup(func() { _ = q.Close() })
+	e.checkFeatures(t, q)
 	return q
 }
 
-func (e *env) put(t *testing.T, q queue.Queue, body string, opts queue.PutOptions) string {
+func (e *env) put(t *testing.T, q *queue.Queue, body string, opts queue.PutOptions) string {
 	t.Helper()
 	id, err := q.Put(e.ctx, []byte(body), opts)
 	if err != nil {
@@ -151,7 +190,7 @@ func (e *env) put(t *testing.T, q queue.Queue, body string, opts queue.PutOption
 	return id
 }
 
-func (e *env) get(t *testing.T, q queue.Queue, n int, vis time.Duration) []*queue.Message {
+func (e *env) get(t *testing.T, q *queue.Queue, n int, vis time.Duration) []*queue.Message {
 	t.Helper()
 	ms, err := q.Get(e.ctx, n, vis)
 	if err != nil {
@@ -163,7 +202,7 @@ func (e *env) get(t *testing.T, q queue.Queue, n int, vis time.Duration) []*queu
 	return ms
 }
 
-func (e *env) getOne(t *testing.T, q queue.Queue, vis time.Duration) *queue.Message {
+func (e *env) getOne(t *testing.T, q *queue.Queue, vis time.Duration) *queue.Message {
 	t.Helper()
 	ms := e.get(t, q, 1, vis)
 	if len(ms) != 1 {
@@ -172,14 +211,14 @@ func (e *env) getOne(t *testing.T, q queue.Queue, vis time.Duration) *queue.Mess
 	return ms[0]
 }
 
-func (e *env) getNone(t *testing.T, q queue.Queue, why string) {
+func (e *env) getNone(t *testing.T, q *queue.Queue, why string) {
 	t.Helper()
-	if ms := e.get(t, q, queue.MaxBatchSize, 30*unit); len(ms) != 0 {
+	if ms := e.get(t, q, e.batch(), 30*unit); len(ms) != 0 {
 		t.Fatalf("%s: Get returned %d messages (first %q), want none", why, len(ms), ms[0].Body)
 	}
 }
 
-func (e *env) count(t *testing.T, q queue.Queue) int {
+func (e *env) count(t *testing.T, q *queue.Queue) int {
 	t.Helper()
 	n, err := q.Count(e.ctx)
 	if err != nil {
@@ -198,7 +237,7 @@ func wantErr(t *testing.T, what string, err, target error) {
 // near reports whether a and b differ by no more than the backend's
 // timestamp resolution (plus a little for real clocks).
 func (e *env) near(a, b time.Time) bool {
-	slack := e.h.TimeResolution
+	slack := e.f.TimeResolution
 	if !e.virtual() {
 		slack += 2 * time.Second
 	}
@@ -251,21 +290,31 @@ func testPutGetDelete(t *testing.T, e *env) {
 func testEmptyGet(t *testing.T, e *env) {
 	q := e.open(t, "empty-get")
 	for i := 0; i < 3; i++ {
-		ms, err := q.Get(e.ctx, queue.MaxBatchSize, 30*unit)
+		ms, err := q.Get(e.ctx, e.batch(), 30*unit)
 		if err != nil || len(ms) != 0 {
 			t.Fatalf("Get on empty queue = %d messages, %v; want 0, nil", len(ms), err)
 		}
 	}
-	ms, err := q.Peek(e.ctx, queue.MaxPeek)
-	if err != nil || len(ms) != 0 {
-		t.Fatalf("Peek on empty queue = %d messages, %v; want 0, nil", len(ms), err)
+	if e.peek() > 0 {
+		ms, err := q.Peek(e.ctx, e.peek())
+		if err != nil || len(ms) != 0 {
+			t.Fatalf("Peek on empty queue = %d messages, %v; want 0, nil", len(ms), err)
+		}
 	}
 }
 
 func testBatchBounds(t *testing.T, e *env) {
 	q := e.open(t, "batch-bounds")
 	e.put(t, q, "x", queue.PutOptions{})
-	for _, n := range []int{0, -1, queue.MaxBatchSize + 1, 1000} {
+	for _, n := range []int{0, -1, e.peek() + 1, 1000} {
+		_, err := q.Peek(e.ctx, n)
+		if e.peek() == 0 {
+			wantErr(t, fmt.Sprintf("Peek(%d) without peek", n), err, queue.ErrUnsupported)
+		} else {
+			wantErr(t, fmt.Sprintf("Peek(%d)", n), err, queue.ErrBatchSize)
+		}
+	}
+	for _, n := range []int{0, -1, e.batch() + 1, 1000} {
 		ms, err := q.Get(e.ctx, n, 30*unit)
 		wantErr(t, fmt.Sprintf("Get(%d)", n), err, queue.ErrBatchSize)
 		if len(ms) != 0 {
@@ -274,22 +323,20 @@ func testBatchBounds(t *testing.T, e *env) {
 		if err != nil && !bytes.Contains([]byte(err.Error()), []byte(fmt.Sprint(n))) {
 			t.Errorf("Get(%d) error %q does not name the value", n, err)
 		}
-		_, err = q.Peek(e.ctx, n)
-		wantErr(t, fmt.Sprintf("Peek(%d)", n), err, queue.ErrBatchSize)
 	}
 	// The rejected calls hid nothing.
 	m := e.getOne(t, q, 30*unit)
 	if m.DequeueCount != 1 {
 		t.Errorf("DequeueCount = %d after rejected gets, want 1", m.DequeueCount)
 	}
-	if ms := e.get(t, q, queue.MaxBatchSize, 30*unit); len(ms) != 0 {
-		t.Errorf("Get(32) on a drained queue returned %d", len(ms))
+	if ms := e.get(t, q, e.batch(), 30*unit); len(ms) != 0 {
+		t.Errorf("Get(%d) on a drained queue returned %d", e.batch(), len(ms))
 	}
 }
 
 func testBatchGet(t *testing.T, e *env) {
 	q := e.open(t, "batch-get")
-	const total = 40
+	total := e.batch() + max(e.batch()/2, 1)
 	ids := map[string]bool{}
 	for i := 0; i < total; i++ {
 		ids[e.put(t, q, fmt.Sprintf("m%02d", i), queue.PutOptions{})] = true
@@ -297,13 +344,13 @@ func testBatchGet(t *testing.T, e *env) {
 	if len(ids) != total {
 		t.Fatalf("Put returned %d distinct ids for %d messages", len(ids), total)
 	}
-	first := e.get(t, q, queue.MaxBatchSize, 30*unit)
-	if len(first) != queue.MaxBatchSize {
-		t.Fatalf("first Get(32) = %d messages, want 32", len(first))
+	first := e.get(t, q, e.batch(), 30*unit)
+	if len(first) != e.batch() {
+		t.Fatalf("first Get(%d) = %d messages, want %d", e.batch(), len(first), e.batch())
 	}
-	second := e.get(t, q, queue.MaxBatchSize, 30*unit)
-	if len(second) != total-queue.MaxBatchSize {
-		t.Fatalf("second Get(32) = %d messages, want %d", len(second), total-queue.MaxBatchSize)
+	second := e.get(t, q, e.batch(), 30*unit)
+	if len(second) != total-e.batch() {
+		t.Fatalf("second Get(%d) = %d messages, want %d", e.batch(), len(second), total-e.batch())
 	}
 	seen := map[string]bool{}
 	for _, m := range append(first, second...) {
@@ -316,11 +363,11 @@ func testBatchGet(t *testing.T, e *env) {
 		seen[m.ID] = true
 	}
 	e.getNone(t, q, "all hidden")
-	// Oldest first: the first batch holds the first 32 puts.
+	// Oldest first: the first batch holds the first puts.
 	for _, m := range first {
 		var i int
-		if _, err := fmt.Sscanf(string(m.Body), "m%d", &i); err != nil || i >= queue.MaxBatchSize {
-			t.Errorf("first batch holds %q, want one of the first 32 puts", m.Body)
+		if _, err := fmt.Sscanf(string(m.Body), "m%d", &i); err != nil || i >= e.batch() {
+			t.Errorf("first batch holds %q, want one of the first %d puts", m.Body, e.batch())
 		}
 	}
 }
@@ -442,7 +489,7 @@ func testDequeueCount(t *testing.T, e *env) {
 	q := e.open(t, "dequeue-count")
 	e.put(t, q, "d", queue.PutOptions{})
 	for want := 1; want <= 4; want++ {
-		if ps, err := q.Peek(e.ctx, 1); err != nil || len(ps) != 1 || ps[0].DequeueCount != want-1 {
+		if ps, err := q.Peek(e.ctx, 1); e.peek() > 0 && (err != nil || len(ps) != 1 || ps[0].DequeueCount != want-1) {
 			t.Fatalf("Peek before get %d: %v, %v; want dequeue count %d", want, ps, err, want-1)
 		}
 		m := e.getOne(t, q, unit)
@@ -458,19 +505,19 @@ func testTTL(t *testing.T, e *env) {
 	id := e.put(t, q, "short", queue.PutOptions{TTL: 3 * unit})
 	e.put(t, q, "long", queue.PutOptions{TTL: time.Hour})
 	e.advance(unit)
-	if ps, err := q.Peek(e.ctx, queue.MaxPeek); err != nil || len(ps) != 2 {
+	if ps, err := q.Peek(e.ctx, max(e.peek(), 1)); e.peek() > 0 && (err != nil || len(ps) != 2) {
 		t.Fatalf("Peek before expiry = %d messages, %v; want 2", len(ps), err)
 	}
 	e.advance(3 * unit)
-	ps, err := q.Peek(e.ctx, queue.MaxPeek)
-	if err != nil || len(ps) != 1 || string(ps[0].Body) != "long" {
+	ps, err := q.Peek(e.ctx, max(e.peek(), 1))
+	if e.peek() > 0 && (err != nil || len(ps) != 1 || string(ps[0].Body) != "long") {
 		t.Fatalf("Peek after expiry = %d messages, %v; want only %q", len(ps), err, "long")
 	}
-	ms := e.get(t, q, queue.MaxBatchSize, 30*unit)
+	ms := e.get(t, q, e.batch(), 30*unit)
 	if len(ms) != 1 || string(ms[0].Body) != "long" {
 		t.Fatalf("Get after expiry = %d messages; want only %q", len(ms), "long")
 	}
-	if !e.h.ApproximateCount {
+	if e.f.ExactCount {
 		if n := e.count(t, q); n != 1 {
 			t.Errorf("Count after expiry = %d, want 1", n)
 		}
@@ -529,11 +576,15 @@ func testInitialDelay(t *testing.T, e *env) {
 
 func testPeek(t *testing.T, e *env) {
 	q := e.open(t, "peek")
+	e.need(t, e.peek() > 0, "peek", func() error {
+		_, err := q.Peek(e.ctx, 1)
+		return err
+	})
 	for _, b := range []string{"a", "b", "c"} {
 		e.put(t, q, b, queue.PutOptions{})
 	}
 	for i := 0; i < 2; i++ {
-		ps, err := q.Peek(e.ctx, queue.MaxPeek)
+		ps, err := q.Peek(e.ctx, e.peek())
 		if err != nil || len(ps) != 3 {
 			t.Fatalf("Peek = %d, %v; want 3", len(ps), err)
 		}
@@ -553,7 +604,7 @@ func testPeek(t *testing.T, e *env) {
 	if string(m.Body) != "a" || m.DequeueCount != 1 {
 		t.Fatalf("Get after peeks = %q with dequeue count %d, want %q with 1", m.Body, m.DequeueCount, "a")
 	}
-	ps, err := q.Peek(e.ctx, queue.MaxPeek)
+	ps, err := q.Peek(e.ctx, e.peek())
 	if err != nil || len(ps) != 2 {
 		t.Fatalf("Peek with one hidden = %d, %v; want 2", len(ps), err)
 	}
@@ -667,7 +718,7 @@ func testBodyRoundTrip(t *testing.T, e *env) {
 			t.Fatalf("Put(%q): %v", b, err)
 		}
 	}
-	ms := e.get(t, q, queue.MaxBatchSize, 30*unit)
+	ms := e.get(t, q, e.batch(), 30*unit)
 	if len(ms) != len(bodies) {
 		t.Fatalf("Get = %d messages, want %d", len(ms), len(bodies))
 	}
@@ -685,7 +736,7 @@ func testBodyRoundTrip(t *testing.T, e *env) {
 			t.Fatal(err)
 		}
 	}
-	ms = e.get(t, q, queue.MaxBatchSize, 30*unit)
+	ms = e.get(t, q, e.batch(), 30*unit)
 	for i, m := range ms {
 		if !bytes.Equal(m.Body, bodies[i]) {
 			t.Errorf("after the caller overwrote its copy, body %d = %q", i, m.Body)
@@ -764,7 +815,7 @@ func testDeleteBatch(t *testing.T, e *env) {
 		{ID: stale["b"].ID, PopReceipt: stale["b"].PopReceipt},   // stale
 		{ID: byBody["c"].ID, PopReceipt: byBody["c"].PopReceipt}, // already gone
 	}
-	res, err := queue.DeleteBatch(e.ctx, q, rs)
+	res, err := q.DeleteBatch(e.ctx, rs)
 	if err != nil {
 		t.Fatalf("DeleteBatch: %v", err)
 	}
@@ -782,7 +833,7 @@ func testDeleteBatch(t *testing.T, e *env) {
 	if err := q.Delete(e.ctx, byBody["b"].ID, byBody["b"].PopReceipt); err != nil {
 		t.Fatalf("the failed batch entry changed b's receipt: %v", err)
 	}
-	if res, err := queue.DeleteBatch(e.ctx, q, nil); err != nil || len(res) != 0 {
+	if res, err := q.DeleteBatch(e.ctx, nil); err != nil || len(res) != 0 {
 		t.Fatalf("DeleteBatch(nil) = %v, %v", res, err)
 	}
 }
@@ -794,7 +845,7 @@ func testDeleteBatchLarge(t *testing.T, e *env) {
 	}
 	var rs []queue.Receipt
 	for len(rs) < 40 {
-		ms := e.get(t, q, queue.MaxBatchSize, 30*unit)
+		ms := e.get(t, q, e.batch(), 30*unit)
 		if len(ms) == 0 {
 			t.Fatalf("got %d of 40", len(rs))
 		}
@@ -805,7 +856,7 @@ func testDeleteBatchLarge(t *testing.T, e *env) {
 	// More than one get's worth, with one message named twice: results
 	// match one Delete per receipt, in order.
 	rs = append(rs, rs[3])
-	res, err := queue.DeleteBatch(e.ctx, q, rs)
+	res, err := q.DeleteBatch(e.ctx, rs)
 	if err != nil {
 		t.Fatalf("DeleteBatch of %d: %v", len(rs), err)
 	}
@@ -921,12 +972,13 @@ func testRestart(t *testing.T, e *env) {
 
 func testSibling(t *testing.T, e *env) {
 	q := e.open(t, "sibling-main")
-	s, err := queue.OpenSibling(q, "sibling-main-poison")
-	if errors.Is(err, queue.ErrInvalidArgument) {
-		t.Skip("the driver opens no siblings")
-	}
+	e.need(t, e.f.Siblings, "siblings", func() error {
+		_, err := q.Sibling(e.ctx, "sibling-main-poison")
+		return err
+	})
+	s, err := q.Sibling(e.ctx, "sibling-main-poison")
 	if err != nil {
-		t.Fatalf("OpenSibling: %v", err)
+		t.Fatalf("Sibling: %v", err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	if s.Name() != "sibling-main-poison" {
@@ -938,10 +990,44 @@ func testSibling(t *testing.T, e *env) {
 	if n := e.count(t, same); n != 1 {
 		t.Fatalf("the sibling is not the queue of that name: count %d", n)
 	}
-	if _, err := queue.OpenSibling(q, "Bad_Name"); !errors.Is(err, queue.ErrInvalidName) {
-		t.Fatalf("OpenSibling with a bad name: %v", err)
+	if _, err := q.Sibling(e.ctx, "Bad_Name"); !errors.Is(err, queue.ErrInvalidName) {
+		t.Fatalf("Sibling with a bad name: %v", err)
 	}
 	// Closing the sibling leaves the main queue working.
 	_ = s.Close()
 	e.put(t, q, "still", queue.PutOptions{})
+}
+
+func testSubscribe(t *testing.T, e *env) {
+	q := e.open(t, "subscribe")
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	e.need(t, e.f.NativeNotify, "native notify", func() error {
+		_, err := q.Subscribe(ctx)
+		return err
+	})
+	sig, err := q.Subscribe(ctx)
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	// A put through another handle, as from another producer, wakes the
+	// subscriber. The wait is only a guard against a hang.
+	other := e.open(t, "subscribe")
+	for i := 0; i < 2; i++ {
+		e.put(t, other, fmt.Sprint("wake-", i), queue.PutOptions{})
+		select {
+		case <-sig:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("put %d: no signal within 30 s", i)
+		}
+	}
+	// Two puts while nobody reads merge into one pending signal, never block
+	// the producer.
+	e.put(t, other, "a", queue.PutOptions{})
+	e.put(t, other, "b", queue.PutOptions{})
+	select {
+	case <-sig:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no signal for two puts")
+	}
 }

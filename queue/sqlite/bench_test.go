@@ -16,7 +16,7 @@ import (
 // benchBody is a typical small message: a JSON document of 128 bytes.
 var benchBody = []byte(`{"order":12345,"customer":"c-0001","items":[{"sku":"a-1","qty":2},{"sku":"b-7","qty":1}],"note":"benchmark message body"}`)
 
-func benchQueue(b *testing.B) (*DB, *Queue) {
+func benchQueue(b *testing.B) (*DB, *queue.Queue) {
 	b.Helper()
 	db, err := Open(filepath.Join(b.TempDir(), "bench.db"))
 	if err != nil {
@@ -32,9 +32,15 @@ func benchQueue(b *testing.B) (*DB, *Queue) {
 
 // fill inserts n messages in transactions of 10,000, bypassing Put: the
 // benchmarks measure the consumer side.
-func fill(b *testing.B, q *Queue, n int) {
+func fill(b *testing.B, pq *queue.Queue, n int) {
 	b.Helper()
 	ctx := context.Background()
+	var db *DB
+	pq.As(&db)
+	q, err := db.queue(pq.Name())
+	if err != nil {
+		b.Fatal(err)
+	}
 	now := q.now()
 	for n > 0 {
 		k := min(n, 10000)

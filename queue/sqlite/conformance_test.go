@@ -8,6 +8,7 @@ import (
 
 	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 	"github.com/adaptq/adaptq/queue/queuetest"
 	"github.com/adaptq/adaptq/queue/sqlite"
 )
@@ -44,12 +45,16 @@ func TestConformance(t *testing.T) {
 			}
 		})
 		return &queuetest.Harness{
-			NewQueue: func(_ context.Context, name string) (queue.Queue, error) {
+			NewQueue: func(_ context.Context, name string) (*queue.Queue, error) {
 				mu.Lock()
 				defer mu.Unlock()
 				return db.Queue(name)
 			},
 			Advance: c.Advance,
+			Features: driver.Features{
+				MaxPeek: queue.MaxPeek, ExactCount: true, BatchDelete: true, Siblings: true,
+				Durability: driver.ProcessCrash,
+			},
 			Reopen: func(context.Context) error {
 				mu.Lock()
 				err := db.Close()

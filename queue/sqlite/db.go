@@ -113,6 +113,7 @@ type DB struct {
 	path    string
 	clock   queue.Clock
 	maxBody int
+	sync    Sync
 
 	w *sql.DB // writes: exactly one connection
 	r *sql.DB // Peek and Count: read-only connections
@@ -160,7 +161,7 @@ func Open(path string, opts ...Option) (*DB, error) {
 	if err := os.MkdirAll(filepath.Dir(abs), 0o750); err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
-	db := &DB{path: abs, clock: o.clock, maxBody: o.maxBody, queues: map[string]int64{}}
+	db := &DB{path: abs, clock: o.clock, maxBody: o.maxBody, sync: o.sync, queues: map[string]int64{}}
 	if err := db.open(o.busyTimeout, o.sync); err != nil {
 		db.closePools()
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, classify(err))
@@ -295,8 +296,18 @@ func (db *DB) Path() string { return db.path }
 // Queue returns a handle on the queue called name, creating the queue in
 // the file if it is new. The name must pass queue.ValidateName; if it does
 // not, the error wraps queue.ErrInvalidName and nothing is created. Handles
-// are cheap; closing one does not close the DB.
-func (db *DB) Queue(name string) (*Queue, error) {
+// are cheap; closing one does not close the DB. opts configure the handle
+// as in queue.New (a meter, a wrapper).
+func (db *DB) Queue(name string, opts ...queue.Option) (*queue.Queue, error) {
+	d, err := db.queue(name)
+	if err != nil {
+		return nil, err
+	}
+	return queue.New(d, opts...), nil
+}
+
+// queue returns the driver of the queue called name.
+func (db *DB) queue(name string) (*driverQueue, error) {
 	if err := queue.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("sqlite: queue: %w", err)
 	}
@@ -307,7 +318,7 @@ func (db *DB) Queue(name string) (*Queue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: queue %q: %w", name, db.mapErr(err))
 	}
-	return &Queue{db: db, name: name, qid: id}, nil
+	return &driverQueue{db: db, name: name, qid: id}, nil
 }
 
 // queueID returns the queues.id of name, inserting the row if needed.

@@ -7,7 +7,7 @@
 //	db, err := sqlite.Open("./data/adaptq.db")
 //	…
 //	defer db.Close()
-//	q, err := db.Queue("orders") // implements queue.Queue and queue.BatchDeleter
+//	q, err := db.Queue("orders") // a *queue.Queue; batch deletes are one transaction
 //
 // or, importing the package for its side effect, open a queue by URL with
 // queue.Open:

@@ -43,7 +43,7 @@ func Example() {
 		rs[i] = queue.Receipt{ID: m.ID, PopReceipt: m.PopReceipt}
 	}
 	// One transaction for the whole batch; one result per receipt.
-	if _, err := queue.DeleteBatch(ctx, q, rs); err != nil {
+	if _, err := q.DeleteBatch(ctx, rs); err != nil {
 		log.Fatal(err)
 	}
 	n, _ := q.Count(ctx)

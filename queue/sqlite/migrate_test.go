@@ -9,6 +9,7 @@ import (
 
 	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 )
 
 // TestMigrateV1 opens testdata/v1.db, a file written by schema version 1
@@ -47,7 +48,7 @@ func TestMigrateV1(t *testing.T) {
 
 	orders, empty, ttl := mustQueue(t, db, "orders"), mustQueue(t, db, "empty"), mustQueue(t, db, "ttl")
 	for _, tc := range []struct {
-		q    *Queue
+		q    *queue.Queue
 		want int
 	}{{orders, 4}, {empty, 0}, {ttl, 1}} {
 		if n, err := tc.q.Count(ctx); err != nil || n != tc.want {
@@ -99,12 +100,14 @@ func TestDepthStaysExact(t *testing.T) {
 	q, other := mustQueue(t, db, "depth"), mustQueue(t, db, "other")
 	check := func(step string) {
 		t.Helper()
-		for _, q := range []*Queue{q, other} {
+		for _, q := range []*queue.Queue{q, other} {
 			var depth, rows int
-			db.r.QueryRow("SELECT depth FROM queues WHERE id = ?", q.qid).Scan(&depth)
-			db.r.QueryRow("SELECT count(*) FROM messages WHERE queue_id = ?", q.qid).Scan(&rows)
+			if err := db.r.QueryRow("SELECT depth, (SELECT count(*) FROM messages WHERE queue_id = queues.id) FROM queues WHERE name = ?",
+				q.Name()).Scan(&depth, &rows); err != nil {
+				t.Fatal(err)
+			}
 			if depth != rows {
-				t.Fatalf("%s: queue %s depth %d, %d rows", step, q.name, depth, rows)
+				t.Fatalf("%s: queue %s depth %d, %d rows", step, q.Name(), depth, rows)
 			}
 		}
 		if b, m := rawCount(t, db, "bodies"), rawCount(t, db, "messages"); b != m {
@@ -206,12 +209,18 @@ func TestSyncFull(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		q := qq.(*Queue)
+		var db *DB
+		if !qq.As(&db) {
+			t.Fatal("As(*DB) failed")
+		}
 		var got int
-		if err := q.db.w.QueryRow("PRAGMA synchronous").Scan(&got); err != nil || got != tc.want {
+		if err := db.w.QueryRow("PRAGMA synchronous").Scan(&got); err != nil || got != tc.want {
 			t.Errorf("%s: synchronous = %d, %v; want %d", tc.url, got, err, tc.want)
 		}
-		if _, err := q.Put(ctx, []byte("x"), queue.PutOptions{}); err != nil {
+		if d, want := qq.Features().Durability, map[int]driver.Durability{1: driver.ProcessCrash, 2: driver.PowerLoss}[tc.want]; d != want {
+			t.Errorf("%s: Features().Durability = %v, want %v", tc.url, d, want)
+		}
+		if _, err := qq.Put(ctx, []byte("x"), queue.PutOptions{}); err != nil {
 			t.Error(err)
 		}
 		qq.Close()

@@ -101,7 +101,7 @@ const workPause = 500 * time.Microsecond
 
 // consume gets and deletes until the queue is empty and stop says so,
 // pausing for pause per batch and calling took for each message deleted.
-func consume(ctx context.Context, q *Queue, pause time.Duration, took func(id string), stop func() bool) error {
+func consume(ctx context.Context, q *queue.Queue, pause time.Duration, took func(id string), stop func() bool) error {
 	for {
 		ms, err := q.Get(ctx, queue.MaxBatchSize, 5*time.Minute)
 		if queue.IsTransient(err) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 )
 
 // Lazy deletion of expired messages (see the package doc).
@@ -144,81 +145,81 @@ var sqlExistsBatch = func() string {
 	return "SELECT id FROM messages WHERE +queue_id = ?1 AND expires_at > ?2 AND id IN (" + in.String() + ")"
 }()
 
-// Queue is a handle on one queue of a DB. It implements queue.Queue,
-// queue.BatchDeleter and queue.MaxBodySizer, and is safe for concurrent use.
-type Queue struct {
+// driverQueue is the driver of one queue of a DB (a driver.Queue); the
+// portable queue.Queue wraps it. It is safe for concurrent use.
+type driverQueue struct {
 	db   *DB
 	name string
 	qid  int64
 
-	closed    atomic.Bool
 	onClose   func() error // releases a DB shared by URL opens; nil otherwise
 	sharedKey string       // the shared DB's key when opened by URL
 	nextPurge atomic.Int64 // Unix ns of the DB clock
 }
 
-var (
-	_ queue.Queue         = (*Queue)(nil)
-	_ queue.BatchDeleter  = (*Queue)(nil)
-	_ queue.MaxBodySizer  = (*Queue)(nil)
-	_ queue.SiblingOpener = (*Queue)(nil)
-)
+var _ driver.Queue = (*driverQueue)(nil)
 
 // Name returns the queue's name.
-func (q *Queue) Name() string { return q.name }
+func (q *driverQueue) Name() string { return q.name }
 
-// MaxBodySize returns the largest body Put accepts (WithMaxBodySize).
-func (q *Queue) MaxBodySize() int { return q.db.maxBody }
+// Features: every capability but native notify; a durable file (a power
+// cut too with SyncFull).
+func (q *driverQueue) Features() driver.Features {
+	durability := driver.ProcessCrash
+	if q.db.sync == SyncFull {
+		durability = driver.PowerLoss
+	}
+	return driver.Features{
+		Name:        Scheme,
+		MaxBatch:    queue.MaxBatchSize,
+		MaxPeek:     queue.MaxPeek,
+		MaxBody:     q.db.maxBody,
+		ExactCount:  true,
+		BatchDelete: true,
+		Siblings:    true,
+		Durability:  durability,
+	}
+}
 
 // Close releases the handle; the DB stays open (unless the queue was opened
-// by URL and is the last one on its file). Operations on a closed handle
-// return queue.ErrClosed. Closing twice is a no-op.
-func (q *Queue) Close() error {
-	if q.closed.Swap(true) {
-		return nil
-	}
+// by URL and is the last one on its file). The portable queue calls it
+// once.
+func (q *driverQueue) Close() error {
 	if q.onClose != nil {
 		return q.onClose()
 	}
 	return nil
 }
 
-// begin checks what every operation checks first: the caller's context and
-// whether the handle or its DB is closed.
-func (q *Queue) begin(ctx context.Context, op string) error {
-	if err := ctx.Err(); err != nil {
-		return q.wrap(op, err)
+// Classify: mapErr marks SQLITE_BUSY and SQLITE_LOCKED transient.
+func (q *driverQueue) Classify(err error) (bool, time.Duration) { return driver.DefaultClassify(err) }
+
+// As gives the queue's *DB to a *(*DB) target.
+func (q *driverQueue) As(target any) bool {
+	if p, ok := target.(**DB); ok {
+		*p = q.db
+		return true
 	}
-	if q.closed.Load() || q.db.closed.Load() {
-		return q.wrap(op, queue.ErrClosed)
-	}
-	return nil
+	return false
 }
 
-func (q *Queue) wrap(op string, err error) error {
-	return fmt.Errorf("sqlite: %s %q: %w", op, q.name, err)
+// Subscribe is not supported: SQLite has no notification across processes.
+func (q *driverQueue) Subscribe(context.Context) (<-chan struct{}, error) {
+	return nil, driver.ErrUnsupported
 }
 
-// fail wraps an error of the database.
-func (q *Queue) fail(op string, err error) error {
-	return q.wrap(op, q.db.mapErr(err))
-}
+// fail maps an error of the database.
+func (q *driverQueue) fail(err error) error { return q.db.mapErr(err) }
 
 // now reads the DB's clock as Unix nanoseconds.
-func (q *Queue) now() int64 { return q.db.clock.Now().UnixNano() }
+func (q *driverQueue) now() int64 { return q.db.clock.Now().UnixNano() }
 
 // Put adds a message and returns its id.
-func (q *Queue) Put(ctx context.Context, body []byte, opts queue.PutOptions) (string, error) {
-	if err := q.begin(ctx, "put"); err != nil {
-		return "", err
-	}
-	ttl, err := queue.CheckPut(body, opts, q.db.maxBody)
-	if err != nil {
-		return "", q.wrap("put", err)
-	}
+func (q *driverQueue) Put(ctx context.Context, body []byte, opts driver.PutOptions) (string, error) {
+	ttl := opts.TTL
 	now := q.now()
 	exp := int64(noExpiry)
-	if ttl != queue.NoExpiry {
+	if ttl != driver.NoExpiry {
 		exp = satAdd(now, ttl)
 	}
 	if body == nil {
@@ -232,7 +233,7 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts queue.PutOptions) (st
 		body:       body,
 	})
 	if err != nil {
-		return "", q.fail("put", err)
+		return "", q.fail(err)
 	}
 	return strconv.FormatInt(id, 10), nil
 }
@@ -240,16 +241,7 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts queue.PutOptions) (st
 // Get returns up to n visible messages in FIFO order, each hidden until
 // now+visibility with a new receipt and its dequeue count incremented. The
 // whole batch is one statement, hence one transaction.
-func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*queue.Message, error) {
-	if err := q.begin(ctx, "get"); err != nil {
-		return nil, err
-	}
-	if err := queue.CheckBatchSize(n); err != nil {
-		return nil, q.wrap("get", err)
-	}
-	if err := queue.CheckVisibility(visibility); err != nil {
-		return nil, q.wrap("get", err)
-	}
+func (q *driverQueue) Get(ctx context.Context, n int, visibility time.Duration) ([]*driver.Message, error) {
 	now := q.now()
 	// Once begun, the get runs to its end whatever becomes of ctx: SQLite
 	// hides the messages on the statement's first step, so a get cut off
@@ -260,26 +252,26 @@ func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*qu
 	visibleAt := now + int64(visibility)
 	rows, err := q.db.st.get.QueryContext(ctx, q.qid, now, visibleAt, n)
 	if err != nil {
-		return nil, q.fail("get", err)
+		return nil, q.fail(err)
 	}
 	defer rows.Close()
 	var (
-		backing []queue.Message
-		msgs    []*queue.Message
+		backing []driver.Message
+		msgs    []*driver.Message
 		pos     []int64 // receipt & 63, the FIFO position
 	)
 	for rows.Next() {
 		var id, receipt, dc, ins, exp int64
 		var body []byte
 		if err := rows.Scan(&id, &receipt, &body, &dc, &ins, &exp); err != nil {
-			return nil, q.fail("get", err)
+			return nil, q.fail(err)
 		}
 		if backing == nil {
-			backing = make([]queue.Message, 0, n)
-			msgs = make([]*queue.Message, 0, n)
+			backing = make([]driver.Message, 0, n)
+			msgs = make([]*driver.Message, 0, n)
 			pos = make([]int64, 0, n)
 		}
-		backing = append(backing, queue.Message{
+		backing = append(backing, driver.Message{
 			ID:            strconv.FormatInt(id, 10),
 			PopReceipt:    formatReceipt(receipt),
 			Body:          body,
@@ -292,7 +284,7 @@ func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*qu
 		pos = append(pos, receipt&63)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, q.fail("get", err)
+		return nil, q.fail(err)
 	}
 	// Put the messages in FIFO order: position i goes to index i.
 	for i := 0; i < len(msgs); {
@@ -310,7 +302,7 @@ func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*qu
 // purge deletes expired messages at the head of the queue, at most once per
 // purgeInterval unless the last purge was full. It is opportunistic: an
 // error is left for the Get that follows to meet.
-func (q *Queue) purge(ctx context.Context, now int64) {
+func (q *driverQueue) purge(ctx context.Context, now int64) {
 	next := q.nextPurge.Load()
 	if now < next || !q.nextPurge.CompareAndSwap(next, now+int64(purgeInterval)) {
 		return
@@ -353,13 +345,10 @@ func (db *DB) purge(ctx context.Context, qid, now int64) (int64, error) {
 // Delete removes a message held with its newest receipt. A stale receipt is
 // queue.ErrReceiptMismatch; an unknown, deleted or expired id is
 // queue.ErrNotFound.
-func (q *Queue) Delete(ctx context.Context, id, popReceipt string) error {
-	if err := q.begin(ctx, "delete"); err != nil {
-		return err
-	}
+func (q *driverQueue) Delete(ctx context.Context, id, popReceipt string) error {
 	mid, ok := parseID(id)
 	if !ok {
-		return q.notFound("delete", id)
+		return notFound(id)
 	}
 	now := q.now()
 	r, ok := parseReceipt(popReceipt)
@@ -367,20 +356,20 @@ func (q *Queue) Delete(ctx context.Context, id, popReceipt string) error {
 		exp, deleted, err := q.deleteOne(ctx, mid, r)
 		switch {
 		case err != nil:
-			return q.fail("delete", err)
+			return q.fail(err)
 		case deleted && exp > now:
 			return nil
 		case deleted:
-			return q.notFound("delete", id) // expired: gone, and now deleted too
+			return notFound(id) // expired: gone, and now deleted too
 		}
 	}
-	return q.missed(ctx, q.db.st.exists, "delete", id, mid, now)
+	return q.missed(ctx, q.db.st.exists, id, mid, now)
 }
 
 // deleteOne deletes message mid if r is its receipt, with its body, and
 // lowers the depth, in one transaction. It returns the message's expiry and
 // whether it was deleted.
-func (q *Queue) deleteOne(ctx context.Context, mid, r int64) (exp int64, deleted bool, err error) {
+func (q *driverQueue) deleteOne(ctx context.Context, mid, r int64) (exp int64, deleted bool, err error) {
 	tx, err := q.db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, false, err
@@ -401,7 +390,7 @@ func (q *Queue) deleteOne(ctx context.Context, mid, r int64) (exp int64, deleted
 
 // gone finishes, inside tx, the deletion of messages ids (already deleted
 // from messages): it deletes their bodies and lowers the queue's depth.
-func (q *Queue) gone(ctx context.Context, tx *sql.Tx, ids []int64) error {
+func (q *driverQueue) gone(ctx context.Context, tx *sql.Tx, ids []int64) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -422,36 +411,29 @@ func (q *Queue) gone(ctx context.Context, tx *sql.Tx, ids []int64) error {
 
 // missed explains why an id and receipt matched nothing: the message is
 // there (a stale receipt) or it is not (not found).
-func (q *Queue) missed(ctx context.Context, exists *sql.Stmt, op, id string, mid, now int64) error {
+func (q *driverQueue) missed(ctx context.Context, exists *sql.Stmt, id string, mid, now int64) error {
 	var exp int64
 	err := exists.QueryRowContext(ctx, q.qid, mid).Scan(&exp)
 	switch {
 	case err == nil && exp > now:
-		return q.wrap(op, fmt.Errorf("%w: message %s has a newer pop receipt", queue.ErrReceiptMismatch, id))
+		return fmt.Errorf("%w: message %s has a newer pop receipt", driver.ErrReceiptMismatch, id)
 	case err == nil, errors.Is(err, sql.ErrNoRows):
-		return q.notFound(op, id)
+		return notFound(id)
 	default:
-		return q.fail(op, err)
+		return q.fail(err)
 	}
 }
 
-func (q *Queue) notFound(op, id string) error {
-	return q.wrap(op, fmt.Errorf("%w: message %q", queue.ErrNotFound, id))
+func notFound(id string) error {
+	return fmt.Errorf("%w: message %q", driver.ErrNotFound, id)
 }
 
 // UpdateVisibility hides a held message until now+d (d = 0 releases it) and
 // returns its new receipt; the old one becomes stale.
-func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d time.Duration) (string, error) {
-	const op = "update visibility"
-	if err := q.begin(ctx, op); err != nil {
-		return "", err
-	}
-	if err := queue.CheckUpdateVisibility(d); err != nil {
-		return "", q.wrap(op, err)
-	}
+func (q *driverQueue) UpdateVisibility(ctx context.Context, id, popReceipt string, d time.Duration) (string, error) {
 	mid, ok := parseID(id)
 	if !ok {
-		return "", q.notFound(op, id)
+		return "", notFound(id)
 	}
 	now := q.now()
 	if r, ok := parseReceipt(popReceipt); ok {
@@ -461,33 +443,27 @@ func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d t
 		case err == nil:
 			return formatReceipt(nr), nil
 		case !errors.Is(err, sql.ErrNoRows):
-			return "", q.fail(op, err)
+			return "", q.fail(err)
 		}
 	}
-	return "", q.missed(ctx, q.db.st.exists, op, id, mid, now)
+	return "", q.missed(ctx, q.db.st.exists, id, mid, now)
 }
 
 // Peek returns up to n visible messages in FIFO order without changing them.
-func (q *Queue) Peek(ctx context.Context, n int) ([]*queue.Message, error) {
-	if err := q.begin(ctx, "peek"); err != nil {
-		return nil, err
-	}
-	if err := queue.CheckPeekSize(n); err != nil {
-		return nil, q.wrap("peek", err)
-	}
+func (q *driverQueue) Peek(ctx context.Context, n int) ([]*driver.Message, error) {
 	rows, err := q.db.st.peek.QueryContext(ctx, q.qid, q.now(), n)
 	if err != nil {
-		return nil, q.fail("peek", err)
+		return nil, q.fail(err)
 	}
 	defer rows.Close()
-	var msgs []*queue.Message
+	var msgs []*driver.Message
 	for rows.Next() {
 		var id, dc, ins, exp, vis int64
 		var body []byte
 		if err := rows.Scan(&id, &body, &dc, &ins, &exp, &vis); err != nil {
-			return nil, q.fail("peek", err)
+			return nil, q.fail(err)
 		}
-		msgs = append(msgs, &queue.Message{
+		msgs = append(msgs, &driver.Message{
 			ID:            strconv.FormatInt(id, 10),
 			Body:          body,
 			DequeueCount:  int(dc),
@@ -497,35 +473,29 @@ func (q *Queue) Peek(ctx context.Context, n int) ([]*queue.Message, error) {
 		})
 	}
 	if err := rows.Err(); err != nil {
-		return nil, q.fail("peek", err)
+		return nil, q.fail(err)
 	}
 	return msgs, nil
 }
 
 // Count returns the number of unexpired messages, visible or not.
-func (q *Queue) Count(ctx context.Context) (int, error) {
-	if err := q.begin(ctx, "count"); err != nil {
-		return 0, err
-	}
+func (q *driverQueue) Count(ctx context.Context) (int, error) {
 	var n int
 	if err := q.db.st.count.QueryRowContext(ctx, q.qid, q.now()).Scan(&n); err != nil {
-		return 0, q.fail("count", err)
+		return 0, q.fail(err)
 	}
 	return n, nil
 }
 
 // Clear deletes every message of the queue. Ids are not reused afterwards.
-func (q *Queue) Clear(ctx context.Context) error {
-	if err := q.begin(ctx, "clear"); err != nil {
-		return err
-	}
+func (q *driverQueue) Clear(ctx context.Context) error {
 	if err := q.clear(ctx); err != nil {
-		return q.fail("clear", err)
+		return q.fail(err)
 	}
 	return nil
 }
 
-func (q *Queue) clear(ctx context.Context) error {
+func (q *driverQueue) clear(ctx context.Context) error {
 	tx, err := q.db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -543,17 +513,13 @@ func (q *Queue) clear(ctx context.Context) error {
 // returns one result per receipt, in order: nil (deleted),
 // queue.ErrReceiptMismatch or queue.ErrNotFound, as Delete would. err
 // reports a failure of the whole call, in which case nothing was deleted.
-func (q *Queue) DeleteBatch(ctx context.Context, receipts []queue.Receipt) ([]error, error) {
-	const op = "delete batch"
-	if err := q.begin(ctx, op); err != nil {
-		return nil, err
-	}
+func (q *driverQueue) DeleteBatch(ctx context.Context, receipts []driver.Receipt) ([]error, error) {
 	if len(receipts) == 0 {
 		return nil, nil
 	}
 	tx, err := q.db.w.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, q.fail(op, err)
+		return nil, q.fail(err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 	now := q.now()
@@ -561,18 +527,18 @@ func (q *Queue) DeleteBatch(ctx context.Context, receipts []queue.Receipt) ([]er
 	for start := 0; start < len(receipts); start += queue.MaxBatchSize {
 		end := min(start+queue.MaxBatchSize, len(receipts))
 		if err := q.deleteChunk(ctx, tx, now, receipts[start:end], results[start:end]); err != nil {
-			return nil, q.fail(op, err)
+			return nil, q.fail(err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, q.fail(op, err)
+		return nil, q.fail(err)
 	}
 	return results, nil
 }
 
 // deleteChunk deletes up to queue.MaxBatchSize receipts inside tx and fills
 // results. An error is a failure of the database.
-func (q *Queue) deleteChunk(ctx context.Context, tx *sql.Tx, now int64, rs []queue.Receipt, results []error) error {
+func (q *driverQueue) deleteChunk(ctx context.Context, tx *sql.Tx, now int64, rs []driver.Receipt, results []error) error {
 	const op = "delete batch"
 	var (
 		ids   [queue.MaxBatchSize]int64
@@ -663,9 +629,9 @@ func (q *Queue) deleteChunk(ctx context.Context, tx *sql.Tx, now int64, rs []que
 		case 1:
 			results[i] = nil
 		case 2:
-			results[i] = q.notFound(op, r.ID)
+			results[i] = notFound(r.ID)
 		default:
-			results[i] = q.wrap(op, fmt.Errorf("%w: message %s has a newer pop receipt", queue.ErrReceiptMismatch, r.ID))
+			results[i] = fmt.Errorf("%w: message %s has a newer pop receipt", driver.ErrReceiptMismatch, r.ID)
 		}
 	}
 	return nil
@@ -673,7 +639,7 @@ func (q *Queue) deleteChunk(ctx context.Context, tx *sql.Tx, now int64, rs []que
 
 // existing returns which of the ids whose state is 3 are present and
 // unexpired.
-func (q *Queue) existing(ctx context.Context, tx *sql.Tx, now int64, ids []int64, state []uint8) (map[int64]bool, error) {
+func (q *driverQueue) existing(ctx context.Context, tx *sql.Tx, now int64, ids []int64, state []uint8) (map[int64]bool, error) {
 	args := make([]any, 2+queue.MaxBatchSize)
 	args[0], args[1] = q.qid, now
 	k := 2
@@ -701,14 +667,14 @@ func (q *Queue) existing(ctx context.Context, tx *sql.Tx, now int64, ids []int64
 
 // deleteEach deletes receipts one at a time inside tx, for a batch that
 // names an id more than once.
-func (q *Queue) deleteEach(ctx context.Context, tx *sql.Tx, now int64, rs []queue.Receipt, results []error) error {
+func (q *driverQueue) deleteEach(ctx context.Context, tx *sql.Tx, now int64, rs []driver.Receipt, results []error) error {
 	const op = "delete batch"
 	del, exists := tx.StmtContext(ctx, q.db.st.del), tx.StmtContext(ctx, q.db.st.exists)
 	var gone []int64
 	for i, r := range rs {
 		mid, ok := parseID(r.ID)
 		if !ok {
-			results[i] = q.notFound(op, r.ID)
+			results[i] = notFound(r.ID)
 			continue
 		}
 		if rc, ok := parseReceipt(r.PopReceipt); ok {
@@ -722,7 +688,7 @@ func (q *Queue) deleteEach(ctx context.Context, tx *sql.Tx, now int64, rs []queu
 				results[i] = nil
 				continue
 			case err == nil:
-				results[i] = q.notFound(op, r.ID)
+				results[i] = notFound(r.ID)
 				continue
 			case !errors.Is(err, sql.ErrNoRows):
 				return err
@@ -731,9 +697,9 @@ func (q *Queue) deleteEach(ctx context.Context, tx *sql.Tx, now int64, rs []queu
 		var exp int64
 		switch err := exists.QueryRowContext(ctx, q.qid, mid).Scan(&exp); {
 		case err == nil && exp > now:
-			results[i] = q.wrap(op, fmt.Errorf("%w: message %s has a newer pop receipt", queue.ErrReceiptMismatch, r.ID))
+			results[i] = fmt.Errorf("%w: message %s has a newer pop receipt", driver.ErrReceiptMismatch, r.ID)
 		case err == nil, errors.Is(err, sql.ErrNoRows):
-			results[i] = q.notFound(op, r.ID)
+			results[i] = notFound(r.ID)
 		default:
 			return err
 		}

@@ -31,7 +31,7 @@ func newDB(t *testing.T, opts ...Option) (*DB, *clock.Fake, string) {
 	return db, c, path
 }
 
-func mustQueue(t *testing.T, db *DB, name string) *Queue {
+func mustQueue(t *testing.T, db *DB, name string) *queue.Queue {
 	t.Helper()
 	q, err := db.Queue(name)
 	if err != nil {
@@ -40,7 +40,7 @@ func mustQueue(t *testing.T, db *DB, name string) *Queue {
 	return q
 }
 
-func mustPut(t *testing.T, q *Queue, body string, opts queue.PutOptions) string {
+func mustPut(t *testing.T, q *queue.Queue, body string, opts queue.PutOptions) string {
 	t.Helper()
 	id, err := q.Put(ctx, []byte(body), opts)
 	if err != nil {
@@ -49,7 +49,7 @@ func mustPut(t *testing.T, q *Queue, body string, opts queue.PutOptions) string 
 	return id
 }
 
-func mustGet(t *testing.T, q *Queue, n int, vis time.Duration) []*queue.Message {
+func mustGet(t *testing.T, q *queue.Queue, n int, vis time.Duration) []*queue.Message {
 	t.Helper()
 	ms, err := q.Get(ctx, n, vis)
 	if err != nil {
@@ -426,7 +426,7 @@ func TestClose(t *testing.T) {
 func TestRestart(t *testing.T) {
 	c := clock.NewFake(clock.Epoch)
 	path := filepath.Join(t.TempDir(), "restart.db")
-	open := func() (*DB, *Queue) {
+	open := func() (*DB, *queue.Queue) {
 		db, err := Open(path, WithClock(c))
 		if err != nil {
 			t.Fatal(err)
@@ -517,8 +517,8 @@ func TestForeignDatabase(t *testing.T) {
 func TestMaxBodySize(t *testing.T) {
 	db, _, _ := newDB(t, WithMaxBodySize(10))
 	q := mustQueue(t, db, "small")
-	if queue.MaxBodySize(q) != 10 {
-		t.Fatalf("MaxBodySize = %d", queue.MaxBodySize(q))
+	if q.MaxBodySize() != 10 {
+		t.Fatalf("MaxBodySize = %d", q.MaxBodySize())
 	}
 	if _, err := q.Put(ctx, make([]byte, 11), queue.PutOptions{}); !errors.Is(err, queue.ErrTooLarge) {
 		t.Fatalf("Put of 11 bytes = %v", err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 )
 
 // Scheme is the URL scheme this package registers with queue.Register.
@@ -54,7 +55,7 @@ type sharedDB struct {
 // It is what queue.Open calls for the scheme. All queues opened by URL on
 // one file share one DB (with the wall clock and default options), which
 // is closed when the last of them is closed.
-func OpenURL(ctx context.Context, u *url.URL) (queue.Queue, error) {
+func OpenURL(ctx context.Context, u *url.URL) (driver.Queue, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("sqlite: open %q: %w: %s", queue.Redact(u.String()), queue.ErrInvalidURL, fmt.Sprintf(format, args...))
 	}
@@ -120,7 +121,7 @@ func OpenURL(ctx context.Context, u *url.URL) (queue.Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	q, err := db.Queue(name)
+	q, err := db.queue(name)
 	if err != nil {
 		_ = release(key)
 		return nil, err
@@ -133,15 +134,15 @@ func OpenURL(ctx context.Context, u *url.URL) (queue.Queue, error) {
 // Sibling opens another queue in the same file. A queue opened by URL
 // shares the file's DB with its sibling, which holds a reference of its
 // own until it is closed.
-func (q *Queue) Sibling(name string) (queue.Queue, error) {
+func (q *driverQueue) Sibling(_ context.Context, name string) (driver.Queue, error) {
 	if q.sharedKey == "" {
-		return q.db.Queue(name)
+		return q.db.queue(name)
 	}
 	db, err := acquire(q.sharedKey, nil)
 	if err != nil {
 		return nil, err
 	}
-	s, err := db.Queue(name)
+	s, err := db.queue(name)
 	if err != nil {
 		_ = release(q.sharedKey)
 		return nil, err

@@ -28,12 +28,15 @@ func TestOpenURLSharesOneDB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	qa, qb, qc := a.(*Queue), b.(*Queue), c.(*Queue)
-	if qa.db != qb.db || qa.db != qc.db {
+	var da, db, dc *DB
+	if !a.As(&da) || !b.As(&db) || !c.As(&dc) {
+		t.Fatal("As gave no *DB")
+	}
+	if da != db || da != dc {
 		t.Fatal("URLs naming one file opened separate DBs")
 	}
-	if qa.db.Path() != abs {
-		t.Fatalf("DB path = %q, want %q", qa.db.Path(), abs)
+	if da.Path() != abs {
+		t.Fatalf("DB path = %q, want %q", da.Path(), abs)
 	}
 	if _, err := a.Put(ctx, []byte("x"), queue.PutOptions{}); err != nil {
 		t.Fatal(err)
@@ -60,7 +63,7 @@ func TestOpenURLSharesOneDB(t *testing.T) {
 		t.Fatalf("DB closed while a handle remains: %v", err)
 	}
 	c.Close()
-	if !qa.db.closed.Load() {
+	if !da.closed.Load() {
 		t.Fatal("DB still open after its last URL handle closed")
 	}
 	shared.Lock()
