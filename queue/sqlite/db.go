@@ -343,8 +343,10 @@ func (db *DB) Close() error {
 	if db.closed.Swap(true) {
 		return nil
 	}
-	db.stopVacuum()
-	<-db.vacuumDone
+	if db.stopVacuum != nil {
+		db.stopVacuum()
+		<-db.vacuumDone
+	}
 	return db.closePools()
 }
 

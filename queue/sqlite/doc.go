@@ -106,7 +106,8 @@
 // exactly one connection, so writers within a process queue up in Go rather
 // than spin in SQLite's busy handler, and each statement is prepared once.
 // Peek and Count read through a small pool of read-only connections, which
-// WAL lets run beside the writer.
+// WAL lets run beside the writer. The writer maps the file into memory
+// (mmapSize), so a Get reads large bodies without a read call per page.
 //
 // Every operation is one statement or one transaction: a Get of n messages is
 // a single UPDATE … RETURNING, so two consumers, in this process or another,
@@ -120,6 +121,15 @@
 // file locked waits up to the busy timeout (DefaultBusyTimeout,
 // WithBusyTimeout); an SQLITE_BUSY or SQLITE_LOCKED that outlasts it is
 // returned marked queue.Transient, so callers retry.
+//
+// Two processes on one file take turns at the write lock; what they lose
+// against one process (BENCHMARKS.md, the SQLite section) is mostly that a
+// connection drops its page cache whenever another connection has written,
+// so each turn first reads back the pages the other changed. The busy
+// handler's sleeps (1 ms and up) cost little: while one process sleeps the
+// other keeps the lock busy, and fewer hand-overs mean fewer cold caches.
+// The vacuum loop counts another process's commits as activity (PRAGMA
+// data_version), so it does not move pages under a drain running elsewhere.
 //
 // # Durability
 //
