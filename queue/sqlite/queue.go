@@ -93,7 +93,7 @@ const (
 		WHERE m.queue_id = ?1 AND m.visible_at <= ?2 AND m.expires_at > ?2
 		ORDER BY m.visible_at, m.id LIMIT ?3`
 
-	// sqlCount is the queue's depth, kept by the triggers, less the
+	// sqlCount is the queue's depth, kept by sqlDepth, less the
 	// expired messages not yet purged: O(1) plus one index probe (the
 	// purge keeps the expired ones few).
 	sqlCount = `SELECT depth - (SELECT count(*) FROM messages INDEXED BY messages_expiry
