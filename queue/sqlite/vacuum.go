@@ -48,9 +48,11 @@ func vacuumWorthIt(pages, free int64, busy bool) bool {
 
 // incrementalVacuum puts a file that is not in incremental auto-vacuum mode
 // into it: a file written by schema version 1 (or any file made before the
-// DSN asked for the mode) needs one full VACUUM to change mode. A new file
-// is born in the mode (the writer's DSN sets it), so this is a no-op for
-// it.
+// DSN asked for the mode) needs one full VACUUM to change mode, once, when
+// it is first opened; it holds the write lock meanwhile (seconds for a file
+// of hundreds of MiB), so another process opening the file at that moment
+// may see a transient busy error. A new file is born in the mode (the
+// writer's DSN sets it), so this is a no-op for it.
 func incrementalVacuum(ctx context.Context, w *sql.DB) error {
 	var mode int
 	if err := w.QueryRowContext(ctx, "PRAGMA auto_vacuum").Scan(&mode); err != nil {
@@ -63,8 +65,18 @@ func incrementalVacuum(ctx context.Context, w *sql.DB) error {
 	if _, err := w.ExecContext(ctx, "PRAGMA auto_vacuum = INCREMENTAL"); err != nil {
 		return fmt.Errorf("set auto_vacuum: %w", err)
 	}
-	if _, err := w.ExecContext(ctx, "VACUUM"); err != nil {
-		return fmt.Errorf("vacuum into incremental auto-vacuum mode: %w", err)
+	// VACUUM copies the database into a temporary one: in a file, not in
+	// memory (the connection's temp_store), as an old file may be large.
+	// w has one connection, and nothing else uses it while Open runs.
+	if _, err := w.ExecContext(ctx, "PRAGMA temp_store = FILE"); err != nil {
+		return fmt.Errorf("vacuum: temp_store: %w", err)
+	}
+	_, verr := w.ExecContext(ctx, "VACUUM")
+	if _, err := w.ExecContext(ctx, "PRAGMA temp_store = MEMORY"); err != nil {
+		return fmt.Errorf("vacuum: temp_store: %w", err)
+	}
+	if verr != nil {
+		return fmt.Errorf("vacuum into incremental auto-vacuum mode: %w", verr)
 	}
 	return nil
 }
