@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -119,6 +120,32 @@ func TestDepthStaysExact(t *testing.T) {
 		mustPut(t, other, "y", queue.PutOptions{})
 	}
 	check("put")
+	// Concurrent Puts to both queues share commits (groups of mixed
+	// queues); then they go again.
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for range 25 {
+				target := []*queue.Queue{q, other}[g%2]
+				if _, err := target.Put(ctx, []byte("z"), queue.PutOptions{}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	check("concurrent puts")
+	if err := q.Clear(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Clear(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		mustPut(t, q, "x", queue.PutOptions{TTL: time.Duration(i+1) * time.Second})
+		mustPut(t, other, "y", queue.PutOptions{})
+	}
 	ms := mustGet(t, q, 5, time.Minute)
 	if err := q.Delete(ctx, ms[0].ID, ms[0].PopReceipt); err != nil {
 		t.Fatal(err)
