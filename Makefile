@@ -3,7 +3,7 @@
 
 GO ?= go
 
-.PHONY: test fuzz bench vet fmt
+.PHONY: test fuzz torture bench vet fmt
 
 # Azurite, the Azure Storage emulator the queue/azure tests run against,
 # pinned by tools/azurite/package-lock.json. npm ci runs again only when
@@ -27,6 +27,12 @@ FUZZTIME ?= 1m
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz '^FuzzMatchesMemory$$' -fuzztime $(FUZZTIME) ./queue/sqlite/
+
+# The listener's torture test alone, under -race, for DURATION (it runs
+# 20 s within `make test`). A failure prints the seed that replays it.
+DURATION ?= 10m
+torture:
+	$(GO) test -race -count=1 -timeout 0 -run '^TestTorture$$' -v ./listener/ -args -torture.duration=$(DURATION)
 
 # Every figure of BENCHMARKS.md, measured in one run on this machine
 # (bench/ is its own module, so goqite stays out of adaptq's go.mod). Size

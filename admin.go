@@ -33,6 +33,21 @@ const (
 // listeners have drained.
 const adminShutdownTimeout = 5 * time.Second
 
+// The admin server's bounds, so that a slow or hostile client cannot hold
+// its connections or memory: a request is read within adminReadTimeout
+// (its headers within adminReadHeaderTimeout), answered within
+// adminWriteTimeout (a stats call counts every queue, one billed call
+// each), an idle keep-alive connection is closed after adminIdleTimeout,
+// and no route takes a body larger than adminMaxBody (none needs one).
+const (
+	adminReadHeaderTimeout = 5 * time.Second
+	adminReadTimeout       = 10 * time.Second
+	adminWriteTimeout      = 30 * time.Second
+	adminIdleTimeout       = 60 * time.Second
+	adminMaxHeaderBytes    = 16 << 10
+	adminMaxBody           = 4 << 10
+)
+
 // Stats is the worker's state and costs, as GET /v1/stats serves them.
 type Stats struct {
 	Uptime      Duration     `json:"uptime"`
@@ -174,8 +189,11 @@ func (w *Worker) startAdmin() (*adminServer, error) {
 		}
 		rw.WriteHeader(http.StatusAccepted)
 	})
+	// Outermost first: the body limit, the Host check (DNS rebinding), the
+	// cross-origin check (a web page posting to loopback), the token.
+	h := limitBody(w.checkHost(ln.Addr().String(), http.NewCrossOriginProtection().Handler(w.authorize(mux))))
 	a := &adminServer{
-		srv:  &http.Server{Handler: w.authorize(mux), ReadHeaderTimeout: 5 * time.Second},
+		srv:  newAdminHTTPServer(h),
 		done: make(chan struct{}),
 		log:  w.log,
 	}
@@ -197,6 +215,74 @@ func (a *adminServer) shutdown() {
 	defer cancel()
 	_ = a.srv.Shutdown(ctx)
 	<-a.done
+}
+
+// newAdminHTTPServer is the admin endpoint's server, with every timeout
+// set.
+func newAdminHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: adminReadHeaderTimeout,
+		ReadTimeout:       adminReadTimeout,
+		WriteTimeout:      adminWriteTimeout,
+		IdleTimeout:       adminIdleTimeout,
+		MaxHeaderBytes:    adminMaxHeaderBytes,
+	}
+}
+
+// limitBody refuses a request body over adminMaxBody.
+func limitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > adminMaxBody {
+			http.Error(rw, "request body too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		r.Body = http.MaxBytesReader(rw, r.Body, adminMaxBody)
+		next.ServeHTTP(rw, r)
+	})
+}
+
+// checkHost refuses, when no token is configured, a request whose Host is
+// neither the listening address nor a loopback name: a web page that
+// rebinds its own name to 127.0.0.1 then cannot read or drive the
+// endpoint. With a token the token decides. The health check stays open
+// (a probe names the machine's address).
+func (w *Worker) checkHost(listen string, next http.Handler) http.Handler {
+	if w.cfg.Admin.Token != "" {
+		return next
+	}
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != HealthPath && !localHost(r.Host, listen) {
+			http.Error(rw, "forbidden: Host is not this endpoint's address (set admin.token to serve other names)", http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(rw, r)
+	})
+}
+
+// localHost reports whether a request's Host names the endpoint listening
+// on listen: the listening address itself, or a loopback name or address.
+func localHost(host, listen string) bool {
+	if strings.EqualFold(host, listen) {
+		return true
+	}
+	name := host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		name = h
+	}
+	name = strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(name, "["), "]"), ".")
+	if strings.EqualFold(name, "localhost") {
+		return true
+	}
+	if ip := net.ParseIP(name); ip != nil && ip.IsLoopback() {
+		return true
+	}
+	if lh, _, err := net.SplitHostPort(listen); err == nil {
+		if ip := net.ParseIP(lh); ip != nil && !ip.IsUnspecified() && ip.Equal(net.ParseIP(name)) {
+			return true
+		}
+	}
+	return false
 }
 
 // authorize requires the configured token, if any, as a bearer token. The

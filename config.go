@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"reflect"
 	"sort"
 	"strconv"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/spf13/viper"
 
+	"github.com/adaptq/adaptq/internal/durationhint"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/meter"
@@ -100,7 +103,7 @@ type QueueConfig struct {
 	Trigger TriggerConfig `yaml:"trigger"`
 }
 
-// TriggerConfig is a queue's push trigger (seed 002): producers signal
+// TriggerConfig is a queue's push trigger (the Best Practices article): producers signal
 // after they put — Worker.Put does, `adaptq enqueue` does, and any program
 // can POST /v1/queues/NAME/trigger to the admin address — and sleeping
 // tasks get at once. Idle tasks then stop down to one, which polls only
@@ -110,7 +113,7 @@ type TriggerConfig struct {
 	SafetyInterval time.Duration `yaml:"safety_interval"`
 }
 
-// IdleConfig is seed 002's idle backoff.
+// IdleConfig is the Best Practices article's idle backoff.
 type IdleConfig struct {
 	Min   time.Duration `yaml:"min"`
 	Max   time.Duration `yaml:"max"`
@@ -123,7 +126,7 @@ type PoolConfig struct {
 	Max     int `yaml:"max"`
 	Initial int `yaml:"initial"`
 	// Policy is "proportional" (one task per messages_per_task waiting),
-	// "rules" (the table in rules, seed 002's by default) or "sla" (enough
+	// "rules" (the table in rules, the Best Practices article's by default) or "sla" (enough
 	// tasks, from the measured drain rate, that waiting messages are picked
 	// up within target_latency).
 	Policy          string        `yaml:"policy"`
@@ -198,12 +201,20 @@ type ConfigError struct {
 // Unwrap returns the causes.
 func (e *ConfigError) Unwrap() []error { return e.Causes }
 
+// Error is the one problem on the line of the source ("config FILE:
+// queues[0].batch_size: 40 is above 32"), or the count and one problem
+// a line. A ConfigError without a Source (the worker's start-up) names
+// only the problems.
 func (e *ConfigError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "config %s: %d problem", e.Source, len(e.Problems))
-	if len(e.Problems) != 1 {
-		b.WriteString("s")
+	if e.Source != "" {
+		fmt.Fprintf(&b, "config %s: ", e.Source)
 	}
+	if len(e.Problems) == 1 {
+		b.WriteString(e.Problems[0])
+		return b.String()
+	}
+	fmt.Fprintf(&b, "%d problems:", len(e.Problems))
 	for _, p := range e.Problems {
 		b.WriteString("\n  ")
 		b.WriteString(p)
@@ -213,35 +224,56 @@ func (e *ConfigError) Error() string {
 
 // LoadConfig reads a YAML file, applies ADAPTQ_… environment overrides and
 // the defaults, and validates the result. Errors name every bad field.
+//
+// A relative file path in the file (sqlite://./data/q.db) is relative to
+// the file's directory, not to the working directory, so that every
+// command that reads the file finds the same database wherever it is run
+// from. A path set by an environment variable is relative to the working
+// directory, as paths on a command line are.
 func LoadConfig(path string) (Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
-	return parseConfig(path, data, os.Environ())
+	dir, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return parseConfigIn(path, data, os.Environ(), dir)
 }
 
 // ParseConfig is LoadConfig for YAML already in memory; source names it in
-// errors.
+// errors. Relative paths in it stay relative to the working directory.
 func ParseConfig(source string, yaml []byte) (Config, error) {
 	return parseConfig(source, yaml, os.Environ())
 }
 
+// parseConfig parses data; relative paths in it stay relative to the
+// working directory.
 func parseConfig(source string, data []byte, environ []string) (Config, error) {
+	return parseConfigIn(source, data, environ, "")
+}
+
+// parseConfigIn parses data; baseDir, if not empty, is the directory that
+// relative paths in data are relative to.
+func parseConfigIn(source string, data []byte, environ []string, baseDir string) (Config, error) {
 	v := viper.New()
 	v.SetConfigType("yaml")
 	if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
 		return Config{}, &ConfigError{Source: source, Problems: []string{"not valid YAML: " + err.Error()}}
 	}
 	raw := v.AllSettings()
-	var problems []string
-	problems = append(problems, applyEnv(raw, environ)...)
+	if baseDir != "" {
+		resolvePaths(raw, baseDir)
+	}
+	problems, fromEnv := applyEnv(raw, environ)
 	cfg := DefaultConfig()
 	problems = append(problems, decode("", raw, reflect.ValueOf(&cfg).Elem())...)
 	if len(problems) == 0 {
 		cfg.fillDerived()
 		problems = cfg.validate()
 	}
+	problems = nameEnvOverrides(problems, fromEnv)
 	if len(problems) > 0 {
 		return cfg, &ConfigError{Source: source, Problems: problems}
 	}
@@ -261,15 +293,64 @@ func (c *Config) fillDerived() {
 	}
 }
 
+// resolvePaths makes the relative file paths of the queue URLs in raw, as
+// the file wrote them, relative to dir. Only the embedded driver's URLs
+// hold a file path (sqlite://./rel/x.db, sqlite:rel/x.db); other URLs, and
+// values that are not text, are left for validation to judge.
+func resolvePaths(raw map[string]any, dir string) {
+	items, _ := raw["queues"].([]any)
+	for _, it := range items {
+		q, ok := it.(map[string]any)
+		if !ok {
+			continue
+		}
+		if s, ok := q["url"].(string); ok {
+			q["url"] = resolveURL(s, dir)
+		}
+	}
+}
+
+// sqliteScheme is the embedded driver's URL scheme (queue/sqlite.Scheme,
+// which this package does not import by name).
+const sqliteScheme = "sqlite"
+
+// resolveURL returns rawURL with its relative database path made relative
+// to dir, or rawURL unchanged if it has no relative path.
+func resolveURL(rawURL, dir string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme != sqliteScheme {
+		return rawURL
+	}
+	// As the driver reads it: sqlite://./rel/x.db puts "." in Host,
+	// sqlite:rel/x.db is opaque, sqlite:///abs/x.db has an empty Host.
+	p := u.Opaque
+	if p == "" {
+		p = u.Host + u.Path
+	}
+	if p == "" || filepath.IsAbs(p) || strings.HasPrefix(p, "/") {
+		return rawURL
+	}
+	abs := filepath.ToSlash(filepath.Join(dir, p))
+	if strings.HasSuffix(p, "/") {
+		abs += "/" // keep a missing file name an error the driver reports
+	}
+	if !strings.HasPrefix(abs, "/") {
+		abs = "/" + abs // a Windows drive letter
+	}
+	return (&url.URL{Scheme: u.Scheme, Path: abs, RawQuery: u.RawQuery, Fragment: u.Fragment}).String()
+}
+
 // envString marks a value that came from the environment: it is text, and
 // numbers are parsed from it.
 type envString string
 
 // applyEnv overlays ADAPTQ_… variables on the raw settings. A variable
 // under a known section that names no key is a problem; others (such as
-// ADAPTQ_MESSAGE_ID, set for exec handlers) are not config.
-func applyEnv(raw map[string]any, environ []string) []string {
-	var problems []string
+// ADAPTQ_MESSAGE_ID, set for exec handlers) are not config. It returns the
+// problems and, for each key a variable set, the variable's name by the
+// key's path (queues[0].batch_size).
+func applyEnv(raw map[string]any, environ []string) (problems []string, set map[string]string) {
+	set = map[string]string{}
 	paths := map[string][]string{}
 	collectPaths(reflect.TypeOf(Config{}), nil, raw, paths)
 	for _, kv := range environ {
@@ -288,6 +369,40 @@ func applyEnv(raw map[string]any, environ []string) []string {
 			continue
 		}
 		setPath(raw, path, envString(val))
+		set[configPath(path)] = k
+	}
+	return problems, set
+}
+
+// configPath writes a key's path as problems name it: queues[0].idle.max.
+func configPath(path []string) string {
+	var b strings.Builder
+	for _, p := range path {
+		if _, err := strconv.Atoi(p); err == nil {
+			fmt.Fprintf(&b, "[%s]", p)
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(p)
+	}
+	return b.String()
+}
+
+// nameEnvOverrides makes each problem with a key an environment variable
+// set name the variable first: "ADAPTQ_QUEUES_0_BATCH_SIZE
+// (queues[0].batch_size): 40 is above 32". The file does not hold the
+// value; the variable does.
+func nameEnvOverrides(problems []string, set map[string]string) []string {
+	for i, p := range problems {
+		key, rest, ok := strings.Cut(p, ": ")
+		if !ok {
+			continue
+		}
+		if v, ok := set[key]; ok {
+			problems[i] = fmt.Sprintf("%s (%s): %s", v, key, rest)
+		}
 	}
 	return problems
 }
@@ -382,11 +497,11 @@ func decode(path string, raw any, dst reflect.Value) []string {
 	case t == durationType:
 		s, ok := text(raw)
 		if !ok {
-			return []string{fmt.Sprintf("%s: %s is not a duration; write a Go duration string such as \"30s\" or \"5m\" (a bare number has no unit)", path, show(raw))}
+			return []string{fmt.Sprintf("%s: %s is not a duration: %s", path, show(raw), durationhint.Explain(fmt.Sprint(raw)))}
 		}
 		d, err := time.ParseDuration(s)
 		if err != nil {
-			return []string{fmt.Sprintf("%s: %q is not a duration (want a Go duration such as \"30s\", \"1m30s\", \"500ms\")", path, s)}
+			return []string{fmt.Sprintf("%s: %q is not a duration: %s", path, s, durationhint.Explain(s))}
 		}
 		dst.SetInt(int64(d))
 	case t.Kind() == reflect.Struct:
@@ -429,12 +544,22 @@ func decode(path string, raw any, dst reflect.Value) []string {
 			dst.SetInt(v)
 		case uint64:
 			dst.SetInt(int64(v))
-		case envString:
-			n, err := strconv.Atoi(strings.TrimSpace(string(v)))
-			if err != nil {
+		case float64: // 1e3 in YAML
+			n, ok := wholeNumber(v)
+			if !ok {
 				return bad("a whole number")
 			}
-			dst.SetInt(int64(n))
+			dst.SetInt(n)
+		case envString:
+			n, err := strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64)
+			if err != nil {
+				f, ferr := strconv.ParseFloat(strings.TrimSpace(string(v)), 64)
+				var ok bool
+				if n, ok = wholeNumber(f); ferr != nil || !ok {
+					return bad("a whole number")
+				}
+			}
+			dst.SetInt(n)
 		default:
 			return bad("a whole number")
 		}
@@ -538,6 +663,15 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
+// wholeNumber is f as an int if it is one (1e3 is 1000), within the range
+// a config's counts may take.
+func wholeNumber(f float64) (int64, bool) {
+	if f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return 0, false
+	}
+	return int64(f), true
+}
+
 func text(raw any) (string, bool) {
 	switch v := raw.(type) {
 	case string:
@@ -559,6 +693,8 @@ func show(raw any) string {
 		return "a mapping"
 	case []any:
 		return "a list"
+	case float64:
+		return strconv.FormatFloat(v, 'g', -1, 64)
 	}
 	return fmt.Sprint(raw)
 }

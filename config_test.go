@@ -2,6 +2,8 @@ package adaptq
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ queues:
 `
 
 func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
 	cfg, err := parseConfig("good.yaml", []byte(goodQueue), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +32,7 @@ func TestConfigDefaults(t *testing.T) {
 		t.Errorf("pool defaults: %+v", q.Pool)
 	}
 	if len(q.Pool.Rules) != 2 || q.Pool.Rules[0] != (RuleConfig{Below: 100, Tasks: 10}) || q.Pool.Else != 100 {
-		t.Errorf("rules default to seed 002's table: %+v", q.Pool.Rules)
+		t.Errorf("rules default to the Best Practices article's table: %+v", q.Pool.Rules)
 	}
 	if q.Handler != "orders" || q.PoisonQueue != "orders-poison" || q.MaxDequeueCount != 5 {
 		t.Errorf("derived defaults: handler %q, poison %q, max dequeue %d", q.Handler, q.PoisonQueue, q.MaxDequeueCount)
@@ -40,6 +43,7 @@ func TestConfigDefaults(t *testing.T) {
 }
 
 func TestConfigValuesAndEnvironment(t *testing.T) {
+	t.Parallel()
 	yaml := `
 log: {level: debug, format: json}
 price_per_10k: 0.004
@@ -82,6 +86,7 @@ queues:
 }
 
 func TestBadConfigsNameTheField(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, yaml string
 		env        []string
@@ -115,13 +120,18 @@ func TestBadConfigsNameTheField(t *testing.T) {
 		{"admin not host:port", "admin: {address: 'localhost'}\n" + goodQueue, nil, `admin.address: "localhost" is not host:port`},
 		{"negative price", "price_per_10k: -1\n" + goodQueue, nil, "price_per_10k: -1 is negative"},
 		{"not yaml", "queues: [", nil, "not valid YAML"},
-		{"env not a number", goodQueue, []string{"ADAPTQ_QUEUES_0_BATCH_SIZE=lots"}, `queues[0].batch_size: "lots" is not a whole number`},
+		{"env not a number", goodQueue, []string{"ADAPTQ_QUEUES_0_BATCH_SIZE=lots"}, `ADAPTQ_QUEUES_0_BATCH_SIZE (queues[0].batch_size): "lots" is not a whole number`},
+		{"env out of range", goodQueue, []string{"ADAPTQ_QUEUES_0_BATCH_SIZE=40"}, "ADAPTQ_QUEUES_0_BATCH_SIZE (queues[0].batch_size): 40 is above 32"},
+		{"env log level", goodQueue, []string{"ADAPTQ_LOG_LEVEL=loud"}, `ADAPTQ_LOG_LEVEL (log.level): "loud" is not one of`},
+		{"not whole", "queues: [{url: 'memory://a1b', concurrency: 1.5}]", nil, "queues[0].concurrency: 1.5 is not a whole number"},
+		{"days", "queues: [{url: 'memory://a1b', visibility_timeout: 8d}]", nil, `queues[0].visibility_timeout: "8d" is not a duration: Go durations have no days; write "192h"`},
 		{"env unknown key", goodQueue, []string{"ADAPTQ_QUEUES_0_BATCHSIZE=4"}, "ADAPTQ_QUEUES_0_BATCHSIZE: names no config key"},
-		{"env bad duration", goodQueue, []string{"ADAPTQ_QUEUES_0_VISIBILITY_TIMEOUT=30"}, `queues[0].visibility_timeout: "30" is not a duration`},
+		{"env bad duration", goodQueue, []string{"ADAPTQ_QUEUES_0_VISIBILITY_TIMEOUT=30"}, `ADAPTQ_QUEUES_0_VISIBILITY_TIMEOUT (queues[0].visibility_timeout): "30" is not a duration: a bare number has no unit`},
 		{"max dequeue", "queues: [{url: 'memory://a1b', max_dequeue_count: 0}]", nil, "queues[0].max_dequeue_count: 0 is below 1"},
 		{"empty value", "queues: [{url: 'memory://a1b', batch_size: }]", nil, "queues[0].batch_size: has no value"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			_, err := parseConfig("bad.yaml", []byte(tc.yaml), tc.env)
 			var ce *ConfigError
 			if !errors.As(err, &ce) {
@@ -137,7 +147,70 @@ func TestBadConfigsNameTheField(t *testing.T) {
 	}
 }
 
+func TestOneProblemIsOneLine(t *testing.T) {
+	t.Parallel()
+	_, err := parseConfig("bad.yaml", []byte("queues: [{url: 'memory://a1b', batch_size: 40}]"), nil)
+	if got, want := err.Error(), "config bad.yaml: queues[0].batch_size: 40 is above 32 (the most one get may return)"; got != want {
+		t.Errorf("error = %q, want %q", got, want)
+	}
+	_, err = parseConfig("bad.yaml", []byte("queues: [{url: 'memory://a1b', batch_size: 40, concurrency: 0}]"), nil)
+	if got := err.Error(); !strings.HasPrefix(got, "config bad.yaml: 2 problems:\n  queues[0]") {
+		t.Errorf("error = %q, want the count, then one problem a line", got)
+	}
+}
+
+func TestWholeNumbersInExponentForm(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseConfig("e.yaml", []byte("queues: [{url: 'memory://a1b', concurrency: 1e3}]"), []string{"ADAPTQ_QUEUES_0_POOL_MAX=2e2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, m := cfg.Queues[0].Concurrency, cfg.Queues[0].Pool.Max; c != 1000 || m != 200 {
+		t.Errorf("concurrency %d, pool.max %d; want 1000 and 200", c, m)
+	}
+}
+
+// TestRelativePathsAreRelativeToTheConfigFile: a command run from another
+// directory opens the database the worker uses, and a path from the
+// environment is relative to the working directory, as on a command line.
+func TestRelativePathsAreRelativeToTheConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "app", "adaptq.yaml")
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	yaml := `
+queues:
+  - url: sqlite://./data/x.db?queue=a&busy_timeout=2s
+  - url: sqlite:../shared/y.db?queue=b
+  - url: sqlite:///abs/z.db?queue=c
+  - url: memory://d
+  - url: sqlite://./data/x.db?queue=e
+`
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("ADAPTQ_QUEUES_4_URL", "sqlite://./from-env.db?queue=e")
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := filepath.ToSlash(filepath.Dir(path))
+	for i, want := range []string{
+		"sqlite://" + app + "/data/x.db?queue=a&busy_timeout=2s",
+		"sqlite://" + filepath.ToSlash(dir) + "/shared/y.db?queue=b",
+		"sqlite:///abs/z.db?queue=c",
+		"memory://d",
+		"sqlite://./from-env.db?queue=e",
+	} {
+		if got := cfg.Queues[i].URL; got != want {
+			t.Errorf("queues[%d].url = %q, want %q", i, got, want)
+		}
+	}
+}
+
 func TestConfigReportsEveryProblem(t *testing.T) {
+	t.Parallel()
 	_, err := parseConfig("bad.yaml", []byte("queues: [{url: 'memory://a1b', batch_size: 40, concurrency: 0, idle: {delta: 0s}}]"), nil)
 	var ce *ConfigError
 	if !errors.As(err, &ce) || len(ce.Problems) != 3 {
@@ -146,6 +219,7 @@ func TestConfigReportsEveryProblem(t *testing.T) {
 }
 
 func TestSecretsStayOutOfConfigErrors(t *testing.T) {
+	t.Parallel()
 	for _, yaml := range []string{
 		"queues: [{url: 'acct/q?sig=SECRETSIG&x=1'}]",                                   // no scheme
 		"queues: [{url: 'memory://a1b', handler: 'http: ftp://user:hunter2@ex.com/x'}]", // not http

@@ -16,7 +16,30 @@
 //	})
 //	err = w.Run(ctx)
 //
-// Delivery is at least once (seeds 000 and 001): a message whose handler
-// crashed, timed out, or lost its delete runs again. Handlers must be
-// idempotent, keyed on Message.ID.
+// Delivery is at least once (the Windows Azure Queue white paper and the
+// message visibility article): a message whose handler crashed, timed out,
+// or lost its delete runs again. Handlers must be idempotent, keyed on
+// Message.ID.
+//
+// # References
+//
+// adaptq is built from these sources; the godoc of every package cites
+// them by the short name before the colon.
+//
+//   - The Windows Azure Queue white paper: "Windows Azure Queue" (Microsoft,
+//     December 2008; Japanese edition). The data model, the REST API, the
+//     visibility timeout, and the best practices adaptq keeps.
+//   - The message visibility article: "Windows Azure: Messaging with the
+//     queue — Understanding message visibility" (2011).
+//   - The Best Practices article: "Best Practices for Maximizing
+//     Scalability and Cost Effectiveness of Queue-Based Messaging Solutions
+//     on Windows Azure" (Windows Azure customer advisory team, 2011), the
+//     article adaptq follows: cost model, batching, idle backoff,
+//     QueueEmpty and QueueWorkDetected, dynamic scaling, push triggers.
+//   - The worker thread governance post: "Introducing worker thread
+//     governance to Windows Azure SQL Database" (blog post, November 2012;
+//     Japanese translation): the throttling codes and the 10 s back-off.
+//   - The two-step dequeue post: "Queues in Windows Azure Storage" (blog
+//     post), whose naive worker loop is the baseline adaptq is measured
+//     against.
 package adaptq

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -205,6 +206,26 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.mu.Unlock()
 	}()
 
+	// What can fail without touching a queue fails first, so that a worker
+	// that cannot start leaves nothing behind (no new database file).
+	if err := w.checkHandlers(); err != nil {
+		return fmt.Errorf("%w: %w", ErrStart, err)
+	}
+	admin, err := w.startAdmin()
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			err = fmt.Errorf("%w (another process listens there, perhaps a worker already running on this config: stop it, or give this worker an admin.address of its own, or \"\" for none)", err)
+		}
+		return fmt.Errorf("%w: %w", ErrStart, err)
+	}
+	stopAdmin := func() {
+		if admin != nil {
+			admin.shutdown()
+			admin = nil
+		}
+	}
+	defer stopAdmin()
+
 	qs, err := w.build(ctx)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrStart, err)
@@ -217,10 +238,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	w.queues = qs
 	w.mu.Unlock()
-
-	admin, err := w.startAdmin()
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrStart, err)
+	for _, wq := range qs {
+		if wq.cfg.Trigger.Enabled && w.cfg.Admin.Address == "" && !wq.q.Features().NativeNotify {
+			w.log.Warn("adaptq: trigger.enabled, but admin.address is empty: only Worker.Put in this process can pull the trigger; messages other producers put (adaptq enqueue) wait for the next poll, up to trigger.safety_interval",
+				zap.String("queue", wq.name), zap.Duration("safety_interval", wq.cfg.Trigger.SafetyInterval))
+		}
 	}
 
 	// Listeners run until ctx ends and then drain; agents stop with them.
@@ -255,9 +277,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	runErr := listeners.Wait()
 	stopAgents()
 	_ = agents.Wait()
-	if admin != nil {
-		admin.shutdown()
-	}
+	stopAdmin()
 	if runErr != nil {
 		return runErr
 	}
@@ -306,10 +326,23 @@ func (w *Worker) build(ctx context.Context) (qs []*workerQueue, err error) {
 		if qc.PoisonQueue == "" {
 			qc.PoisonQueue = qc.Name + PoisonSuffix
 		}
+		if qc.PoisonQueue == qc.Name {
+			// The name may have come from the URL, past the config check:
+			// a queue poisoning onto itself would run a failing message
+			// forever.
+			_ = raw.Close()
+			problems = append(problems, fmt.Sprintf("%s (%s).poison_queue: %q is the queue itself", at, qc.Name, qc.PoisonQueue))
+			continue
+		}
 		wq := &workerQueue{cfg: qc, name: qc.Name, q: raw, meter: m}
 		qs = append(qs, wq)
 		if wq.poison, err = raw.Sibling(ctx, qc.PoisonQueue); err != nil {
 			problems = append(problems, fmt.Sprintf("%s (%s).poison_queue: %v", at, qc.Name, err))
+			continue
+		}
+		if wq.poison.Name() == wq.name {
+			// However the name was spelled, the driver opened the queue itself.
+			problems = append(problems, fmt.Sprintf("%s (%s).poison_queue: %q is the queue itself", at, qc.Name, qc.PoisonQueue))
 			continue
 		}
 		h, err := w.handlerFor(qc)
@@ -330,9 +363,32 @@ func (w *Worker) build(ctx context.Context) (qs []*workerQueue, err error) {
 		seen[wq.name] = true
 	}
 	if len(problems) > 0 {
-		return qs, &ConfigError{Source: "start-up", Problems: problems, Causes: causes}
+		return qs, &ConfigError{Problems: problems, Causes: causes} // ErrStart says when
 	}
 	return qs, nil
+}
+
+// checkHandlers resolves, before any queue is opened, every handler the
+// config names (an exec: program that is not there, a name that is not
+// registered), so that such a worker fails before it creates a database
+// file for nothing. A queue without a handler key is handled by the name
+// in its URL, known once it is open: build checks it.
+func (w *Worker) checkHandlers() error {
+	var problems []string
+	var causes []error
+	for i, qc := range w.cfg.Queues {
+		if qc.Handler == "" {
+			continue
+		}
+		if _, err := w.handlerFor(qc); err != nil {
+			problems = append(problems, fmt.Sprintf("queues[%d].handler: %v", i, err))
+			causes = append(causes, err)
+		}
+	}
+	if len(problems) > 0 {
+		return &ConfigError{Problems: problems, Causes: causes}
+	}
+	return nil
 }
 
 // forwardNative pulls the queue's trigger whenever its backend says a

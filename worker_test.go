@@ -16,6 +16,7 @@ import (
 	"github.com/adaptq/adaptq/internal/testutil"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/internal/clock"
@@ -44,7 +45,7 @@ func runWorker(t *testing.T, w *Worker) func() error {
 	case err := <-done:
 		cancel()
 		t.Fatalf("Run: %v", err)
-	case <-time.After(10 * time.Second):
+	case <-time.After(testutil.HangGuard):
 		t.Fatal("worker did not start")
 	}
 	var once sync.Once
@@ -54,7 +55,7 @@ func runWorker(t *testing.T, w *Worker) func() error {
 			cancel()
 			select {
 			case err = <-done:
-			case <-time.After(30 * time.Second):
+			case <-time.After(testutil.HangGuard):
 				err = errors.New("Run did not return")
 			}
 		})
@@ -65,6 +66,7 @@ func runWorker(t *testing.T, w *Worker) func() error {
 }
 
 func TestWorkerProcessesEveryMessageOnTheEmbeddedDefault(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, `
 admin: {address: "127.0.0.1:0"}
 queues:
@@ -143,16 +145,19 @@ queues:
 }
 
 func TestStartupErrorsNameTheQueue(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, yaml, want string
 	}{
 		{"handler not registered", "queues: [{url: 'memory://orders-a'}]",
 			`queues[0] (orders-a).handler: no handler registered: "orders-a" (registered: none)`},
 		{"named handler not registered", "queues: [{url: 'memory://orders-b', handler: billing}]",
-			`queues[0] (orders-b).handler: no handler registered: "billing"`},
+			`queues[0].handler: no handler registered: "billing"`},
 		{"unknown scheme", "queues: [{url: 'nosuch://x'}]", `queues[0].url:`},
 		{"bad sqlite URL", "queues: [{url: 'sqlite:///tmp/x.db'}]", `queues[0].url:`},
-		{"name and url disagree", "queues: [{name: abc, url: 'memory://xyz'}]", `queues[0].name: "abc" but the url opens queue "xyz"`},
+		{"name and url disagree", "queues: [{name: abc, url: 'memory://xyz', handler: 'exec: cat'}]", `queues[0].name: "abc" but the url opens queue "xyz"`},
+		{"poison queue is the queue, name from the url", "queues: [{url: 'memory://selfp', handler: 'exec: cat', poison_queue: selfp}]",
+			`queues[0] (selfp).poison_queue: "selfp" is the queue itself`},
 		{"exec command missing", "queues: [{url: 'memory://ex-a', handler: 'exec: /no/such/program'}]", `/no/such/program`},
 		{"admin port taken", "admin: {address: '$ADDR'}\nqueues: [{url: 'memory://ad-a', handler: 'exec: cat'}]", "admin.address"},
 	} {
@@ -168,6 +173,11 @@ func TestStartupErrorsNameTheQueue(t *testing.T) {
 				defer blocker.Close()
 				yaml = strings.ReplaceAll(yaml, "$ADDR", ln.Addr().String())
 			}
+			if !strings.Contains(yaml, "admin:") {
+				// The admin endpoint binds before the queues open: keep it off the
+				// default port, which a worker on this machine may hold.
+				yaml = "admin: {address: ''}\n" + yaml
+			}
 			cfg := testConfig(t, yaml)
 			w, err := New(cfg, WithLogger(zap.NewNop()))
 			if err != nil {
@@ -182,6 +192,7 @@ func TestStartupErrorsNameTheQueue(t *testing.T) {
 }
 
 func TestAdminTokenIsRequired(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, `
 admin: {address: "127.0.0.1:0", token: "s3cret"}
 queues: [{url: 'memory://token-q', handler: 'exec: cat'}]
@@ -218,6 +229,7 @@ queues: [{url: 'memory://token-q', handler: 'exec: cat'}]
 }
 
 func TestExecHandlerFromConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out.txt")
 	cfg := testConfig(t, fmt.Sprintf(`
@@ -253,6 +265,7 @@ queues:
 }
 
 func TestWorkerPoisonsFailingMessages(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, `
 queues:
   - url: sqlite://$DIR/p.db?queue=jobs
@@ -301,6 +314,7 @@ queues:
 }
 
 func TestTriggerOverHTTPWakesTheWorker(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t, `
 admin: {address: "127.0.0.1:0", token: tok}
 queues:
@@ -355,7 +369,7 @@ queues:
 		if b != "wake" {
 			t.Fatalf("got %q", b)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testutil.HangGuard):
 		t.Fatal("the trigger did not wake the worker")
 	}
 	if l.Stats().Triggers < 1 {
@@ -366,4 +380,28 @@ queues:
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	testutil.Eventually(t, 20*time.Second, what, cond)
+}
+
+// A trigger with no admin endpoint and no native notify can be pulled only
+// from the worker's own process: the worker says so at start-up.
+func TestTriggerWithoutAdminAddressWarns(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t, `
+admin: {address: ""}
+queues: [{url: 'sqlite://$DIR/w.db?queue=warn-q', handler: 'exec: cat', trigger: {enabled: true}}]
+`)
+	core, logs := observer.New(zap.WarnLevel)
+	w, err := New(cfg, WithLogger(zap.New(core)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runWorker(t, w)
+	<-w.Ready()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	found := logs.FilterMessageSnippet("admin.address is empty").FilterField(zap.String("queue", "warn-q"))
+	if found.Len() != 1 {
+		t.Errorf("want one warning naming the queue, got %v", logs.All())
+	}
 }

@@ -41,8 +41,8 @@
 //
 // # Handlers in other languages
 //
-// The two sides of a queue may be written in different languages (seed
-// 000). Exec and HTTP make any program a handler, with the same contract
+// The two sides of a queue may be written in different languages (the
+// "Windows Azure Queue" white paper). Exec and HTTP make any program a handler, with the same contract
 // as a Func:
 //
 //   - Exec runs a command per message (split from a config string by

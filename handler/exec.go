@@ -159,7 +159,11 @@ func (e *ExitError) Unwrap() error {
 // group of its own, and Exec sends SIGKILL to the whole group. The error
 // then wraps context.DeadlineExceeded (timeout) or the context's error.
 // Processes that leave the group (setsid, daemons) are not killed; on
-// other systems only the command itself is. Because it has its own group,
+// other systems only the command itself is. On Linux the command is also
+// killed when the worker dies without cancelling it (SIGKILL, a crash),
+// so that it does not run on while its message comes back to another
+// worker; processes the command started are not (a script should exec
+// its last program). Because it has its own group,
 // a Ctrl-C at the worker's terminal does not reach the command: the worker
 // decides, by draining or by cancelling the context.
 //

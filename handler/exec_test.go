@@ -445,8 +445,8 @@ func runAsync(t *testing.T, ctx context.Context, h handler.Func) func() error {
 		select {
 		case err := <-done:
 			return err
-		case <-time.After(10 * time.Second):
-			t.Fatal("the handler did not return within 10 s: the command was not killed")
+		case <-time.After(testutil.HangGuard):
+			t.Fatalf("the handler did not return within %s: the command was not killed", testutil.HangGuard)
 			return nil
 		}
 	}

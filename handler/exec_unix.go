@@ -9,9 +9,12 @@ import (
 
 // killProcessGroupOnCancel starts cmd as the leader of a new process group
 // and makes the end of its context kill the whole group, so that the
-// children of a shell script die with it.
+// children of a shell script die with it. Where the system can (Linux),
+// the command is also killed if the worker dies without cancelling it
+// (see dieWithParent).
 func killProcessGroupOnCancel(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	dieWithParent(cmd.SysProcAttr)
 	cmd.Cancel = func() error {
 		// Once Wait has reaped the leader its pid, and so the group id, may
 		// be reused: do not signal a group that is known to be gone. (A

@@ -37,7 +37,7 @@ const (
 const (
 	// DefaultHTTPTimeout bounds one request, response body included, when
 	// HTTPOptions.Timeout is zero. It is queue.DefaultVisibilityTimeout
-	// (seed 001's 30 s): a request that takes longer than a message stays
+	// (the message visibility article's 30 s): a request that takes longer than a message stays
 	// hidden by default is one the listener must keep renewing.
 	DefaultHTTPTimeout = queue.DefaultVisibilityTimeout
 

@@ -31,18 +31,35 @@ const (
 	flushAfter      = time.Second
 )
 
-// Message states within a batch.
+// The life of a fetched message. Each message of a batch has exactly one
+// state, and only its owner changes it, by compare-and-swap:
+//
+//	fetched ──runner──▶ running ──runner──▶ succeeded ──delete──▶ done
+//	   │                   │        └─────▶ settling ──────────▶ done
+//	   ├──runner──▶ settling (drain release, poison unrun) ──────▶ done
+//	   └──renewal (lease lost) ──▶ done ◀── renewal (lease lost) ─┘ (from running)
+//
+// A runner owns the message it claimed while it is fetched, running or
+// settling; a batch delete owns succeeded messages; renewal may extend a
+// fetched or running message (holding b.mu across the call, so a settler
+// that then reads the receipt under b.mu gets the newest one) and takes a
+// message whose lease it found lost. Nobody touches a message another path
+// owns: renewal skips succeeded and settling messages, and a runner whose
+// message was taken by renewal settles nothing but its counters.
 const (
-	stWaiting   uint32 = iota // fetched, not started
-	stRunning                 // handler running
-	stSucceeded               // handler returned nil; to be deleted
-	stFailed                  // handler failed; left to reappear
-	stDone                    // deleted, released, or given up
+	stFetched   uint32 = iota // fetched, not claimed by a runner
+	stRunning                 // its handler runs
+	stSucceeded               // its handler returned nil; the batch delete takes it
+	stSettling                // its runner is poisoning, releasing or hiding it
+	stDone                    // deleted, released, hidden, poisoned, left to reappear, or lost
 )
 
-// batch is the messages of one get, handled together. Runners claim
-// messages by index; the last message to finish completes the batch, which
-// deletes the successes in one call. While a batch is unfinished a
+// batch is the messages of one get. Runners claim messages by index, each
+// exactly once, and run them one after another; the first runner of a
+// batch of fast handlers is the task's own goroutine (inline), and the
+// batch's watchdog adds runners for the rest if it stalls. The runner that
+// finishes the last message completes the batch, which deletes the
+// successes in one call. While a batch is unfinished and not inline, a
 // maintenance timer flushes successes early and extends messages still
 // held at half the visibility timeout.
 type batch struct {
@@ -50,20 +67,19 @@ type batch struct {
 	t     *task
 	msgs  []*queue.Message
 	state [queue.MaxBatchSize]atomic.Uint32
-	next  atomic.Int32 // index of the next message to claim
-	left  atomic.Int32 // messages not finished
+	// cancels[i] cancels the context message i's handler runs with; its
+	// runner sets it before the message becomes running, and renewal
+	// reads it only after taking the message from running.
+	cancels [queue.MaxBatchSize]context.CancelFunc
+	next    atomic.Int32 // index of the next message to claim
+	left    atomic.Int32 // messages whose runner has not yet finished with them
 
-	// ctx is the inline runner's handler context, cancelled if the lease
-	// of the message it runs is lost; parallel runners make one each.
-	ctx    context.Context
-	cancel context.CancelFunc
-
-	mu        sync.Mutex           // guards the fields below
-	receipts  []string             // newest pop receipts; nil while none has changed
-	cancels   []context.CancelFunc // of parallel runners' handlers; nil until one starts
-	closed    bool
-	inline    bool        // running on the task's goroutine
-	handedOff bool        // the task's loop moved to another goroutine
+	mu        sync.Mutex  // guards the fields below
+	receipts  []string    // newest pop receipts; nil while none has changed
+	closed    bool        // completed
+	onTask    bool        // the first runner is the task's goroutine
+	handedOff bool        // the watchdog moved the task's loop to a new goroutine
+	spilled   bool        // the watchdog has fired
 	tick      clock.Timer // the next flush or renewal; nil until armed
 	renewAt   time.Time   // when held messages are next extended
 }
@@ -74,6 +90,14 @@ func (b *batch) receipt(i int) string {
 		return b.receipts[i]
 	}
 	return b.msgs[i].PopReceipt
+}
+
+// newestReceipt reads message i's newest receipt, after any renewal under
+// way has ended.
+func (b *batch) newestReceipt(i int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.receipt(i)
 }
 
 // setReceipt records a new receipt for message i. b.mu is held.
@@ -97,8 +121,8 @@ func (b *batch) armMaintenance() {
 
 // dispatch starts handling a fetched batch. A batch of fast handlers runs
 // inline before dispatch returns; otherwise dispatch returns at once. It
-// reports whether the task's loop was handed to another goroutine, in
-// which case the caller must end.
+// reports whether the batch's watchdog handed the task's loop to another
+// goroutine, in which case the caller must end.
 func (l *Listener) dispatch(t *task, ms []*queue.Message) (handedOff bool) {
 	n := len(ms)
 	b := &batch{l: l, t: t, msgs: ms}
@@ -111,105 +135,176 @@ func (l *Listener) dispatch(t *task, ms []*queue.Message) (handedOff bool) {
 	if l.o.Dispatch == DispatchParallel || !known || avg >= sequentialBelow {
 		b.mu.Lock()
 		b.armMaintenance()
-		for i := 0; i < n; i++ {
-			l.wg.Go(func() { b.run(false) })
-		}
 		b.mu.Unlock()
+		for i := 0; i < n; i++ {
+			l.wg.Go(b.runParallel)
+		}
 		return false
 	}
-	b.inline = true
-	b.ctx, b.cancel = t.inlineContext()
-	t.current.Store(b)
-	t.stall.Reset(stallAfter)
-	b.run(true)
-	t.stall.Stop()
-	t.current.Store(nil)
+	// The task lends the batch its handler context and its watchdog, and
+	// takes them back after the run unless the loop was handed off (the
+	// new goroutine makes its own) or they are spent (cancelled, fired).
+	ctx, cancel, w := t.hctx, t.hcancel, t.watchdog
+	t.hctx, t.hcancel, t.watchdog = nil, nil, nil
+	if ctx == nil || ctx.Err() != nil {
+		if cancel != nil {
+			cancel()
+		}
+		ctx, cancel = l.handlerContext()
+	}
+	if w == nil {
+		w = newWatchdog()
+	}
+	b.mu.Lock()
+	b.onTask = true
+	w.b.Store(b)
+	w.timer.Reset(stallAfter)
+	b.mu.Unlock()
+	ctx, cancel = b.run(true, ctx, cancel)
+	stopped := w.timer.Stop()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.inline = false
+	b.onTask = false
 	if b.handedOff {
-		b.cancel() // the context stayed with this goroutine; release it
+		cancel()
+		return true
 	}
-	return b.handedOff
+	if stopped {
+		w.b.Store(nil)
+		t.watchdog = w
+	}
+	if ctx.Err() == nil {
+		t.hctx, t.hcancel = ctx, cancel
+	} else {
+		cancel()
+	}
+	return false
 }
 
-// run claims and handles messages until none are left to claim. The
-// inline runner settles its counters once at the end; a parallel runner
-// settles each message as it finishes.
-func (b *batch) run(inline bool) {
+// watchdog spills the inline batch it watches if that batch runs longer
+// than stallAfter. It belongs to one batch at a time: a task reuses it for
+// its next inline batch only if it was stopped before it fired.
+type watchdog struct {
+	timer *time.Timer
+	b     atomic.Pointer[batch]
+}
+
+func newWatchdog() *watchdog {
+	w := &watchdog{}
+	w.timer = time.AfterFunc(time.Hour, func() {
+		if b := w.b.Load(); b != nil {
+			b.spill()
+		}
+	})
+	w.timer.Stop()
+	return w
+}
+
+// spill rescues a stalled inline batch: its unclaimed messages go to new
+// runners, the maintenance timer starts, and the task's loop goes on in a
+// new goroutine while this one waits for its handler. It runs once, on
+// the batch's own watchdog.
+func (b *batch) spill() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || b.spilled || !b.onTask {
+		return
+	}
+	b.spilled = true
+	b.armMaintenance()
+	for k := len(b.msgs) - int(b.next.Load()); k > 0; k-- {
+		b.l.wg.Go(b.runParallel)
+	}
+	// The task's goroutine is inside this batch, so the group is not done.
+	b.handedOff = true
+	b.l.group.Go(b.t.loop)
+}
+
+// runParallel is a runner on its own goroutine, with its own context.
+func (b *batch) runParallel() {
+	ctx, cancel := b.l.handlerContext()
+	_, cancel = b.run(false, ctx, cancel)
+	cancel()
+}
+
+// run claims and handles messages until none are left to claim, with
+// handler context ctx, which it replaces when it finds it cancelled (by
+// Abort, or by renewal for a lost lease); it returns the context it ends
+// with. The inline runner settles its counters once at the end; a
+// parallel runner settles each message as it finishes.
+func (b *batch) run(inline bool, ctx context.Context, cancel context.CancelFunc) (context.Context, context.CancelFunc) {
 	l := b.l
 	start := time.Now()
-	ran, ok := 0, 0
+	ran, ok, claimed := 0, 0, 0
 	for {
-		if inline && b.ctx.Err() != nil {
-			// The lease of the message it ran was lost: the runners the
-			// spill started take the rest.
-			break
-		}
 		i := int(b.next.Add(1)) - 1
 		if i >= len(b.msgs) {
 			break
 		}
-		if l.draining.Load() {
-			b.releaseUnstarted(i)
-			continue
-		}
-		m := b.msgs[i]
-		if l.o.Poison != nil && m.DequeueCount > l.o.MaxDequeueCount {
-			// It was fetched this often before and never finished: it
-			// crashes its worker. Poison it without running it again.
-			b.poison(i, "dequeue count above the maximum before the run", nil)
-			b.settle(1, 0)
-			continue
-		}
-		ctx := b.ctx
-		var cancel context.CancelFunc
+		claimed++
 		if !inline {
-			ctx, cancel = context.WithCancel(l.handlerCtx)
-			b.mu.Lock()
-			if b.cancels == nil {
-				b.cancels = make([]context.CancelFunc, len(b.msgs))
-			}
-			b.cancels[i] = cancel
-			b.mu.Unlock()
 			start = time.Now()
 		}
-		if !b.state[i].CompareAndSwap(stWaiting, stRunning) {
-			// Its lease was lost while it waited: someone else has it.
-			b.settle(1, 0)
-			continue
+		switch m := b.msgs[i]; {
+		case l.draining.Load():
+			b.releaseUnstarted(i)
+		case l.o.Poison != nil && m.DequeueCount > l.o.MaxDequeueCount:
+			// It was fetched this often before and never finished: it
+			// crashes its worker. Poison it without running it again.
+			if b.state[i].CompareAndSwap(stFetched, stSettling) {
+				b.poison(i, "dequeue count above the maximum before the run", nil)
+				b.state[i].Store(stDone)
+			}
+		default:
+			if ctx.Err() != nil {
+				// Aborted, or the lease of the runner's last message was
+				// lost: the next handler gets a live context.
+				cancel()
+				ctx, cancel = l.handlerContext()
+			}
+			b.cancels[i] = cancel
+			if !b.state[i].CompareAndSwap(stFetched, stRunning) {
+				break // renewal found its lease lost while it waited
+			}
+			err := l.h(ctx, m)
+			ran++
+			if !inline {
+				l.ewma.add(time.Since(start))
+			}
+			switch {
+			case err == nil && b.state[i].CompareAndSwap(stRunning, stSucceeded):
+				ok++
+			case err != nil && b.state[i].CompareAndSwap(stRunning, stSettling):
+				b.failed(i, err)
+				b.state[i].Store(stDone)
+			default:
+				// Renewal found its lease lost and took it, and is about to
+				// cancel ctx, if it has not yet: the next message must not
+				// run under that context.
+				if err != nil {
+					l.stats.failed.Add(1)
+				}
+				cancel()
+				ctx, cancel = l.handlerContext()
+			}
 		}
-		err := l.h(ctx, m)
 		if !inline {
-			l.ewma.add(time.Since(start))
-		}
-		ran++
-		if cancel != nil {
-			cancel()
-			b.mu.Lock()
-			b.cancels[i] = nil
-			b.mu.Unlock()
-		}
-		if err == nil {
-			ok++
-			b.state[i].Store(stSucceeded)
-		} else {
-			b.failed(i, err)
-		}
-		if !inline {
-			b.settle(1, ok)
-			ran, ok = 0, 0
+			b.settle(claimed, ok)
+			claimed, ok = 0, 0
 		}
 	}
 	if inline && ran > 0 {
 		l.ewma.add(time.Since(start) / time.Duration(ran))
-		b.settle(ran, ok)
 	}
+	if claimed > 0 {
+		b.settle(claimed, ok)
+	}
+	return ctx, cancel
 }
 
-// settle accounts for n finished messages, ok of them succeeded: it frees
-// their handler slots, wakes the task at its new-batch threshold, and
-// completes the batch when nothing is left.
+// settle accounts for n messages a runner has finished with, ok of them
+// succeeded: it frees their handler slots, wakes the task at its new-batch
+// threshold, and completes the batch when nothing is left.
 func (b *batch) settle(n, ok int) {
 	l := b.l
 	l.sem.Release(int64(n))
@@ -223,29 +318,9 @@ func (b *batch) settle(n, ok int) {
 	}
 }
 
-// spill rescues a stalled inline batch: its unstarted messages go to
-// parallel runners, the maintenance timer starts, and the task's loop goes
-// on in a new goroutine while this one waits for its handler.
-func (b *batch) spill() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed || !b.inline || b.handedOff {
-		return
-	}
-	b.handedOff = true
-	b.armMaintenance()
-	for k := len(b.msgs) - int(b.next.Load()); k > 0; k-- {
-		b.l.wg.Go(func() { b.run(false) })
-	}
-	t := b.t
-	// The stalled handler keeps this batch's context; the task's later
-	// batches get a new one, so a lease lost here cancels nothing there.
-	t.inlineCtx, t.inlineCancel = nil, nil
-	b.l.group.Go(t.loop)
-}
-
-// failed handles a handler error: count it, log it, and hide the message
-// for the retry delay if there is one. The message is not deleted.
+// failed handles a handler error on a message its runner now settles:
+// count it, log it, and poison it, release it (shutting down) or hide it
+// for the retry delay. The message is not deleted.
 func (b *batch) failed(i int, err error) {
 	l := b.l
 	m := b.msgs[i]
@@ -270,11 +345,7 @@ func (b *batch) failed(i int, err error) {
 		// Shutting down (the grace period ended, or the handler gave up on
 		// its own): hand the message to another worker now rather than
 		// after its visibility timeout.
-		b.mu.Lock()
-		receipt := b.receipt(i)
-		b.mu.Unlock()
-		l.release(m.ID, receipt)
-		b.state[i].Store(stDone)
+		l.release(m.ID, b.newestReceipt(i))
 		return
 	}
 	delay := l.o.RetryDelay(m, err)
@@ -285,23 +356,16 @@ func (b *batch) failed(i int, err error) {
 		l.log.Debug("listener: handler failed; the message will reappear", fields...)
 	}
 	if delay > 0 {
-		b.mu.Lock()
-		receipt := b.receipt(i)
-		b.mu.Unlock()
-		nr, uerr := l.q.UpdateVisibility(l.opCtx, m.ID, receipt, min(delay, queue.MaxVisibilityTimeout))
+		_, uerr := l.q.UpdateVisibility(l.opCtx, m.ID, b.newestReceipt(i), min(delay, queue.MaxVisibilityTimeout))
 		if uerr == nil {
 			l.stats.hidden.Add(1)
-			b.mu.Lock()
-			b.setReceipt(i, nr)
-			b.mu.Unlock()
 		} else {
 			l.log.Debug("listener: hiding a failed message failed", zap.String("msg_id", m.ID), zap.Error(uerr))
 		}
 	}
-	b.state[i].Store(stFailed)
 }
 
-// poison moves message i to the poison queue: put first, so that a crash
+// poison moves message i, which its runner settles, to the poison queue: put first, so that a crash
 // between the two steps leaves a duplicate, never a loss; then delete with
 // the newest receipt. It reports whether the message left the queue (if the
 // put fails, the message stays and comes back as a failure would).
@@ -316,14 +380,9 @@ func (b *batch) poison(i int, reason string, cause error) bool {
 	id, err := l.o.Poison.Put(l.opCtx, m.Body, queue.PutOptions{TTL: queue.NoExpiry})
 	if err != nil {
 		l.log.Error("listener: putting a message to the poison queue failed; it stays in the queue", append(fields, zap.NamedError("put_error", err))...)
-		b.state[i].Store(stFailed)
 		return false
 	}
-	b.mu.Lock()
-	receipt := b.receipt(i)
-	b.mu.Unlock()
-	derr := l.q.Delete(l.opCtx, m.ID, receipt)
-	b.state[i].Store(stDone)
+	derr := l.q.Delete(l.opCtx, m.ID, b.newestReceipt(i))
 	l.stats.poisoned.Add(1)
 	fields = append(fields, zap.String("poison_id", id))
 	if derr != nil {
@@ -337,12 +396,10 @@ func (b *batch) poison(i int, reason string, cause error) bool {
 
 // releaseUnstarted hands a claimed but unstarted message back at shutdown.
 func (b *batch) releaseUnstarted(i int) {
-	b.mu.Lock()
-	receipt := b.receipt(i)
-	b.mu.Unlock()
-	b.l.release(b.msgs[i].ID, receipt)
-	b.state[i].Store(stDone)
-	b.settle(1, 0)
+	if b.state[i].CompareAndSwap(stFetched, stSettling) {
+		b.l.release(b.msgs[i].ID, b.newestReceipt(i))
+		b.state[i].Store(stDone)
+	}
 }
 
 // takeSucceeded collects the receipts of succeeded messages not yet
@@ -397,31 +454,38 @@ func (b *batch) maintain() {
 		b.renewAt = now.Add(l.o.VisibilityTimeout / 2)
 	}
 	b.tick = l.o.Clock.AfterFunc(min(flushAfter, b.renewAt.Sub(now)), b.maintain)
+	// The flush may outlast the batch: Wait waits for it too (the batch
+	// is open, so the WaitGroup is not at zero).
+	l.wg.Add(1)
 	b.mu.Unlock()
+	defer l.wg.Done()
 	l.deleteReceipts(rs)
 }
 
-// renewHeld extends the messages still waiting or running. b.mu is held.
+// renewHeld extends the messages still fetched or running, holding b.mu
+// across each call so that a runner settling one of them meanwhile reads
+// the newest receipt. A message whose lease is lost is taken from its
+// runner (whose handler is cancelled). b.mu is held.
 func (b *batch) renewHeld() {
 	l := b.l
 	for i, m := range b.msgs {
 		switch b.state[i].Load() {
-		case stWaiting, stRunning:
+		case stFetched, stRunning:
 		default:
 			continue
 		}
 		nr, err := l.q.UpdateVisibility(l.opCtx, m.ID, b.receipt(i), l.o.VisibilityTimeout)
 		if errors.Is(err, queue.ErrReceiptMismatch) || errors.Is(err, queue.ErrNotFound) {
 			// Someone else owns it now, or it is gone: stop working on it.
-			l.stats.leasesLost.Add(1)
-			l.log.Warn("listener: lost a held message to its visibility timeout; cancelling its handler", zap.String("msg_id", m.ID), zap.Error(err))
 			switch {
-			case b.cancels != nil && b.cancels[i] != nil:
-				b.cancels[i]() // a parallel runner's handler
-			case b.inline && b.state[i].Load() == stRunning:
-				b.cancel() // the inline runner's handler
+			case b.state[i].CompareAndSwap(stFetched, stDone):
+			case b.state[i].CompareAndSwap(stRunning, stDone):
+				b.cancels[i]() // cancels this handler only: its runner renews its context after
+			default:
+				continue // its runner settles it meanwhile, and will find it gone
 			}
-			b.state[i].CompareAndSwap(stWaiting, stDone)
+			l.stats.leasesLost.Add(1)
+			l.log.Warn("listener: lost a held message to its visibility timeout", zap.String("msg_id", m.ID), zap.Error(err))
 			continue
 		}
 		if err != nil {

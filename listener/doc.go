@@ -1,21 +1,21 @@
-// Package listener is adaptq's adaptive queue listener: seed 002's
+// Package listener is adaptq's adaptive queue listener: the Best Practices article's
 // CloudQueueListenerExtension, made Go. It owns the loop between a queue and
 // a handler func: batch gets, parallel dispatch, deletes after success,
 // idle backoff, the QueueEmpty and WorkDetected hooks, pool resizing,
 // visibility renewal and graceful shutdown.
 //
-// # The seed's concepts, by their Go names
+// # The Best Practices article's concepts, by their Go names
 //
 //   - StartListener(threadCount) is Start(ctx, n); Run(ctx) starts
 //     Options.Tasks tasks and returns once everything has shut down.
-//   - DequeueTaskMain is a task: it gets up to BatchSize messages (seed 002:
+//   - DequeueTaskMain is a task: it gets up to BatchSize messages (the Best Practices article:
 //     never more than 32) hidden for VisibilityTimeout, hands them to the
 //     handler, and gets again once no more than NewBatchThreshold of them
 //     are still running (Azure Functions' rule), so one slow message holds
 //     back nothing but itself.
 //   - The QueueEmpty event is Options.QueueEmpty, called after every empty
 //     get with the task's count of empty gets in a row; it returns the sleep
-//     and whether the task stops. The default is the seed's randomized
+//     and whether the task stops. The default is the article's randomized
 //     exponential backoff and stop rule (package scaling). The listener
 //     never lets stops leave fewer than MinTasks, so the last task keeps
 //     polling.
@@ -51,6 +51,23 @@
 // take microseconds run one after another on one goroutine per batch;
 // slower ones run in parallel; a batch whose sequential run stalls spills
 // its unstarted messages onto parallel runners.
+//
+// # The life of a message
+//
+// Each fetched message has one state (fetched → running → succeeded or
+// settling → done) that only its owner changes, by compare-and-swap: the
+// runner that claimed it, the batch delete for succeeded messages, or the
+// renewal when it finds the lease lost. Renewal extends only fetched and
+// running messages and holds the batch's lock across the call, so a
+// message being poisoned, hidden or released always uses its newest
+// receipt, and nothing settles a message another path owns. Every message
+// is claimed by exactly one runner, which accounts for it exactly once.
+// The stall watchdog belongs to its batch. The torture test (make torture)
+// drives random schedules against these rules.
+//
+// Abort cancels the handlers running at that moment; later handlers get
+// live contexts. Start may run the listener again after Wait, from clean
+// counters.
 //
 // # Shutdown
 //

@@ -13,6 +13,8 @@ import (
 	"github.com/adaptq/adaptq/queue/memory"
 	"github.com/adaptq/adaptq/queue/meter"
 	"github.com/adaptq/adaptq/scaling"
+
+	"github.com/adaptq/adaptq/internal/testutil"
 )
 
 func TestBurstAfterIdleResizesThePoolAndIdleShrinksIt(t *testing.T) {
@@ -211,7 +213,7 @@ func TestClosedQueueEndsTheListener(t *testing.T) {
 		if !errors.Is(err, queue.ErrClosed) {
 			t.Fatalf("Run = %v, want ErrClosed", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testutil.HangGuard):
 		t.Fatal("the listener kept running on a closed queue")
 	}
 }

@@ -21,7 +21,7 @@ import (
 // running.
 var ErrRunning = errors.New("listener: already running")
 
-// Listener is seed 002's multi-threaded queue listener: a pool of dequeue
+// Listener is the Best Practices article's multi-threaded queue listener: a pool of dequeue
 // tasks feeding one handler func. Create it with New, run it with Run (or
 // Start and Wait), and resize the pool with Resize while it runs.
 type Listener struct {
@@ -50,6 +50,13 @@ type Listener struct {
 	wg            sync.WaitGroup
 	handlerCtx    context.Context
 	handlerCancel context.CancelFunc
+	// abortCtx is the parent of handler contexts started from now on: a
+	// child of handlerCtx that Abort cancels and replaces.
+	abortCtx    atomic.Pointer[context.Context]
+	abortCancel context.CancelFunc // guarded by mu
+	// graceTimer and opsTimer end handlerCtx and opCtx after shutdown
+	// begins; guarded by mu.
+	graceTimer, opsTimer clock.Timer
 	// opCtx carries deletes, releases and renewals: shutdown does not
 	// cancel it, but it ends DefaultDeleteTimeout after the grace period,
 	// so a hung backend cannot hold Run open forever.
@@ -84,7 +91,7 @@ func New(q *queue.Queue, h handler.Func, o Options) (*Listener, error) {
 		long := idle
 		if o.Notifier != nil {
 			// Triggered: sleep up to the safety interval, stop at the usual
-			// maximum (seed 002's modified QueueEmpty handler).
+			// maximum (the Best Practices article's modified QueueEmpty handler).
 			long.Max = o.SafetyInterval
 		}
 		o.QueueEmpty = func(l *Listener, k int) (time.Duration, bool) {
@@ -123,7 +130,7 @@ func (l *Listener) Run(ctx context.Context) error {
 	return l.Wait()
 }
 
-// Start starts n dequeue tasks (seed 002's StartListener(threadCount)) and
+// Start starts n dequeue tasks (the Best Practices article's StartListener(threadCount)) and
 // returns. The listener runs until ctx ends; Wait waits for that.
 func (l *Listener) Start(ctx context.Context, n int) error {
 	if n < 1 || n > l.o.MaxTasks {
@@ -135,12 +142,14 @@ func (l *Listener) Start(ctx context.Context, n int) error {
 		return ErrRunning
 	}
 	l.running, l.stopping = true, false
+	l.active, l.stopTokens = 0, 0
 	l.draining.Store(false)
 	l.fatal.Store(nil)
 	g, gctx := errgroup.WithContext(ctx)
 	l.group, l.runCtx = g, gctx
 	l.handlerCtx, l.handlerCancel = context.WithCancel(context.WithoutCancel(ctx))
 	l.opCtx, l.opCancel = context.WithCancel(context.WithoutCancel(ctx))
+	l.newAbortContextLocked()
 	// The watcher holds the group open until shutdown begins, so that
 	// Resize may add tasks while the pool is momentarily empty.
 	g.Go(func() error {
@@ -179,7 +188,7 @@ func (l *Listener) triggered() {
 }
 
 // Wait blocks until the listener started by Start has shut down, and
-// returns the first fatal error, if any.
+// returns the first fatal error, if any. Start may then run it again.
 func (l *Listener) Wait() error {
 	l.mu.Lock()
 	g := l.group
@@ -187,12 +196,20 @@ func (l *Listener) Wait() error {
 	if g == nil {
 		return nil
 	}
-	err := g.Wait()
-	l.wg.Wait() // batches: handlers, deletes, releases
+	err := g.Wait() // tasks: no batch starts after this
+	l.wg.Wait()     // batches: handlers, deletes, releases
+	l.mu.Lock()
+	for _, t := range []clock.Timer{l.graceTimer, l.opsTimer} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+	l.graceTimer, l.opsTimer = nil, nil
+	l.abortCancel()
 	l.handlerCancel()
 	l.opCancel()
-	l.mu.Lock()
 	l.running, l.group = false, nil
+	l.active, l.stopTokens = 0, 0
 	l.mu.Unlock()
 	if p := l.fatal.Load(); p != nil {
 		return *p
@@ -201,20 +218,15 @@ func (l *Listener) Wait() error {
 }
 
 // beginDrain runs when the run's context ends: no task fetches again, and
-// handlers still running when the grace period ends are cancelled.
+// handlers still running when the grace period ends are cancelled. Wait
+// stops the timers if everything ends sooner.
 func (l *Listener) beginDrain() {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.stopping = true
-	l.mu.Unlock()
 	l.draining.Store(true)
-	grace := l.o.Clock.AfterFunc(l.o.ShutdownGrace, l.handlerCancel)
-	ops := l.o.Clock.AfterFunc(l.o.ShutdownGrace+DefaultDeleteTimeout, l.opCancel)
-	go func() {
-		// Stop the timers once everything has ended on its own.
-		l.wg.Wait()
-		grace.Stop()
-		ops.Stop()
-	}()
+	l.graceTimer = l.o.Clock.AfterFunc(l.o.ShutdownGrace, l.handlerCancel)
+	l.opsTimer = l.o.Clock.AfterFunc(l.o.ShutdownGrace+DefaultDeleteTimeout, l.opCancel)
 	l.log.Debug("listener: draining", zap.Duration("grace", l.o.ShutdownGrace))
 }
 
@@ -289,9 +301,15 @@ func (l *Listener) tryIdleStop() bool {
 }
 
 // taskEnded uncounts a task that stopped for another reason (shutdown).
+// A stop request still pending is fulfilled by it, so that stop requests
+// never outnumber the tasks (ActiveTasks never goes below zero) and none
+// survives into the next run.
 func (l *Listener) taskEnded() {
 	l.mu.Lock()
 	l.active--
+	if l.stopTokens > 0 {
+		l.stopTokens--
+	}
 	l.mu.Unlock()
 }
 
@@ -327,7 +345,7 @@ func (l *Listener) ActiveTasks() int {
 // Depth is the queue's approximate message count: one billed Count call.
 func (l *Listener) Depth(ctx context.Context) (int, error) { return l.q.Count(ctx) }
 
-// State is seed 002's QueryState, with more: the queue's depth and the
+// State is the Best Practices article's QueryState, with more: the queue's depth and the
 // listener's counters.
 type State struct {
 	// Depth is the queue's approximate count, visible and hidden.
@@ -500,8 +518,6 @@ func (e *ewma) known() (time.Duration, bool) {
 	return time.Duration(v), v >= 0
 }
 
-var _ = clock.Real
-
 // Drained is the number of messages that have left the queue through this
 // listener: deleted after success or moved to the poison queue. A scaling
 // policy divides its growth by time and tasks to learn the drain rate.
@@ -509,14 +525,32 @@ func (l *Listener) Drained() int64 {
 	return l.stats.deleted.Load() + l.stats.poisoned.Load()
 }
 
-// Abort cancels the context of every running handler at once, without
-// waiting for the shutdown grace; their messages are released as in a
-// drain. It does not stop the listener: end the run's context for that.
+// Abort cancels the context of every handler running at this moment,
+// without waiting for the shutdown grace; their messages are settled as
+// failures. Handlers started after it get live contexts: Abort does not
+// stop the listener (end the run's context for that).
 func (l *Listener) Abort() {
 	l.mu.Lock()
-	cancel := l.handlerCancel
-	l.mu.Unlock()
-	if cancel != nil {
-		cancel()
+	defer l.mu.Unlock()
+	if l.abortCancel == nil {
+		return
 	}
+	cancel := l.abortCancel
+	l.newAbortContextLocked()
+	cancel()
+}
+
+// newAbortContextLocked makes a fresh parent for the handler contexts
+// started from now on. l.mu is held.
+func (l *Listener) newAbortContextLocked() {
+	ctx, cancel := context.WithCancel(l.handlerCtx)
+	l.abortCtx.Store(&ctx)
+	l.abortCancel = cancel
+}
+
+// handlerContext is a context for the handlers of one runner: a child of
+// the current abort context, so Abort and the end of the grace period
+// cancel it, and renewal may cancel it alone when a lease is lost.
+func (l *Listener) handlerContext() (context.Context, context.CancelFunc) {
+	return context.WithCancel(*l.abortCtx.Load())
 }

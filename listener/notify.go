@@ -11,7 +11,7 @@ import (
 const DefaultSafetyInterval = 5 * time.Minute
 
 // Notifier carries "work detected" signals from producers to listeners
-// (seed 002's push trigger): a producer that puts messages calls Notify
+// (the Best Practices article's push trigger): a producer that puts messages calls Notify
 // with the queue's name, and every listener subscribed to that name wakes
 // its sleeping tasks at once instead of waiting out its polling delay.
 type Notifier interface {

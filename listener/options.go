@@ -15,9 +15,9 @@ import (
 // Defaults. Each names where its number comes from.
 const (
 	// DefaultBatchSize is how many messages one get asks for: the most a
-	// get may return (seed 002), so each billed get does the most work.
+	// get may return (the Best Practices article), so each billed get does the most work.
 	DefaultBatchSize = queue.MaxBatchSize
-	// DefaultVisibilityTimeout hides a fetched message for 30 s (seed 001:
+	// DefaultVisibilityTimeout hides a fetched message for 30 s (the message visibility article:
 	// Azure's default when none is given).
 	DefaultVisibilityTimeout = queue.DefaultVisibilityTimeout
 	// DefaultConcurrency bounds the handlers a listener runs at once: two
@@ -25,7 +25,7 @@ const (
 	// new-batch threshold (Azure Functions' batchSize + newBatchThreshold
 	// rule, with adaptq's batch of 32).
 	DefaultConcurrency = 2 * DefaultBatchSize
-	// DefaultMaxTasks is the largest pool seed 002's static rules ask for.
+	// DefaultMaxTasks is the largest pool the Best Practices article's static rules ask for.
 	DefaultMaxTasks = 100
 	// DefaultShutdownGrace is how long running handlers may finish after
 	// shutdown begins (Kubernetes' default terminationGracePeriodSeconds).
@@ -87,12 +87,12 @@ type Options struct {
 	Idle scaling.IdleBackoff
 	// QueueEmpty is called after each empty get with the task's count of
 	// empty gets in a row; it returns how long the task sleeps and whether
-	// it stops (seed 002's QueueEmpty event). The listener refuses a stop
+	// it stops (the Best Practices article's QueueEmpty event). The listener refuses a stop
 	// that would leave fewer than MinTasks. Default: Idle's formula and
 	// stop rule.
 	QueueEmpty func(l *Listener, idleCount int) (delay time.Duration, stop bool)
 	// WorkDetected is called, on the task's goroutine, when a task that
-	// was idle finds messages: once per idle→busy edge (seed 002's
+	// was idle finds messages: once per idle→busy edge (the Best Practices article's
 	// QueueWorkDetected). It must not block.
 	WorkDetected func(l *Listener)
 

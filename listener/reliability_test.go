@@ -13,6 +13,8 @@ import (
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/driver"
+
+	"github.com/adaptq/adaptq/internal/testutil"
 )
 
 // poisonFixture is a fixture whose listener poisons into a sibling queue.
@@ -227,7 +229,7 @@ func TestLostLeaseCancelsAnInlineHandler(t *testing.T) {
 		if id != ids[0] {
 			t.Fatalf("cancelled %s", id)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testutil.HangGuard):
 		t.Fatal("the inline handler whose lease was lost was not cancelled")
 	}
 	// The task's next inline batches run on a fresh context.

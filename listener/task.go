@@ -13,10 +13,10 @@ import (
 	"github.com/adaptq/adaptq/scaling"
 )
 
-// task is one dequeue task: seed 002's DequeueTaskMain. Its loop usually
-// runs on one goroutine, but a batch that stalls while running inline hands
-// the loop to a new goroutine (see batch.spill), so the task's state lives
-// here rather than on a stack.
+// task is one dequeue task: the Best Practices article's DequeueTaskMain.
+// Its loop usually runs on one goroutine, but an inline batch that stalls
+// hands the loop to a new goroutine (see batch.spill), so the task's state
+// lives here rather than on a stack.
 type task struct {
 	l   *Listener
 	id  int
@@ -30,34 +30,16 @@ type task struct {
 	// gets. Only the goroutine running the loop touches them.
 	idle       int
 	errBackoff *backoff.ExponentialBackOff
-	// current is the batch running inline, if any; stall fires spill on it
-	// when it runs too long. One timer per task, reset for each batch.
-	current atomic.Pointer[batch]
-	stall   *time.Timer
-	// inlineCtx is the handler context of the task's inline batches. It is
-	// cancelled only when the lease of a message running inline is lost,
-	// so one serves many batches and is replaced after a loss or a
-	// hand-off.
-	inlineCtx    context.Context
-	inlineCancel context.CancelFunc
-}
-
-// inlineContext returns a live context for the next inline batch.
-func (t *task) inlineContext() (context.Context, context.CancelFunc) {
-	if t.inlineCtx == nil || t.inlineCtx.Err() != nil {
-		t.inlineCtx, t.inlineCancel = context.WithCancel(t.l.handlerCtx)
-	}
-	return t.inlineCtx, t.inlineCancel
+	// hctx is the handler context and watchdog the task lends its inline
+	// batches, reused while neither is spent; only the goroutine running
+	// the loop touches them (see dispatch).
+	hctx     context.Context
+	hcancel  context.CancelFunc
+	watchdog *watchdog
 }
 
 func (l *Listener) taskMain(ctx context.Context, id int) error {
 	t := &task{l: l, id: id, ctx: ctx, log: l.log.With(zap.Int("task", id)), wake: make(chan struct{}, 1)}
-	t.stall = time.AfterFunc(time.Hour, func() {
-		if b := t.current.Load(); b != nil {
-			b.spill()
-		}
-	})
-	t.stall.Stop()
 	return t.loop()
 }
 
@@ -70,8 +52,11 @@ func (t *task) loop() error {
 	defer func() {
 		if counted {
 			l.taskEnded()
-			if t.inlineCancel != nil {
-				t.inlineCancel()
+			if t.hcancel != nil {
+				t.hcancel()
+			}
+			if t.watchdog != nil {
+				t.watchdog.timer.Stop()
 			}
 		}
 	}()

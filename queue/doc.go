@@ -8,7 +8,7 @@
 // the batch-delete fallback, and error wrapping and classification
 // (IsTransient, RetryAfter). As reaches a driver's own client.
 //
-// The semantics are Azure Queue Storage's (seeds 000 and 001), held on every
+// The semantics are Azure Queue Storage's (the Windows Azure Queue white paper and the message visibility article), held on every
 // driver by the conformance suite in package queuetest:
 //
 //   - Put stores a message with a time-to-live and an optional initial

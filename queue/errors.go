@@ -13,8 +13,8 @@ import (
 // error with the driver, operation and queue, and the offending value.
 var (
 	// ErrReceiptMismatch: the pop receipt is not the newest for the message,
-	// which timed out and was got again by someone else (Azure's 400
-	// PopReceiptMismatch). An expected event for a consumer.
+	// which timed out and was got again by someone else (the message visibility article; Azure's
+	// 400 PopReceiptMismatch). An expected event for a consumer.
 	ErrReceiptMismatch = driver.ErrReceiptMismatch
 	// ErrNotFound: no message with this id (deleted, expired, or never
 	// there). An expected event for a consumer.
@@ -39,11 +39,11 @@ var (
 )
 
 // ThrottleRetryAfter is how long to wait after a throttling error that gives
-// no hint of its own (seed 003: errors 40501, 10928 and 10929 say "back off
+// no hint of its own (the worker thread governance post: errors 40501, 10928 and 10929 say "back off
 // and retry the request after 10 seconds").
 const ThrottleRetryAfter = 10 * time.Second
 
-// Throttling error codes of seed 003 (SQL Azure's worker-thread governance).
+// Throttling error codes of the worker thread governance post (SQL Azure's worker-thread governance).
 // Drivers for backends that return them mark the error with Throttled.
 const (
 	CodeServiceBusy     = 40501
@@ -51,7 +51,7 @@ const (
 	CodeWorkerLimitBusy = 10929
 )
 
-// IsThrottlingCode reports whether code is one of seed 003's throttling codes.
+// IsThrottlingCode reports whether code is one of the worker thread governance post's throttling codes.
 func IsThrottlingCode(code int) bool {
 	switch code {
 	case CodeServiceBusy, CodeWorkerLimit, CodeWorkerLimitBusy:

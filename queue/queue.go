@@ -15,7 +15,7 @@ import (
 // Limits and defaults shared by every driver. They are Azure Queue Storage's,
 // so that a configuration moves between backends unchanged.
 const (
-	// MaxBatchSize is the most messages one Get may ask for (seed 002: "the
+	// MaxBatchSize is the most messages one Get may ask for (the Best Practices article: "the
 	// maximum size of the Queue Service API package for a remove from a queue
 	// operation is 32. Exceeding this value will result in a runtime
 	// exception").
@@ -26,10 +26,10 @@ const (
 	DefaultMaxBodySize = 64 * 1024
 
 	// DefaultTTL is how long a message lives when PutOptions.TTL is zero
-	// (seed 000: messages are kept for 7 days).
+	// (the Windows Azure Queue white paper: messages are kept for 7 days).
 	DefaultTTL = 7 * 24 * time.Hour
 
-	// DefaultVisibilityTimeout is the visibility timeout seed 001 gives for a
+	// DefaultVisibilityTimeout is the visibility timeout the message visibility article gives for a
 	// get that names none ("If not explicitly set, it will default to 30
 	// seconds"). Get itself always takes an explicit timeout; callers use
 	// this constant as their default.
@@ -106,6 +106,27 @@ func messages(ms []*driver.Message) []*Message {
 	return unsafe.Slice((**Message)(unsafe.Pointer(unsafe.SliceData(ms))), len(ms))
 }
 
+// checkOutput refuses a driver's answer of more messages than asked for
+// (the listener holds one slot per message it asked for) and drops nil
+// entries.
+func checkOutput(ms []*driver.Message, n int) ([]*driver.Message, error) {
+	if len(ms) > n {
+		return nil, fmt.Errorf("the driver returned %d messages for a request of %d", len(ms), n)
+	}
+	for i, m := range ms {
+		if m == nil {
+			kept := ms[:i:i]
+			for _, m := range ms[i:] {
+				if m != nil {
+					kept = append(kept, m)
+				}
+			}
+			return kept, nil
+		}
+	}
+	return ms, nil
+}
+
 // driverReceipts views receipts as the driver's type, without a copy.
 func driverReceipts(rs []Receipt) []driver.Receipt {
 	return unsafe.Slice((*driver.Receipt)(unsafe.Pointer(unsafe.SliceData(rs))), len(rs))
@@ -124,6 +145,7 @@ func driverReceipts(rs []Receipt) []driver.Receipt {
 // cost meter) see every call. A Queue is safe for concurrent use.
 type Queue struct {
 	d      driver.Queue
+	raw    driver.Queue // d before the wrappers: what Sibling asks
 	f      driver.Features
 	name   string
 	opts   options
@@ -148,8 +170,9 @@ func WithObserver(o Observer) Option {
 // latency injection, tracing, a log of calls. A wrapper that embeds the
 // driver.Queue it is given forwards every operation and the Features, so
 // no capability (batch deletes, siblings, native notify) is lost through
-// it. Wrappers given first end up outermost. Siblings are wrapped the same
-// way.
+// it. Wrappers given first end up outermost. A sibling (Sibling) is wrapped
+// the same way: w is called again with the sibling's driver, so it must
+// return a new value for each driver it is given.
 func WithWrapper(w func(driver.Queue) driver.Queue) Option {
 	return func(op *options) { op.wrappers = append(op.wrappers, w) }
 }
@@ -166,6 +189,7 @@ func New(d driver.Queue, opts ...Option) *Queue {
 }
 
 func newQueue(d driver.Queue, o options) *Queue {
+	raw := d
 	for i := len(o.wrappers) - 1; i >= 0; i-- {
 		d = o.wrappers[i](d)
 	}
@@ -180,7 +204,7 @@ func newQueue(d driver.Queue, o options) *Queue {
 	if f.Name == "" {
 		f.Name = "queue"
 	}
-	return &Queue{d: d, f: f, name: d.Name(), opts: o}
+	return &Queue{d: d, raw: raw, f: f, name: d.Name(), opts: o}
 }
 
 // Name is the queue's name.
@@ -223,7 +247,7 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts PutOptions) (string, 
 	}
 	id, err := q.d.Put(ctx, body, driver.PutOptions{TTL: ttl, InitialVisibilityDelay: opts.InitialVisibilityDelay})
 	if err != nil {
-		return "", q.fail(OpPut, 0, err)
+		return "", q.fail(ctx, OpPut, 0, err)
 	}
 	q.observe(OpPut, 1, nil)
 	return id, nil
@@ -247,8 +271,11 @@ func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*Me
 		return nil, q.reject(OpGet, err)
 	}
 	ms, err := q.d.Get(ctx, n, visibility)
+	if err == nil {
+		ms, err = checkOutput(ms, n)
+	}
 	if err != nil {
-		return nil, q.fail(OpGet, 0, err)
+		return nil, q.fail(ctx, OpGet, 0, err)
 	}
 	q.observe(OpGet, len(ms), nil)
 	return messages(ms), nil
@@ -264,11 +291,14 @@ func (q *Queue) Delete(ctx context.Context, id, popReceipt string) error {
 }
 
 func (q *Queue) delete(ctx context.Context, id, popReceipt string) error {
+	if err := ctx.Err(); err != nil {
+		return q.reject(OpDelete, err) // deleteEach: the context ended midway
+	}
 	if id == "" {
 		return q.reject(OpDelete, fmt.Errorf("%w: empty message id", ErrNotFound))
 	}
 	if err := q.d.Delete(ctx, id, popReceipt); err != nil {
-		return q.fail(OpDelete, 0, err)
+		return q.fail(ctx, OpDelete, 0, err)
 	}
 	q.observe(OpDelete, 1, nil)
 	return nil
@@ -295,12 +325,19 @@ func (q *Queue) DeleteBatch(ctx context.Context, receipts []Receipt) (results []
 	rs := driverReceipts(receipts)
 	for start := 0; start < len(rs); start += q.f.MaxBatch {
 		end := min(start+q.f.MaxBatch, len(rs))
+		if cerr := ctx.Err(); cerr != nil {
+			cerr = q.reject(OpDeleteBatch, cerr)
+			for i := start; i < len(rs); i++ {
+				results[i] = cerr
+			}
+			break
+		}
 		res, err := q.d.DeleteBatch(ctx, rs[start:end])
 		if err == nil && len(res) != end-start {
 			err = fmt.Errorf("the driver returned %d results for %d receipts", len(res), end-start)
 		}
 		if err != nil {
-			err = q.fail(OpDeleteBatch, 0, err)
+			err = q.fail(ctx, OpDeleteBatch, 0, err)
 			for i := start; i < end; i++ {
 				results[i] = err
 			}
@@ -309,7 +346,7 @@ func (q *Queue) DeleteBatch(ctx context.Context, receipts []Receipt) (results []
 		deleted := 0
 		for i, r := range res {
 			if r != nil {
-				results[start+i] = q.wrap(OpDelete, r)
+				results[start+i] = q.classified(OpDelete, r)
 			} else {
 				deleted++
 			}
@@ -369,7 +406,7 @@ func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d t
 	}
 	r, err := q.d.UpdateVisibility(ctx, id, popReceipt, d)
 	if err != nil {
-		return "", q.fail(OpUpdate, 0, err)
+		return "", q.fail(ctx, OpUpdate, 0, err)
 	}
 	q.observe(OpUpdate, 1, nil)
 	return r, nil
@@ -389,8 +426,11 @@ func (q *Queue) Peek(ctx context.Context, n int) ([]*Message, error) {
 		return nil, q.reject(OpPeek, fmt.Errorf("%w: peek of %d is outside 1..%d", ErrBatchSize, n, q.f.MaxPeek))
 	}
 	ms, err := q.d.Peek(ctx, n)
+	if err == nil {
+		ms, err = checkOutput(ms, n)
+	}
 	if err != nil {
-		return nil, q.fail(OpPeek, 0, err)
+		return nil, q.fail(ctx, OpPeek, 0, err)
 	}
 	q.observe(OpPeek, len(ms), nil)
 	return messages(ms), nil
@@ -405,7 +445,7 @@ func (q *Queue) Count(ctx context.Context) (int, error) {
 	}
 	n, err := q.d.Count(ctx)
 	if err != nil {
-		return 0, q.fail(OpCount, 0, err)
+		return 0, q.fail(ctx, OpCount, 0, err)
 	}
 	q.observe(OpCount, n, nil)
 	return n, nil
@@ -417,7 +457,7 @@ func (q *Queue) Clear(ctx context.Context) error {
 		return err
 	}
 	if err := q.d.Clear(ctx); err != nil {
-		return q.fail(OpClear, 0, err)
+		return q.fail(ctx, OpClear, 0, err)
 	}
 	q.observe(OpClear, 0, nil)
 	return nil
@@ -437,13 +477,11 @@ func (q *Queue) Sibling(ctx context.Context, name string) (*Queue, error) {
 	if !q.f.Siblings {
 		return nil, q.wrap(OpSibling, fmt.Errorf("%w: %s cannot open queue %q beside it", ErrUnsupported, q.f.Name, name))
 	}
-	d, err := q.d.Sibling(ctx, name)
+	d, err := q.raw.Sibling(ctx, name)
 	if err != nil {
-		return nil, q.wrap(OpSibling, err)
+		return nil, q.classified(OpSibling, err)
 	}
-	o := q.opts
-	o.wrappers = nil // d came from the wrapped driver: wrapped already
-	return newQueue(d, o), nil
+	return newQueue(d, q.opts), nil
 }
 
 // Subscribe returns a channel that receives soon after a message is put to
@@ -459,7 +497,7 @@ func (q *Queue) Subscribe(ctx context.Context) (<-chan struct{}, error) {
 	}
 	ch, err := q.d.Subscribe(ctx)
 	if err != nil {
-		return nil, q.wrap(OpSubscribe, err)
+		return nil, q.classified(OpSubscribe, err)
 	}
 	return ch, nil
 }
@@ -475,8 +513,9 @@ func (q *Queue) begin(ctx context.Context, op Op) error {
 	return nil
 }
 
-// reject wraps an error found before the backend was called, and tells
-// the observers of a call that was not billed.
+// reject wraps an error found before the backend was called (never
+// transient: a bad argument stays bad, and an ended context is the
+// caller's choice), and tells the observers of a call that was not billed.
 func (q *Queue) reject(op Op, err error) error {
 	err = q.wrap(op, err)
 	for _, o := range q.opts.observers {
@@ -487,17 +526,25 @@ func (q *Queue) reject(op Op, err error) error {
 
 // fail wraps and classifies an error the driver returned, and tells the
 // observers of the failed call.
-func (q *Queue) fail(op Op, n int, err error) error {
-	t, after := q.d.Classify(err)
-	e := &opError{prefix: q.prefix(op), err: err, transient: t, retryAfter: after}
+func (q *Queue) fail(ctx context.Context, op Op, n int, err error) error {
+	e := q.classified(op, err)
+	if ctx.Err() != nil {
+		e.transient = false // the caller's context ended: the caller gave up
+	}
 	q.observe(op, n, e)
 	return e
 }
 
-// wrap names the driver, operation and queue in err, keeping what err
-// says of itself.
+// wrap names the driver, operation and queue in an error of the queue's
+// own (a bad argument, an unsupported operation): never transient.
 func (q *Queue) wrap(op Op, err error) error {
-	t, after := driver.DefaultClassify(err)
+	return &opError{prefix: q.prefix(op), err: err}
+}
+
+// classified wraps a driver's error with the driver's classification,
+// without telling the observers.
+func (q *Queue) classified(op Op, err error) *opError {
+	t, after := q.d.Classify(err)
 	return &opError{prefix: q.prefix(op), err: err, transient: t, retryAfter: after}
 }
 

@@ -68,7 +68,7 @@ type AgentOptions struct {
 	// ShrinkWhenEmpty resizes the pool to MinTasks as soon as a sample finds
 	// the queue empty (nothing waiting, nothing in flight), instead of
 	// leaving the surplus tasks to back off until the QueueEmpty stop rule
-	// ends them, each making about ten empty gets on the way. Seed 002's
+	// ends them, each making about ten empty gets on the way. The Best Practices article's
 	// listener shrinks only by its stop rule; adaptq's worker sets this.
 	ShrinkWhenEmpty bool
 	Clock           clock.Clock
@@ -110,7 +110,7 @@ func NewAgent(pool Pool, policy Policy, o AgentOptions) *Agent {
 	return &Agent{pool: pool, policy: policy, o: o, signal: make(chan struct{}, 1)}
 }
 
-// WorkDetected tells the agent that an idle task found work (seed 002's
+// WorkDetected tells the agent that an idle task found work (the Best Practices article's
 // QueueWorkDetected). It never blocks; signals while one is pending merge.
 func (a *Agent) WorkDetected() {
 	select {

@@ -15,15 +15,15 @@ const (
 	// DefaultMaxIdle caps the sleep (Azure Functions' maxPollingInterval
 	// default, one minute).
 	DefaultMaxIdle = time.Minute
-	// DefaultIdleDelta is the backoff's unit (seed 002: deltaBackoffMs = 100).
+	// DefaultIdleDelta is the backoff's unit (the Best Practices article: deltaBackoffMs = 100).
 	DefaultIdleDelta = 100 * time.Millisecond
 	// JitterMin and JitterMax bound the random factor applied to the
-	// exponential part (seed 002: Random.Next(delta·0.8, delta·1.2)).
+	// exponential part (the Best Practices article: Random.Next(delta·0.8, delta·1.2)).
 	JitterMin = 0.8
 	JitterMax = 1.2
 )
 
-// IdleBackoff is seed 002's randomized exponential idle delay. The zero
+// IdleBackoff is the Best Practices article's randomized exponential idle delay. The zero
 // value uses the defaults.
 type IdleBackoff struct {
 	Min, Max, Delta time.Duration
@@ -83,7 +83,7 @@ func (b IdleBackoff) Delay(k int) time.Duration {
 	return b.DelayWith(k, JitterMin+rand.Float64()*(JitterMax-JitterMin))
 }
 
-// ShouldStop is the seed's stop rule: a task stops once its delay has
+// ShouldStop is the Best Practices article's stop rule: a task stops once its delay has
 // reached the maximum, unless it is the last active one.
 func (b IdleBackoff) ShouldStop(delay time.Duration, activeTasks int) bool {
 	return delay >= b.WithDefaults().Max && activeTasks > 1

@@ -1,7 +1,7 @@
 // Package scaling decides how hard a listener works: how long an idle
 // dequeue task sleeps, and how many tasks a queue's depth calls for.
 //
-// Seed 002 names the pieces, and they keep their meaning here:
+// The Best Practices article names the pieces, and they keep their meaning here:
 //
 //   - The QueueEmpty event's handler (HandleQueueEmptyEvent) computes a
 //     randomized exponential delay after each empty get: IdleBackoff.
@@ -10,7 +10,7 @@
 //     delay reaches maxIdle a task may stop if it is not the last one. Idle
 //     cost thus falls to one get per maxIdle for the whole listener.
 //   - GetOptimalDequeueTaskCount maps a queue depth to a number of tasks: a
-//     Policy. StaticRules is the seed's table; Proportional is KEDA's rule
+//     Policy. StaticRules is the article's table; Proportional is KEDA's rule
 //     (one task per so many waiting messages); SLA meets a pickup-latency
 //     target by Little's law, from a drain rate per task it learns from
 //     the agent's samples (a policy that learns is an Observer).

@@ -5,7 +5,7 @@ import (
 	"math"
 )
 
-// Policy answers seed 002's GetOptimalDequeueTaskCount: how many dequeue
+// Policy answers the Best Practices article's GetOptimalDequeueTaskCount: how many dequeue
 // tasks a queue of the given depth needs.
 type Policy interface {
 	Tasks(depth int) int
@@ -31,7 +31,7 @@ type StaticRules struct {
 	Else  int
 }
 
-// SeedRules is seed 002's table: fewer than 100 messages → 10 tasks, fewer
+// SeedRules is the Best Practices article's table: fewer than 100 messages → 10 tasks, fewer
 // than 1,000 → 50, otherwise 100.
 var SeedRules = StaticRules{Rules: []Rule{{Below: 100, Tasks: 10}, {Below: 1000, Tasks: 50}}, Else: 100}
 
@@ -65,7 +65,7 @@ func (r StaticRules) Validate() error {
 }
 
 // DefaultMessagesPerTask is Proportional's default: one task per full batch
-// waiting (seed 002: 32 messages per get).
+// waiting (the Best Practices article: 32 messages per get).
 const DefaultMessagesPerTask = 32
 
 // Proportional asks for one task per PerTask waiting messages, rounded up

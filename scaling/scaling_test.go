@@ -32,7 +32,7 @@ func TestIdleBackoffStaysInsideTheSeedFormula(t *testing.T) {
 			t.Errorf("DelayWith(%d, 1.2) = %s, want %s", k, got, hi)
 		}
 	}
-	// Seed 002's first steps: 100 ms + 1·[80,120] ms, + 3·[80,120] ms …
+	// The Best Practices article's first steps: 100 ms + 1·[80,120] ms, + 3·[80,120] ms …
 	if got := b.DelayWith(1, 1); got != 200*time.Millisecond {
 		t.Errorf("first delay = %s, want 200ms", got)
 	}

@@ -10,7 +10,7 @@ import (
 // SLA defaults.
 const (
 	// DefaultSLATarget is the pickup latency an SLA policy aims for when
-	// none is given: 30 s, the default visibility timeout (seed 001), so a
+	// none is given: 30 s, the default visibility timeout (the message visibility article), so a
 	// message is picked up well before one that was fetched and lost would
 	// reappear.
 	DefaultSLATarget = 30 * time.Second
@@ -23,7 +23,7 @@ const (
 	// DefaultSLAShrinkMargin is the hysteresis: the pool grows to the
 	// fewest tasks that meet the target, but shrinks only to the fewest
 	// that meet DefaultSLAShrinkMargin × the target, so an estimate off by
-	// up to 20% (the width of seed 002's jitter band, 0.8..1.2) cannot make
+	// up to 20% (the width of the Best Practices article's jitter band, 0.8..1.2) cannot make
 	// the pool flap between two counts.
 	DefaultSLAShrinkMargin = 0.8
 	// DefaultSLAMinInterval is the shortest interval between two samples
@@ -33,7 +33,7 @@ const (
 	DefaultSLAMinInterval = time.Second
 	// DefaultSLABusyDepth is how many messages per task the queue must
 	// hold at both ends of an interval for the interval to teach the rate:
-	// a full batch each (seed 002: 32 per get), so that every task had work
+	// a full batch each (the Best Practices article: 32 per get), so that every task had work
 	// and the tasks, not the arrivals, set the pace. A pool that keeps up
 	// with a trickle drains only what arrives, which says nothing about
 	// what it could drain.

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/adaptq/adaptq"
+	"github.com/adaptq/adaptq/internal/durationhint"
 	"github.com/adaptq/adaptq/queue"
 )
 
@@ -41,7 +42,7 @@ type enqueueCmd struct {
 }
 
 func newEnqueueCmd(e env) *cobra.Command {
-	o := &enqueueCmd{ttl: durationFlag{allowNever: true}}
+	o := &enqueueCmd{target: target{create: true}, ttl: durationFlag{allowNever: true}}
 	cmd := &cobra.Command{
 		Use:   "enqueue [--queue NAME | --url URL] [flags] (BODY | --file FILE | -)",
 		Short: "Put a message on a queue, once or many times",
@@ -95,6 +96,9 @@ func (o *enqueueCmd) run(cmd *cobra.Command, e env, args []string) (err error) {
 		return err
 	}
 	defer closeQueue(q, &err)
+	if from == nil {
+		from = o.workerFor(ctx)
+	}
 
 	opts := queue.PutOptions{TTL: o.ttl.d, InitialVisibilityDelay: o.delay.d}
 	limit := q.MaxBodySize()
@@ -133,25 +137,57 @@ func (o *enqueueCmd) run(cmd *cobra.Command, e env, args []string) (err error) {
 		fmt.Fprintf(e.stdout, ": id %s", firstID)
 	}
 	if o.delay.d == 0 {
-		fmt.Fprint(e.stdout, trigger(ctx, from, q.Name()))
+		fmt.Fprint(e.stdout, trigger(ctx, from, q))
 	}
 	fmt.Fprintln(e.stdout)
 	return nil
 }
 
 // trigger pulls the push trigger of a configured queue that has one, on
-// the worker's admin endpoint, and says how that went. A trigger is a
-// hint: if it is lost, the worker finds the messages at its next poll,
-// within the queue's trigger.safety_interval.
-func trigger(ctx context.Context, from *configured, name string) string {
-	if from == nil || from.qc == nil || !from.qc.Trigger.Enabled || from.cfg.Admin.Address == "" {
-		return ""
+// the worker's admin endpoint, and says what happened, or why nothing
+// did and when the worker will find the messages. A trigger is a hint:
+// if it is lost, the worker finds the messages at its next poll, within
+// the queue's trigger.safety_interval.
+func trigger(ctx context.Context, from *configured, q *queue.Queue) string {
+	if from == nil {
+		return "; no worker triggered (no config names this queue: a worker finds the messages at its next poll; enqueue --config FILE pulls a configured trigger)"
 	}
-	admin := from.cfg.Admin
-	if err := adaptq.SendTrigger(ctx, adaptq.DialAddress(admin.Address), admin.Token, name); err != nil {
-		return fmt.Sprintf("; worker at %s not triggered (it finds the messages within trigger.safety_interval, %s)", admin.Address, from.qc.Trigger.SafetyInterval)
+	if from.qc == nil {
+		return "" // a poison queue: no worker listens to it
+	}
+	qc, admin := from.qc, from.cfg.Admin
+	switch {
+	case !qc.Trigger.Enabled:
+		return fmt.Sprintf("; no trigger configured (trigger.enabled is false): the worker finds the messages at its next poll, within idle.max (%s)", qc.Idle.Max)
+	case admin.Address == "" && q.Features().NativeNotify:
+		return "; the queue's backend wakes the worker itself (native notify)"
+	case admin.Address == "":
+		return fmt.Sprintf("; worker not triggered: admin.address is empty, so the worker listens for no trigger (it finds the messages within trigger.safety_interval, %s)", qc.Trigger.SafetyInterval)
+	}
+	if err := adaptq.SendTrigger(ctx, adaptq.DialAddress(admin.Address), admin.Token, q.Name()); err != nil {
+		return fmt.Sprintf("; worker at %s not triggered (it finds the messages within trigger.safety_interval, %s)", admin.Address, qc.Trigger.SafetyInterval)
 	}
 	return "; worker triggered"
+}
+
+// workerFor finds, for a queue named by --url, the worker config that
+// lists the same queue: the default config ($ADAPTQ_CONFIG or
+// configs/adaptq.yaml), if it exists and is valid. Nil if none does.
+func (o *enqueueCmd) workerFor(context.Context) *configured {
+	path := defaultConfig()
+	if _, err := os.Stat(path); err != nil {
+		return nil
+	}
+	cfg, err := adaptq.LoadConfig(path)
+	if err != nil {
+		return nil
+	}
+	for i := range cfg.Queues {
+		if sameQueue(cfg.Queues[i].URL, o.url) {
+			return &configured{cfg: cfg, qc: &cfg.Queues[i], index: i}
+		}
+	}
+	return nil
 }
 
 // checkTimes checks --ttl and --delay against each other and the queue
@@ -339,7 +375,7 @@ func (f *durationFlag) Set(s string) error {
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return errors.New(`not a duration; write a Go duration such as "30s", "10m" or "24h" (a bare number has no unit)`)
+		return errors.New("not a duration: " + durationhint.Explain(s))
 	}
 	if d < 0 {
 		return errors.New("is negative")

@@ -24,6 +24,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/mattn/go-isatty"
@@ -105,7 +106,9 @@ func runContext(ctx context.Context, e env, args []string) int {
 	if code == exitSignal {
 		return code
 	}
-	fmt.Fprintf(e.stderr, "adaptq: %v\n", err)
+	// The library's errors start with the package's name, which is the
+	// program's: say it once.
+	fmt.Fprintf(e.stderr, "adaptq: %s\n", strings.TrimPrefix(err.Error(), "adaptq: "))
 	if code == exitUsage && cmd != nil && isUsage(err) {
 		fmt.Fprintf(e.stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 	}
@@ -148,7 +151,11 @@ Exit codes: 0 success, 1 runtime failure, 2 bad usage, input or configuration.`,
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
 		if cmd.HasSubCommands() {
-			return usageErrorf("unknown command %q (commands: run, enqueue, peek, stats, purge, simulate, version)", args[0])
+			hint := ""
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				hint = fmt.Sprintf("; did you mean %q?", s[0])
+			}
+			return usageErrorf("unknown command %q%s (commands: run, enqueue, peek, stats, purge, simulate, version)", args[0], hint)
 		}
 		return usageErrorf("%s takes no arguments, got %q", cmd.CommandPath(), args[0])
 	}

@@ -52,6 +52,9 @@ func (o *runCmd) run(cmd *cobra.Command, e env) error {
 	if err != nil {
 		return err
 	}
+	if err := goHandlers(cfg); err != nil {
+		return err
+	}
 	log, err := adaptq.NewLogger(cfg.Log)
 	if err != nil {
 		return inputError{err}
@@ -107,6 +110,26 @@ func (o *runCmd) run(cmd *cobra.Command, e env) error {
 			startDrain("received " + signalName(s))
 		}
 	}
+}
+
+// goHandlers refuses, before anything is opened, a config whose queues
+// name Go handlers (or none, which means the Go handler of the queue's
+// name): the binary has none.
+func goHandlers(cfg adaptq.Config) error {
+	var plain []string
+	for i, qc := range cfg.Queues {
+		if h := qc.Handler; !strings.HasPrefix(h, adaptq.ExecPrefix) && !strings.HasPrefix(h, adaptq.HTTPPrefix) {
+			what := "no handler key"
+			if h != "" {
+				what = fmt.Sprintf("handler %q", h)
+			}
+			plain = append(plain, fmt.Sprintf("queues[%d].handler: %s", i, what))
+		}
+	}
+	if len(plain) == 0 {
+		return nil
+	}
+	return startupError(cfg, fmt.Errorf("%w: %w: %s", adaptq.ErrStart, adaptq.ErrNoHandler, strings.Join(plain, "; ")))
 }
 
 // startupError is a Run error from before the worker started: the

@@ -35,7 +35,7 @@ func exitCodeWithin(t *testing.T, code <-chan int, stderr *testutil.SyncBuffer) 
 	select {
 	case c := <-code:
 		return c
-	case <-time.After(60 * time.Second):
+	case <-time.After(testutil.HangGuard):
 		t.Fatalf("run did not return\nstderr: %s", stderr.String())
 		return -1
 	}
@@ -59,7 +59,7 @@ queues:
 	if c := exitCodeWithin(t, code, errOut); c != exitUsage {
 		t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", c, exitUsage, out, errOut)
 	}
-	for _, want := range []string{"adaptq: ", `queues[1] (orders).handler`, "no handler registered", "hint:", "queues[1].handler", "exec:", "http:"} {
+	for _, want := range []string{"adaptq: start-up failed: no handler registered: queues[1].handler: no handler key", "hint:", "so queues[1].handler must", "exec:", "http:"} {
 		if !strings.Contains(errOut.String(), want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errOut)
 		}

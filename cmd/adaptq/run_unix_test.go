@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/adaptq/adaptq/queue"
 )
 
 func TestRunSecondSignalExitsAtOnce(t *testing.T) {
@@ -27,7 +29,16 @@ queues:
     handler: "exec: sh -c 'echo $$ > `+pidFile+`.tmp; mv `+pidFile+`.tmp `+pidFile+`; exec sleep 60'"
     shutdown_grace: 1m
 `)
-	mustCLI(t, "", "enqueue", "--url", "memory://second-signal", "slow")
+	// Put in this process: enqueue refuses a memory:// queue, which would
+	// be its own.
+	mq, err := queue.Open(context.Background(), "memory://second-signal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mq.Put(context.Background(), []byte("slow"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer mq.Close()
 	sigs := make(chan os.Signal, 2)
 	code, _, stderr := startRun(context.Background(), t, sigs, "-c", cfg)
 	var pid int

@@ -60,6 +60,8 @@ type queueDepth struct {
 	URL   string `json:"url,omitempty"` // redacted
 	Depth int    `json:"depth"`
 	Error string `json:"error,omitempty"`
+	// Note says why there is no depth, when that is no error.
+	Note string `json:"note,omitempty"`
 	// Poison is the queue's poison queue, where messages that failed for
 	// good are (absent if the driver cannot open it beside the queue).
 	Poison *queueDepth `json:"poison,omitempty"`
@@ -92,11 +94,21 @@ func (o *statsCmd) run(cmd *cobra.Command, e env) error {
 		r.Config = o.config
 		for i, qc := range cfg.Queues {
 			d := queueDepth{Name: qc.Name, URL: queue.Redact(qc.URL)}
-			q, err := openURL(ctx, fmt.Sprintf("queues[%d].url", i), qc.URL)
-			if err == nil {
-				d = depth(ctx, q, qc.URL, poisonName(qc, q.Name()))
-			} else {
+			if d.Name == "" {
+				if n, ok := urlQueueName(qc.URL); ok {
+					d.Name = n
+				}
+			}
+			switch q, err := openURL(ctx, fmt.Sprintf("queues[%d].url", i), qc.URL, false); {
+			case err != nil:
 				d.Error = err.Error()
+			case inProcess(q):
+				// A new process's memory queue is a new, empty queue: its depth
+				// is the worker's to tell (below, if it runs).
+				_ = q.Close()
+				d.Note = "in the worker's process only"
+			default:
+				d = depth(ctx, q, qc.URL, poisonName(qc, q.Name()))
 			}
 			if d.Name == "" {
 				d.Name = d.URL
@@ -227,6 +239,8 @@ func printStats(w io.Writer, r statsReport) {
 			case d == nil:
 			case d.Error != "":
 				fmt.Fprintf(tw, "%s\t? (%s)\n", d.Name, d.Error)
+			case d.Note != "":
+				fmt.Fprintf(tw, "%s\t- (%s)\n", d.Name, d.Note)
 			default:
 				fmt.Fprintf(tw, "%s\t%d\n", d.Name, d.Depth)
 			}

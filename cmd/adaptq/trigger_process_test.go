@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/adaptq/adaptq"
+
+	"github.com/adaptq/adaptq/internal/testutil"
 )
 
 // TestTriggerAcrossProcesses runs `adaptq run` and `adaptq enqueue` as two
@@ -100,8 +102,8 @@ queues:
 		if string(data) == "wake up" {
 			break
 		}
-		if time.Since(sent) > 30*time.Second {
-			t.Fatalf("the sleeping worker did not pick the message up within 30 s of the trigger (its sleep is 10 m)\n%s", logs)
+		if time.Since(sent) > testutil.HangGuard {
+			t.Fatalf("the sleeping worker did not pick the message up within %s of the trigger (its sleep is 10 m)\n%s", testutil.HangGuard, logs)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -115,7 +117,7 @@ queues:
 		if err != nil {
 			t.Fatalf("worker exit: %v\n%s", err, logs)
 		}
-	case <-time.After(15 * time.Second):
+	case <-time.After(testutil.HangGuard):
 		t.Fatalf("the worker did not exit after SIGTERM\n%s", logs)
 	}
 }

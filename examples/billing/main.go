@@ -1,9 +1,9 @@
-// Command billing runs seed 002's scenario on the embedded default queue:
+// Command billing runs the Best Practices article's scenario on the embedded default queue:
 // a process initiator splits bursts of billing transactions into work
 // messages, processing workers (adaptq's adaptive listener) compute each
 // and put results on a results queue, and a process controller drains the
 // results and aggregates them. It prints throughput, the pool size over
-// time, and every billed queue call with its cost at seed 002's price.
+// time, and every billed queue call with its cost at the Best Practices article's price.
 //
 //	go run ./examples/billing            # the defaults: 3 bursts, 60,000 transactions
 //	go run ./examples/billing -h         # the knobs
@@ -38,12 +38,12 @@ import (
 type Params struct {
 	// DB is the SQLite file holding both queues.
 	DB string
-	// Bursts of Transactions each arrive Gap apart (seed 002: volumes from
+	// Bursts of Transactions each arrive Gap apart (the Best Practices article: volumes from
 	// thousands to hundreds of thousands per package).
 	Bursts       int
 	Transactions int
 	Gap          time.Duration
-	// PerMessage transactions travel in one work message (seed 002: group
+	// PerMessage transactions travel in one work message (the Best Practices article: group
 	// related items to save transactions).
 	PerMessage int
 	// Work is the computation per transaction, in rounds of a small hash.
@@ -93,10 +93,13 @@ type Result struct {
 type Summary struct {
 	Transactions, WorkMessages, Results int
 	Cents, FeeCents, Checksum           int64
-	Wall                                time.Duration
-	MaxTasks                            int
-	Timeline                            []int // active processing tasks, sampled
-	Calls                               meter.Snapshot
+	// Wall is from the worker's start until the last result was
+	// aggregated; Settle the wait after it, for the pool to shrink back;
+	// Total all of Run, setting up and shutting down included.
+	Wall, Settle, Total time.Duration
+	MaxTasks            int
+	Timeline            []int // active processing tasks, sampled
+	Calls               meter.Snapshot
 }
 
 func main() {
@@ -138,6 +141,7 @@ func transaction(burst, i int) Transaction {
 
 // Run runs the scenario and writes the report to out.
 func Run(ctx context.Context, p Params, out io.Writer) (Summary, error) {
+	begin := time.Now()
 	var sum Summary
 	if err := os.MkdirAll(filepath.Dir(p.DB), 0o755); err != nil {
 		return sum, err
@@ -285,6 +289,7 @@ func Run(ctx context.Context, p Params, out io.Writer) (Summary, error) {
 	sum = agg
 	mu.Unlock()
 	sum.Wall = wall
+	sum.Settle = p.Gap
 	sum.WorkMessages = want.WorkMessages
 	tlMu.Lock()
 	sum.Timeline = timeline
@@ -309,6 +314,7 @@ func Run(ctx context.Context, p Params, out io.Writer) (Summary, error) {
 		return sum, fmt.Errorf("aggregate mismatch: got %d¢ / fees %d¢ / checksum %d, want %d¢ / %d¢ / %d",
 			sum.Cents, sum.FeeCents, sum.Checksum, want.Cents, want.FeeCents, want.Checksum)
 	}
+	sum.Total = time.Since(begin)
 	report(out, p, sum, stats)
 	return sum, nil
 }
@@ -358,6 +364,8 @@ func report(out io.Writer, p Params, s Summary, st adaptq.Stats) {
 	busy := s.Wall - time.Duration(p.Bursts-1)*p.Gap
 	fmt.Fprintf(out, "wall time %s, of which %s between bursts; %.0f transactions/s while busy\n",
 		s.Wall.Round(time.Millisecond), time.Duration(p.Bursts-1)*p.Gap, float64(s.Transactions)/busy.Seconds())
+	fmt.Fprintf(out, "the run took %s in all: the wall time, then %s letting the pool shrink back before this report, and %s opening and closing the queues (go run also builds the program first)\n",
+		s.Total.Round(100*time.Millisecond), s.Settle, max(0, s.Total-s.Wall-s.Settle).Round(time.Millisecond))
 	fmt.Fprintf(out, "processing pool (tasks, every 250 ms): %s\n", sparkline(s.Timeline))
 	fmt.Fprintf(out, "pool grew to %d tasks and shrank back to %d\n", s.MaxTasks, lastOr(s.Timeline, 0))
 	fmt.Fprintf(out, "\nqueue calls (each one billed):\n")
@@ -373,10 +381,10 @@ func report(out io.Writer, p Params, s Summary, st adaptq.Stats) {
 	// Idle, each queue's pool is one task polling once per idle.max.
 	idlePerHour := float64(len(st.Queues)) * float64(time.Hour) / float64(p.IdleMax)
 	fmt.Fprintf(out, "idle cost: one get per idle.max per queue, %.0f calls/hour here (idle.max %s to show the pool shrink);\n", idlePerHour, p.IdleMax)
-	fmt.Fprintf(out, "  at the default idle.max of 1m that is %d/hour, $%.4f/month; with a push trigger %d/hour; seed 004's loop: 3,600/hour per thread, $%.2f/month\n",
+	fmt.Fprintf(out, "  at the default idle.max of 1m that is %d/hour, $%.4f/month; with a push trigger %d/hour; the two-step dequeue post's loop: 3,600/hour per thread, $%.2f/month\n",
 		2*60, meter.CostOf(2*60*meter.HoursPerMonth, s.Calls.PricePer10k), 2*12, meter.CostOf(3600*meter.HoursPerMonth, s.Calls.PricePer10k))
 	perMsg := float64(s.Calls.Total()) / math.Max(1, float64(s.Calls.MessagesDeleted))
-	fmt.Fprintf(out, "calls per message: %.3f, put included (seed 004's loop makes 3: put, get, delete; plus a get a second per thread while idle)\n", perMsg)
+	fmt.Fprintf(out, "calls per message: %.3f, put included (the two-step dequeue post's loop makes 3: put, get, delete; plus a get a second per thread while idle)\n", perMsg)
 }
 
 func dollars(c int64) string { return fmt.Sprintf("$%d.%02d", c/100, c%100) }

@@ -39,7 +39,7 @@ func TestEmbedExample(t *testing.T) {
 	}
 	// Put two orders and a bad one before the worker starts.
 	ctx := context.Background()
-	q, err := queue.Open(ctx, "sqlite://"+filepath.Join(root, "data", "embed.db")+"?queue=orders")
+	q, err := queue.Open(ctx, "sqlite://"+filepath.Join(cfgDir, "data", "embed.db")+"?queue=orders") // beside the config
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestEmbedExample(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(testutil.HangGuard) // a hang guard, not a speed test
 	for !(strings.Contains(out.String(), "order A1: 3 × pen") && strings.Contains(out.String(), "order A2: 1 × ink")) {
 		if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/adaptq/adaptq/internal/testutil"
 )
 
 const config = "examples/exec/adaptq.yaml"
@@ -118,7 +120,7 @@ func TestExecExample(t *testing.T) {
 	}
 	waitRecorded := func(n int) {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
+		deadline := time.Now().Add(testutil.HangGuard)
 		for len(recorded()) < n {
 			select {
 			case err := <-exited:
@@ -150,7 +152,7 @@ func TestExecExample(t *testing.T) {
 		if err != nil {
 			t.Fatalf("after SIGTERM: %v (want exit 0)\n%s", err, workerLog())
 		}
-	case <-time.After(60 * time.Second):
+	case <-time.After(testutil.HangGuard):
 		t.Fatalf("the worker did not exit after SIGTERM\n%s", workerLog())
 	}
 

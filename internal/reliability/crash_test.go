@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/adaptq/adaptq/internal/testutil"
 )
 
 // TestSIGKILLLosesNothing kills a worker with SIGKILL in the middle of
@@ -19,7 +21,7 @@ func TestSIGKILLLosesNothing(t *testing.T) {
 	ids := fill(t, q, n)
 
 	w1 := startWorker(t, db, record, 0, 5*time.Second, vis)
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(testutil.HangGuard)
 	for lines(record) < n/3 {
 		if time.Now().After(deadline) {
 			t.Fatalf("the worker handled only %d messages", lines(record))
@@ -29,13 +31,14 @@ func TestSIGKILLLosesNothing(t *testing.T) {
 	if err := w1.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	_ = w1.wait(t, 10*time.Second)
+	_ = w1.wait(t, testutil.HangGuard)
 	atKill := lines(record)
 	if atKill >= n {
 		t.Fatalf("the worker finished all %d before the kill; nothing was tested", n)
 	}
 
 	w2 := startWorker(t, db, record, 0, 5*time.Second, vis)
+	deadline = time.Now().Add(testutil.HangGuard)
 	ctx := context.Background()
 	for {
 		depth, err := q.Count(ctx)
@@ -53,7 +56,7 @@ func TestSIGKILLLosesNothing(t *testing.T) {
 	if err := w2.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := w2.wait(t, 30*time.Second); err != nil {
+	if err := w2.wait(t, testutil.HangGuard); err != nil {
 		t.Fatalf("the second worker's exit: %v", err)
 	}
 

@@ -19,6 +19,8 @@ import (
 	"github.com/adaptq/adaptq"
 	"github.com/adaptq/adaptq/queue"
 	_ "github.com/adaptq/adaptq/queue/sqlite"
+
+	"github.com/adaptq/adaptq/internal/testutil"
 )
 
 // The worker's settings, passed to the child in its environment.
@@ -132,7 +134,7 @@ func startWorker(t *testing.T, db, record string, handlerTime, grace, vis time.D
 	case <-ready:
 	case err := <-w.done:
 		t.Fatalf("worker exited before it was ready: %v", err)
-	case <-time.After(30 * time.Second):
+	case <-time.After(testutil.HangGuard):
 		_ = cmd.Process.Kill()
 		t.Fatal("worker not ready")
 	}

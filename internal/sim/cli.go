@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/adaptq/adaptq/queue/meter"
 	"github.com/adaptq/adaptq/scaling"
@@ -28,7 +29,7 @@ const usage = `usage: adaptq simulate [flags]
 Runs listener policies against the memory driver in virtual time and
 reports, per policy, the billed calls, the idle calls (empty gets), the
 cost per month, the pickup latency (p50, p99) and the largest backlog.
-The default workload is seed 002's scenario: an 8-hour workday in which
+The default workload is the Best Practices article's scenario: an 8-hour workday in which
 8 packages of 2,000–200,000 transactions arrive, each over 15 minutes
 (busy 25% of the day), then 16 hours with no traffic.
 
@@ -39,6 +40,8 @@ flags:
 type names []string
 
 func (n *names) String() string { return strings.Join(*n, ",") }
+
+func (n *names) Type() string { return "list" }
 
 func (n *names) Set(v string) error {
 	for _, s := range strings.Split(v, ",") {
@@ -64,10 +67,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("adaptq simulate", flag.ContinueOnError)
+	// pflag, as cobra uses for every other command: --days, not -days.
+	fs := pflag.NewFlagSet("adaptq simulate", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.SortFlags = true
 	var (
-		workload   = fs.String("workload", "", "a YAML file of arrival phases (default: seed 002's scenario)")
+		workload   = fs.String("workload", "", "a YAML file of arrival phases (default: the Best Practices article's scenario)")
 		days       = fs.Int("days", 1, "simulated days (a workload file's day is repeated)")
 		service    = fs.Duration("service", DefaultService, "handler service time per message")
 		price      = fs.Float64("price", meter.DefaultPricePer10k, "dollars per 10,000 calls")
@@ -81,21 +86,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		policyArgs names
 	)
 	fs.Var(&policyArgs, "policy", "a policy to run, repeatable or comma-separated, or all (default: "+strings.Join(DefaultPolicies, ",")+")")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
-		fs.PrintDefaults()
-		fmt.Fprintln(fs.Output(), "\npolicies:")
+	fs.BoolP("help", "h", false, "show this help")
+	printUsage := func(w io.Writer) {
+		fmt.Fprint(w, usage)
+		fmt.Fprint(w, fs.FlagUsages())
+		fmt.Fprintln(w, "\npolicies:")
 		for _, p := range Builtin(*target) {
-			fmt.Fprintf(fs.Output(), "  %-14s %s\n", p.Name, p.About)
+			fmt.Fprintf(w, "  %-14s %s\n", p.Name, p.About)
 		}
 	}
+	// Parse reports its error here, once; the usage is printed only when
+	// asked for.
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
+		if errors.Is(err, pflag.ErrHelp) {
+			printUsage(stdout)
 			return ExitOK
 		}
+		fmt.Fprintf(stderr, "adaptq simulate: %v\nRun 'adaptq simulate --help' for usage.\n", err)
 		return ExitUsage
+	}
+	if help, _ := fs.GetBool("help"); help {
+		printUsage(stdout)
+		return ExitOK
 	}
 	bad := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "adaptq simulate: "+format+"\n", a...)

@@ -59,7 +59,7 @@ func TestCLITable(t *testing.T) {
 			t.Errorf("row %d is %q, want %s", i, rows[i], name)
 		}
 	}
-	for _, want := range []string{path, "5,000 messages", "service 10ms", "one call per message deleted (Azure)", "seed 002: idle tasks stop down to 1"} {
+	for _, want := range []string{path, "5,000 messages", "service 10ms", "one call per message deleted (Azure)", "the Best Practices article: idle tasks stop down to 1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the report does not mention %q:\n%s", want, out)
 		}
@@ -135,9 +135,12 @@ func TestCLIPrintWorkload(t *testing.T) {
 
 func TestCLIUsage(t *testing.T) {
 	t.Parallel()
-	code, out, _ := cli(t, "--help")
-	if code != sim.ExitOK || !strings.Contains(out, "usage: adaptq simulate") || !strings.Contains(out, "adaptq-poll") {
-		t.Errorf("--help: exit %d:\n%s", code, out)
+	code, out, errs := cli(t, "--help")
+	if code != sim.ExitOK || strings.Count(out, "usage: adaptq simulate") != 1 || !strings.Contains(out, "adaptq-poll") || errs != "" {
+		t.Errorf("--help: exit %d, stderr %q, want the usage once on stdout:\n%s", code, errs, out)
+	}
+	if !strings.Contains(out, "      --days int") {
+		t.Errorf("--help does not show --flags as every other command does:\n%s", out)
 	}
 	for _, tc := range []struct {
 		args []string
@@ -145,7 +148,8 @@ func TestCLIUsage(t *testing.T) {
 		want string
 	}{
 		{[]string{"--days", "0"}, sim.ExitUsage, "--days: 0 is below 1"},
-		{[]string{"--service", "soon"}, sim.ExitUsage, `invalid value "soon" for flag -service`},
+		{[]string{"--service", "soon"}, sim.ExitUsage, `invalid argument "soon" for "--service" flag`},
+		{[]string{"--bogus"}, sim.ExitUsage, "unknown flag: --bogus\nRun 'adaptq simulate --help' for usage."},
 		{[]string{"--price", "0"}, sim.ExitUsage, "--price: 0 is not positive"},
 		{[]string{"--policy", "naive-3"}, sim.ExitUsage, `--policy: policy "naive-3" is not one of adaptq, adaptq-poll`},
 		{[]string{"extra"}, sim.ExitUsage, `unexpected argument "extra"`},

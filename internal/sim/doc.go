@@ -40,32 +40,32 @@
 // The numbers are the model's, and these are its limits:
 //
 //   - Calls take no time. A poller's cycle is exactly its sleep, so a 1 s
-//     poller polls 3,600 times an hour, as seed 002's arithmetic assumes;
+//     poller polls 3,600 times an hour, as the Best Practices article's arithmetic assumes;
 //     a triggered pickup shows a latency of 0.
 //   - A handler takes Options.Service for every message, never fails and
 //     never outlives the visibility timeout: no retries, poison queue or
 //     visibility renewal. The listener's inline dispatch of fast handlers
 //     is not modelled; a batch's messages run in parallel.
 //   - Handlers do not compete for CPU: each task runs its whole batch at
-//     once, as seed 002's PLINQ ForAll does on enough cores, unless
+//     once, as the Best Practices article's PLINQ ForAll does on enough cores, unless
 //     Options.Concurrency bounds the handlers across the pool (as the
 //     listener's Concurrency does; a task takes a batch's slots before it
 //     gets). More tasks therefore always mean more throughput.
 //   - One listener on one queue on one instance: no competing consumers,
-//     no role instances, no throttling (seed 002's 500 transactions a
+//     no role instances, no throttling (the Best Practices article's 500 transactions a
 //     second per queue, HTTP 503), no transient errors, no lost triggers.
 //   - Deletes: by default every message's delete is its own billed call,
-//     as on Azure, and as seed 002's cost model counts ("a successful
+//     as on Azure, and as the Best Practices article's cost model counts ("a successful
 //     operation to remove a message from the queue will require two
 //     repository transactions"). Options.BatchDelete prices a backend that
 //     deletes a batch in one call; only policies that coalesce deletes
-//     (adaptq's listener) use it. The seeds' loops delete one by one.
+//     (adaptq's listener) use it. The loops of the two source articles delete one by one.
 //   - Arrivals are deterministic: a burst arrives at one instant, a rate
 //     is evenly spaced. With a trigger, every put notifies (Worker.Put
 //     does), and the notification arrives at once. Messages never expire.
-//   - Seed 002's adaptive listener sizes the pool once per WorkDetected;
+//   - The Best Practices article's adaptive listener sizes the pool once per WorkDetected;
 //     the simulator uses adaptq's agent, which also re-samples every 5 s
-//     while the queue is busy (one billed Count each, as the seed's
+//     while the queue is busy (one billed Count each, as the article's
 //     QueryState makes).
 //   - The SLA policy learns its drain rate from the agent's 5 s samples:
 //     from intervals in which the pool was busy throughout and, as a lower
@@ -75,14 +75,14 @@
 //   - A run covers [0, its workload's length): an event due exactly at the
 //     end (a batch finishing, a poll) is not simulated.
 //
-// # The seed's figures
+// # The Best Practices article's figures
 //
-// Seed 002 prices a poller that sleeps 1 s between empty gets: "each
+// The Best Practices article prices a poller that sleeps 1 s between empty gets: "each
 // individual deletion stream performs up to 79,200 transactions (22 hours
 // * 60 minutes * 60 transactions per minute)", "approximately $2.38" a
 // month at $0.01 per 10,000 (79,200 / 10,000 × $0.01 × 30 days = $2.376).
 // The simulator reproduces both exactly: IdleDay with the naive-1 policy
-// makes 79,200 calls and costs $2.376 a month. For 200 threads the seed
+// makes 79,200 calls and costs $2.376 a month. For 200 threads the article
 // prints "$457.2", but its own formula gives 200 × $2.376 = $475.20: the
 // seed transposed two digits (and its translator's "$45.7", for a tenth
 // of the price, repeats the slip). The simulator's 200 pollers cost
@@ -90,7 +90,7 @@
 //
 // # Workloads
 //
-// SeedScenario is seed 002's billing system: an eight-hour workday busy
+// SeedScenario is the Best Practices article's billing system: an eight-hour workday busy
 // 25% of the time, in each hour of which one package of 2,000 to 200,000
 // transactions (log-uniform, drawn from a seed) arrives over 15 minutes,
 // then 16 hours with no traffic. ParseWorkload reads other days from YAML

@@ -9,7 +9,7 @@ import (
 	"github.com/adaptq/adaptq/internal/sim"
 )
 
-// Seed 002's cost example: one thread polling an empty queue every second
+// The Best Practices article's cost example: one thread polling an empty queue every second
 // for a day's 22 idle hours.
 func ExampleRun() {
 	policies, _ := sim.Lookup([]string{sim.PolicyNaive1}, 0)
@@ -44,7 +44,7 @@ func ExampleMain() {
 	//   seed-adaptive      5,617     2,315     2,415        3,200           2     0.17  36.3s  36.3s        3,200         100          1     0
 	//   adaptq             4,081       779       879        3,200           2     0.12      0      0        3,200         100          1     0
 	//
-	//   naive-1        seed 004: get 1, process, delete; sleep 1 s when empty; 1 thread
-	//   seed-adaptive  seed 002: idle tasks stop down to 1; static rules (10/50/100) on WorkDetected
+	//   naive-1        the two-step dequeue post: get 1, process, delete; sleep 1 s when empty; 1 thread
+	//   seed-adaptive  the Best Practices article: idle tasks stop down to 1; static rules (10/50/100) on WorkDetected
 	//   adaptq         adaptq: push trigger (100 ms floor), 5 min safety poll, SLA 30s pool
 }

@@ -11,16 +11,16 @@ import (
 	"github.com/adaptq/adaptq/scaling"
 )
 
-// Seed 004's loop, by its numbers.
+// The two-step dequeue post's loop, by its numbers.
 const (
-	// NaivePoll is how long seed 004's loop sleeps after an empty get:
+	// NaivePoll is how long the two-step dequeue post's loop sleeps after an empty get:
 	// Thread.Sleep(1000).
 	NaivePoll = time.Second
-	// NaiveThreads is seed 002's count of pollers in its cost example:
+	// NaiveThreads is the Best Practices article's count of pollers in its cost example:
 	// "200 threads deleting messages from the queue (or one thread in 200
 	// copies of the working role)".
 	NaiveThreads = 200
-	// SeedFixedTasks is the fixed pool of the seed-fixed policy: seed 002's
+	// SeedFixedTasks is the fixed pool of the seed-fixed policy: the Best Practices article's
 	// listener started with StartListener(16) and never resized. (The
 	// seed leaves threadCount to the host; 16 is a plausible fixed choice,
 	// between its static rules' 10 and 50.)
@@ -44,14 +44,14 @@ type Policy struct {
 	BatchSize int
 	// NewBatchThreshold: a task gets again once no more than this many of
 	// its messages are still being handled (the listener's rule; 0 waits
-	// for the whole batch, as seed 002's PLINQ loop does).
+	// for the whole batch, as the Best Practices article's PLINQ loop does).
 	NewBatchThreshold int
-	// FixedPoll, if set, is the sleep after every empty get: seed 004's
+	// FixedPoll, if set, is the sleep after every empty get: the two-step dequeue post's
 	// Thread.Sleep(1000). Otherwise Idle's randomized exponential backoff.
 	FixedPoll time.Duration
-	// Idle is seed 002's backoff (zero fields: scaling's defaults).
+	// Idle is the Best Practices article's backoff (zero fields: scaling's defaults).
 	Idle scaling.IdleBackoff
-	// Stop applies seed 002's QueueEmpty stop rule: a task whose delay has
+	// Stop applies the Best Practices article's QueueEmpty stop rule: a task whose delay has
 	// reached Idle.Max stops unless it is the last one.
 	Stop bool
 	// Trigger makes producers notify on put: sleeping tasks wake at once
@@ -74,7 +74,7 @@ type Policy struct {
 	// CoalesceDeletes deletes a batch's messages with one DeleteBatch, as
 	// adaptq's listener does: one call on a backend that deletes in
 	// batches (Options.BatchDelete), one per message otherwise. Without it
-	// each message is deleted by its own call, as in the seeds' loops.
+	// each message is deleted by its own call, as in the source articles' loops.
 	CoalesceDeletes bool
 }
 
@@ -140,14 +140,14 @@ const (
 // Builtin returns the policies the report compares, in order. target is
 // the SLA policy's pickup-latency target (scaling.DefaultSLATarget if 0).
 //
-//   - naive-1, naive-200: seed 004's loop (get one, process, delete; sleep
+//   - naive-1, naive-200: the two-step dequeue post's loop (get one, process, delete; sleep
 //     1 s when the queue is empty) with one thread, and with the 200 of
-//     seed 002's cost example.
-//   - seed-fixed: seed 002's listener with a fixed pool of 16 tasks, batch
+//     the Best Practices article's cost example.
+//   - seed-fixed: the Best Practices article's listener with a fixed pool of 16 tasks, batch
 //     gets of 32 and the randomized exponential backoff, never stopping.
-//   - seed-adaptive: seed 002's adaptive listener: idle tasks stop down to
+//   - seed-adaptive: the Best Practices article's adaptive listener: idle tasks stop down to
 //     one (the QueueEmpty stop rule), and on WorkDetected an agent sizes
-//     the pool by the seed's static rules (10/50/100 tasks).
+//     the pool by the article's static rules (10/50/100 tasks).
 //   - adaptq: a push trigger (producers notify on put; idle tasks back off
 //     to the 5-minute safety interval; a woken task gets no sooner than
 //     100 ms after its last empty get, so a stream of notifying puts is
@@ -161,19 +161,19 @@ func Builtin(target time.Duration) []Policy {
 	}
 	return []Policy{
 		{
-			Name: PolicyNaive1, About: "seed 004: get 1, process, delete; sleep 1 s when empty; 1 thread",
+			Name: PolicyNaive1, About: "the two-step dequeue post: get 1, process, delete; sleep 1 s when empty; 1 thread",
 			Tasks: 1, BatchSize: 1, FixedPoll: NaivePoll,
 		},
 		{
-			Name: PolicyNaive200, About: "seed 004's loop × 200 threads (seed 002's cost example)",
+			Name: PolicyNaive200, About: "the two-step dequeue post's loop × 200 threads (the Best Practices article's cost example)",
 			Tasks: NaiveThreads, BatchSize: 1, FixedPoll: NaivePoll,
 		},
 		{
-			Name: PolicySeedFixed, About: "seed 002: 16 tasks, gets of 32, randomized exponential backoff, no stopping",
+			Name: PolicySeedFixed, About: "the Best Practices article: 16 tasks, gets of 32, randomized exponential backoff, no stopping",
 			Tasks: SeedFixedTasks,
 		},
 		{
-			Name: PolicySeedAdaptive, About: "seed 002: idle tasks stop down to 1; static rules (10/50/100) on WorkDetected",
+			Name: PolicySeedAdaptive, About: "the Best Practices article: idle tasks stop down to 1; static rules (10/50/100) on WorkDetected",
 			Tasks: 1, Stop: true,
 			Scaling: func() scaling.Policy { return scaling.SeedRules },
 		},

@@ -23,8 +23,8 @@ import (
 // given: 20 ms, a small computation or one call to a nearby service.
 const DefaultService = 20 * time.Millisecond
 
-// DefaultSeed seeds the jitter and the seed scenario when no seed is given.
-const DefaultSeed = 2011 // the year of seed 002
+// DefaultSeed seeds the jitter and the billing scenario when no seed is given.
+const DefaultSeed = 2011 // the year of the Best Practices article
 
 // queueName is the simulated queue's name.
 const queueName = "simulated"
@@ -35,7 +35,7 @@ type Options struct {
 	// It must be below Visibility: the model has no visibility renewal.
 	Service time.Duration
 	// PricePer10k is the price of 10,000 calls in dollars
-	// (meter.DefaultPricePer10k, seed 002's $0.01).
+	// (meter.DefaultPricePer10k, the Best Practices article's $0.01).
 	PricePer10k float64
 	// Seed seeds each policy's jitter (DefaultSeed if 0).
 	Seed int64
@@ -50,7 +50,7 @@ type Options struct {
 	// Concurrency bounds the handlers running at once across the pool, as
 	// listener.Options.Concurrency does; a task takes a batch's worth of
 	// slots before it gets. 0: no bound, every task runs its whole batch
-	// in parallel (seed 002's PLINQ ForAll on enough cores).
+	// in parallel (the Best Practices article's PLINQ ForAll on enough cores).
 	Concurrency int
 	// OnResize, if set, is told of every change of a pool's size by its
 	// agent: the policy, the virtual time since the start, the sizes.
@@ -592,8 +592,8 @@ func (e *engine) fetch(t *task) (bool, error) {
 }
 
 // queueEmpty is the QueueEmpty hook the policy's listener would have: a
-// fixed sleep (seed 004), or seed 002's backoff with a seeded jitter and,
-// with a trigger, up to the safety interval; stopping by seed 002's rule.
+// fixed sleep (the two-step dequeue post), or the Best Practices article's backoff with a seeded jitter and,
+// with a trigger, up to the safety interval; stopping by the Best Practices article's rule.
 func (e *engine) queueEmpty(k int) (time.Duration, bool) {
 	if e.p.FixedPoll > 0 {
 		return e.p.FixedPoll, false

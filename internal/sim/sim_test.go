@@ -37,11 +37,11 @@ func result(t *testing.T, rep sim.Report, name string) sim.Result {
 	return r
 }
 
-// TestSeedCostFigures reproduces seed 002's own numbers: a poller that
+// TestSeedCostFigures reproduces the Best Practices article's own numbers: a poller that
 // sleeps 1 s after every empty get makes 79,200 calls in a day's 22 idle
 // hours, $2.38 a month at $0.01 per 10,000; 200 of them cost 200 times as
-// much. The seed prints that as "$457.2", but its formula gives
-// 200 × 79,200 / 10,000 × $0.01 × 30 = $475.20: the seed transposed two
+// much. The article prints that as "$457.2", but its formula gives
+// 200 × 79,200 / 10,000 × $0.01 × 30 = $475.20: the article transposed two
 // digits, so the test asserts $475.20.
 func TestSeedCostFigures(t *testing.T) {
 	t.Parallel()
@@ -54,7 +54,7 @@ func TestSeedCostFigures(t *testing.T) {
 		t.Errorf("naive-1: $%v a month, want $2.376", r.MonthlyCost)
 	}
 	if got := math.Round(r.MonthlyCost*100) / 100; got != 2.38 {
-		t.Errorf("one poller rounds to $%.2f a month, want the seed's $2.38", got)
+		t.Errorf("one poller rounds to $%.2f a month, want the article's $2.38", got)
 	}
 
 	// 200 pollers. Under the race detector their 15.84 million calls take
@@ -73,10 +73,10 @@ func TestSeedCostFigures(t *testing.T) {
 		t.Errorf("naive-200 over %d idle hours: %d calls (%d idle), want exactly %d", hours, r.Calls, r.IdleCalls, want)
 	}
 	if cost := r.MonthlyCost * 22 / float64(hours); math.Abs(cost-475.2) > 1e-9 {
-		t.Errorf("naive-200: $%v a month, want $475.20 (the seed's misprinted \"$457.2\")", cost)
+		t.Errorf("naive-200: $%v a month, want $475.20 (the article's misprinted \"$457.2\")", cost)
 	}
 
-	// The seed's remedies: one task backing off to a minute polls about
+	// The article's remedies: one task backing off to a minute polls about
 	// 22 × 60 times; with a trigger, once every 5 minutes: 22 × 12.
 	if r := result(t, rep, sim.PolicySeedAdaptive); r.IdleCalls < 22*60 || r.IdleCalls > 22*60+20 {
 		t.Errorf("seed-adaptive made %d idle calls, want about %d (one a minute)", r.IdleCalls, 22*60)
@@ -86,7 +86,7 @@ func TestSeedCostFigures(t *testing.T) {
 	}
 }
 
-// seedDay is the default report: seed 002's scenario, one day, the
+// seedDay is the default report: the Best Practices article's scenario, one day, the
 // default policies. Under the race detector naive-200's 17 million calls
 // take minutes, not seconds; the simulator runs on one goroutine, so the
 // detector has nothing to find in them, and TestSeedCostFigures covers
@@ -162,7 +162,7 @@ func TestSeedScenarioDay(t *testing.T) {
 		t.Logf("idle calls a day: adaptq %d, seed-fixed %d, seed-adaptive %d, naive-1 %d",
 			adaptq.IdleCalls, fixed.IdleCalls, adaptive.IdleCalls, naive.IdleCalls)
 	})
-	t.Run("far fewer calls than the naive loop and the seed's listeners", func(t *testing.T) {
+	t.Run("far fewer calls than the naive loop and the article's listeners", func(t *testing.T) {
 		for _, r := range []sim.Result{naive, fixed, adaptive} {
 			if adaptq.IdleCalls*5/4 > r.IdleCalls {
 				t.Errorf("adaptq: %d idle calls, not far below %s's %d", adaptq.IdleCalls, r.Policy, r.IdleCalls)
@@ -177,7 +177,7 @@ func TestSeedScenarioDay(t *testing.T) {
 	})
 }
 
-// TestPackagesAtOnce is the seed's scenario with each package put at once:
+// TestPackagesAtOnce is the article's scenario with each package put at once:
 // one trigger per package, and a pool that must grow.
 func TestPackagesAtOnce(t *testing.T) {
 	t.Parallel()
@@ -284,7 +284,7 @@ phases:
 	if !reflect.DeepEqual(a, b) {
 		t.Fatal("two runs with the same seed differ")
 	}
-	// The jitter follows the seed, and a policy's jitter does not depend on
+	// The jitter follows the article, and a policy's jitter does not depend on
 	// the policies beside it.
 	c := run(t, w, all, sim.Options{Seed: 8})
 	if reflect.DeepEqual(a.Results, c.Results) {

@@ -15,7 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// The seed scenario (seed 002's billing system), by its numbers.
+// The billing scenario (the Best Practices article's billing system), by its numbers.
 const (
 	// SeedWorkday is the standard eight-hour workday in which the
 	// transactions arrive.
@@ -27,7 +27,7 @@ const (
 	// 25% of the time of the standard eight-hour workday".
 	SeedBusyShare = 0.25
 	// SeedBurstsPerDay is how many packages arrive in a workday: one in
-	// each of its 8 hours. The seed says only that the daily volume "can
+	// each of its 8 hours. The article says only that the daily volume "can
 	// reach several million transactions"; 8 packages of the sizes below
 	// average about 345,000 a day and reach a million on a heavy day.
 	SeedBurstsPerDay = 8
@@ -40,7 +40,7 @@ const (
 
 // SeedBurstWindow is how long the initiator takes to put one package: the
 // workday's busy share spread over its packages (8 h × 25% / 8 = 15 min),
-// so the queue receives work for 2 of the 8 hours, as the seed assumes.
+// so the queue receives work for 2 of the 8 hours, as the article assumes.
 const SeedBurstWindow = time.Duration(float64(SeedWorkday) * SeedBusyShare / SeedBurstsPerDay)
 
 // Phase is one stretch of a workload's day: Burst messages put at once at
@@ -70,7 +70,7 @@ func (p Phase) steady() int64 {
 
 // Workload is a sequence of phases covering Days simulated days. The
 // report prices a month as the calls of one day times 30, so Days need not
-// be 24 hours each: seed 002's idle-cost figure is 22 idle hours a day.
+// be 24 hours each: the Best Practices article's idle-cost figure is 22 idle hours a day.
 type Workload struct {
 	// Name says where the workload came from (a file, "seed").
 	Name   string
@@ -133,11 +133,11 @@ func (w Workload) Validate() error {
 }
 
 // MaxRate is the highest steady arrival rate a phase may have: one message
-// a microsecond, far past any single queue (Azure's target in seed 002 is
+// a microsecond, far past any single queue (Azure's target in the Best Practices article is
 // 500 transactions a second).
 const MaxRate = 1_000_000
 
-// SeedScenario is seed 002's scenario for days days, drawn from seed: each
+// SeedScenario is the Best Practices article's scenario for days days, drawn from seed: each
 // day an eight-hour workday in each hour of which one package of
 // log-uniform size in [SeedBurstMin, SeedBurstMax] arrives, put at a
 // steady rate over SeedBurstWindow starting at a random minute of the
@@ -153,12 +153,12 @@ func SeedScenarioWindow(seed int64, days int, window time.Duration) Workload {
 	days = max(days, 1)
 	window = min(max(window, 0), SeedWorkday/SeedBurstsPerDay)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed002))
-	name := fmt.Sprintf("seed 002 scenario (seed %d)", seed)
+	name := fmt.Sprintf("the Best Practices article's scenario (seed %d)", seed)
 	switch {
 	case window == 0:
-		name = fmt.Sprintf("seed 002 scenario (seed %d, packages at once)", seed)
+		name = fmt.Sprintf("the Best Practices article's scenario (seed %d, packages at once)", seed)
 	case window != SeedBurstWindow:
-		name = fmt.Sprintf("seed 002 scenario (seed %d, packages over %s)", seed, fmtDuration(window))
+		name = fmt.Sprintf("the Best Practices article's scenario (seed %d, packages over %s)", seed, fmtDuration(window))
 	}
 	w := Workload{Name: name, Days: days}
 	hour := SeedWorkday / SeedBurstsPerDay
@@ -185,7 +185,7 @@ func SeedScenarioWindow(seed int64, days int, window time.Duration) Workload {
 	return w
 }
 
-// IdleDay is the workload of seed 002's cost example: a day's 22 idle
+// IdleDay is the workload of the Best Practices article's cost example: a day's 22 idle
 // hours with no traffic at all, during which a poller's every call is
 // wasted. (The other two hours are busy and cost what the work costs.)
 func IdleDay() Workload {

@@ -33,16 +33,32 @@ func (s *SyncBuffer) String() string {
 	return s.b.String()
 }
 
+// HangGuard is how long a test waits for something that should happen
+// before it calls the wait a hang. It is not a speed test: on a machine
+// kept busy by other work a step may take many times its usual time, and
+// a test fails on outcomes, never on that. Two minutes: far beyond any
+// step of the suite, well within go test's -timeout.
+const HangGuard = 2 * time.Minute
+
+// Guard is the hang guard for a wait whose usual length is d: d, or
+// HangGuard if that is longer.
+func Guard(d time.Duration) time.Duration { return max(d, HangGuard) }
+
 // Eventually polls cond until it holds, and fails the test naming what it
-// waited for if timeout passes first. It never asserts on how long that
-// took: the wait only bounds a test that would otherwise hang.
+// waited for if Guard(timeout) passes first. It never asserts on how long
+// that took: the wait only bounds a test that would otherwise hang. It
+// polls often at first and then every few milliseconds, so that a long
+// wait does not take a core from the work it waits for.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	timeout = Guard(timeout)
 	deadline := time.Now().Add(timeout)
+	pause := 100 * time.Microsecond
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting until %s", timeout, what)
 		}
-		time.Sleep(200 * time.Microsecond)
+		time.Sleep(pause)
+		pause = min(2*pause, 5*time.Millisecond)
 	}
 }

@@ -2,7 +2,6 @@ package azure
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -87,8 +86,18 @@ type Config struct {
 	BlobEndpoint string
 	// Key is the account's shared key (base64). SAS is a shared access
 	// signature token (without the leading '?'), used instead. With
-	// neither, the development account uses DevKey; others fail.
+	// neither (and no Credential), the development account uses DevKey;
+	// others fail.
 	Key, SAS string
+	// Credential, used instead of Key or SAS, authorizes every request,
+	// to the queue and to the claim-check blobs alike, with Microsoft
+	// Entra ID bearer tokens it gives for TokenScope: an azidentity
+	// credential (managed identity, workload identity, the Azure CLI's
+	// login; auth= in a URL makes one) or any of the caller's. The
+	// endpoints must be https. The identity needs a role for each
+	// operation (see the package documentation); a failure to get a token
+	// is a *CredentialError naming the credential.
+	Credential azcore.TokenCredential
 
 	// NoCreate makes opening a queue fail with ErrQueueNotFound when it
 	// does not exist, and a claim-check Put fail with ErrContainerNotFound
@@ -162,9 +171,16 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Key != "" && c.SAS != "" {
 		return c, fmt.Errorf("%w: both a shared key and a SAS given; use one", queue.ErrInvalidArgument)
 	}
-	if c.Key == "" && c.SAS == "" {
+	if c.Credential != nil {
+		if c.Key != "" || c.SAS != "" {
+			return c, fmt.Errorf("%w: both a token credential and a shared key or SAS given; use one", queue.ErrInvalidArgument)
+		}
+		if err := checkTokenEndpoints(c); err != nil {
+			return c, err
+		}
+	} else if c.Key == "" && c.SAS == "" {
 		if !dev {
-			return c, fmt.Errorf("%w: no credential for account %q (give a shared key or a SAS, or a connection string in $%s)",
+			return c, fmt.Errorf("%w: no credential for account %q (give a shared key, a SAS or a token credential, or a connection string in $%s)",
 				queue.ErrInvalidArgument, c.Account, DefaultConnectionStringEnv)
 		}
 		c.Key = DevKey
@@ -279,10 +295,25 @@ func NewAccount(cfg Config) (*Account, error) {
 		// visibilityOnlyPolicy).
 		PerCallPolicies: []policy.Policy{visibilityOnlyPolicy{}},
 	}
-	qopts := &azqueue.ClientOptions{ClientOptions: core}
-	if cfg.SAS != "" {
+	method := "key"
+	var cred azcore.TokenCredential
+	switch {
+	case cfg.Credential != nil:
+		method, cred = "entra", nameCredential(cfg.Credential)
+	case cfg.SAS != "":
+		method = "sas"
+	}
+	info := authInfo{method: method, credential: credentialName(cfg), account: cfg.Account}
+	qinfo, binfo := info, info
+	qinfo.service = "queue"
+	binfo.service, binfo.container = "blob", cfg.Container
+	qopts := &azqueue.ClientOptions{ClientOptions: withAuthInfo(core, &qinfo)}
+	switch {
+	case cred != nil:
+		a.svc, err = azqueue.NewServiceClient(cfg.QueueEndpoint+"/", cred, qopts)
+	case cfg.SAS != "":
 		a.svc, err = azqueue.NewServiceClientWithNoCredential(cfg.QueueEndpoint+"/?"+cfg.SAS, qopts)
-	} else {
+	default:
 		var cred *azqueue.SharedKeyCredential
 		cred, err = azqueue.NewSharedKeyCredential(cfg.Account, cfg.Key)
 		if err == nil {
@@ -293,10 +324,13 @@ func NewAccount(cfg Config) (*Account, error) {
 		return nil, fmt.Errorf("azure: account %q: %w: queue client: %s", cfg.Account, queue.ErrInvalidArgument, sanitize(err, cfg))
 	}
 	if cfg.BlobEndpoint != "" {
-		bopts := &service.ClientOptions{ClientOptions: core}
-		if cfg.SAS != "" {
+		bopts := &service.ClientOptions{ClientOptions: withAuthInfo(core, &binfo)}
+		switch {
+		case cred != nil:
+			a.blobs, err = service.NewClient(cfg.BlobEndpoint+"/", cred, bopts)
+		case cfg.SAS != "":
 			a.blobs, err = service.NewClientWithNoCredential(cfg.BlobEndpoint+"/?"+cfg.SAS, bopts)
-		} else {
+		default:
 			var cred *azblob.SharedKeyCredential
 			cred, err = azblob.NewSharedKeyCredential(cfg.Account, cfg.Key)
 			if err == nil {
@@ -337,7 +371,8 @@ func newHTTPClient() *http.Client {
 func (a *Account) Name() string { return a.cfg.Account }
 
 // Config returns the account's configuration with defaults filled in and
-// the credential removed.
+// the key and SAS replaced by "REDACTED" (a Credential is kept: it is
+// an object, and printing the Config shows only its address).
 func (a *Account) Config() Config {
 	c := a.cfg
 	if c.Key != "" {
@@ -367,25 +402,22 @@ func (a *Account) Close() error {
 func (a *Account) Queue(ctx context.Context, name string, opts ...queue.Option) (*queue.Queue, error) {
 	d, err := a.open(ctx, name)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("azure: open %q: %w", name, err)
 	}
 	return queue.New(d, opts...), nil
 }
 
-// open returns the driver of the queue called name.
+// open returns the driver of the queue called name. Its errors name
+// neither the driver nor the queue: the callers do.
 func (a *Account) open(ctx context.Context, name string) (*Queue, error) {
 	if err := queue.ValidateName(name); err != nil {
-		return nil, fmt.Errorf("azure: open: %w", err)
+		return nil, err
 	}
 	if a.closed.Load() {
-		return nil, fmt.Errorf("azure: open %q: %w", name, queue.ErrClosed)
+		return nil, queue.ErrClosed
 	}
 	q := newQueue(a, name)
 	if err := q.ensure(ctx); err != nil {
-		var e *Error
-		if errors.As(err, &e) {
-			return nil, fmt.Errorf("azure: open %q: %w", name, err)
-		}
 		return nil, err
 	}
 	return q, nil

@@ -29,7 +29,7 @@ func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
 
 func noop(context.Context, *queue.Message) error { return nil }
 
-// naiveLoop is seed 004's worker loop: get one message, process it,
+// naiveLoop is the two-step dequeue post's worker loop: get one message, process it,
 // delete it, and sleep a second when the queue is empty. It returns at
 // the first empty get (a real one would sleep and poll forever).
 func naiveLoop(ctx context.Context, q *queue.Queue) error {
@@ -39,7 +39,7 @@ func naiveLoop(ctx context.Context, q *queue.Queue) error {
 			return err
 		}
 		if len(ms) == 0 {
-			return nil // Thread.Sleep(1000) in the seed
+			return nil // Thread.Sleep(1000) in the two-step dequeue post
 		}
 		if err := noop(ctx, ms[0]); err == nil {
 			if err := q.Delete(ctx, ms[0].ID, ms[0].PopReceipt); err != nil {
@@ -115,7 +115,7 @@ var (
 )
 
 // BenchmarkDrain compares, on Azurite in one run, how fast three consumers
-// drain the same 2,000 messages with a no-op handler: seed 004's naive
+// drain the same 2,000 messages with a no-op handler: the two-step dequeue post's naive
 // loop (one worker: get 1, delete, sleep 1 s when empty), the hand-written
 // loop (16 goroutines getting 32 and deleting in parallel) and the
 // listener (16 tasks getting 32). Each round drains once with each, in

@@ -15,6 +15,7 @@
 //	azure://myaccount/orders                         credential from $AZURE_STORAGE_CONNECTION_STRING
 //	azure://myaccount/orders?key_env=STORAGE_KEY     a shared key from the environment
 //	azure://myaccount/orders?sas_env=ORDERS_SAS      a SAS token from the environment
+//	azure://myaccount/orders?auth=entra              Microsoft Entra ID: managed identity, workload identity, az login …
 //	azure://devstoreaccount1/orders?endpoint=http://127.0.0.1:10001/devstoreaccount1
 //	azure:///orders?dev=true                         Azurite on its default ports
 //
@@ -23,16 +24,72 @@
 // One of: a connection string in an environment variable
 // (connection_string_env=NAME, or $AZURE_STORAGE_CONNECTION_STRING when the
 // URL names none; UseDevelopmentStorage=true works), a shared key (key_env=,
-// or key= in the URL), or a SAS token (sas_env=, or sas=). Azurite's
-// development account, devstoreaccount1, needs none: its published key is
-// used. A SAS for claim-check must cover the blob service too (an account
-// SAS with ss=bq). Secrets never appear in errors or logs: URLs are shown
-// through queue.Redact, and errors carry Azure's status, code and message,
-// never a request's query string.
+// or key= in the URL), a SAS token (sas_env=, or sas=), or Microsoft Entra
+// ID (auth=, below). Azurite's development account, devstoreaccount1,
+// needs none: its published key is used. A SAS for claim-check must cover
+// the blob service too (an account SAS with ss=bq). Secrets never appear
+// in errors or logs: URLs are shown through queue.Redact, and errors carry
+// Azure's status, code and message, never a request's query string, a
+// token or a secret.
+//
+// # Microsoft Entra ID
+//
+// auth= authorizes requests with Entra ID bearer tokens from the SDK's
+// azidentity, for the queue and the claim-check blobs alike (scope
+// TokenScope, https://storage.azure.com/.default); no key or SAS is then
+// read, so it works on accounts with shared key access disabled:
+//
+//	auth=entra                     DefaultAzureCredential: environment, workload identity,
+//	                               managed identity, then az / azd / PowerShell logins
+//	auth=entra&client_id=ID        a user-assigned identity: workload identity if the pod
+//	                               has it ($AZURE_FEDERATED_TOKEN_FILE), else managed identity
+//	auth=managed_identity          the host's system-assigned identity (client_id=: a user-assigned one)
+//	auth=workload_identity         AKS workload identity (client_id=, tenant_id= or the
+//	                               webhook's AZURE_CLIENT_ID, AZURE_TENANT_ID)
+//	auth=azure_cli                 az login, for development (tenant_id=)
+//
+// In code, Config.Credential takes any azcore.TokenCredential. Endpoints
+// must be https (Azurite: a certificate and --oauth basic; the tests do
+// that, see azuritetest.Options). The identity needs Azure RBAC roles on
+// the storage account, or on the queue and the container:
+//
+//	open (create=true)   Create Queue          Storage Queue Data Contributor
+//	open (create=false)  Get Queue Metadata    Storage Queue Data Reader
+//	put                  Put Message           Storage Queue Data Message Sender
+//	get, delete          Get/Delete Messages   Storage Queue Data Message Processor
+//	peek                 Peek Messages         Storage Queue Data Reader
+//	count                Get Queue Metadata    Storage Queue Data Reader
+//	update               Update Message        Storage Queue Data Contributor
+//	clear                Clear Messages        Storage Queue Data Contributor
+//	claim-check          Put/Get/Delete Blob,  Storage Blob Data Contributor
+//	                     List Blobs, Create Container
+//
+// (each cell the least built-in role; Contributor covers every queue
+// row). A listener gets, deletes, updates visibility (renewal, release on
+// shutdown, failure backoff), reads the depth and puts to the poison
+// queue: give a worker Storage Queue Data Contributor (and Storage Blob
+// Data Contributor with claim-check); a producer that only puts needs
+// Message Sender.
+//
+// A refusal is an *Error matching ErrAuth whose text says what to fix: a
+// 403 AuthorizationPermissionMismatch names the operation, the
+// credential and the role it lacks (assignments take minutes to apply);
+// a token for another audience or tenant says so; a 403
+// KeyBasedAuthenticationNotPermitted says shared key access is disabled
+// and to use auth=entra. A credential that gets no token gives a
+// *CredentialError (also ErrAuth) that names it ("auth=managed_identity
+// (user-assigned, client id …)", "Config.Credential (*pkg.T)") and says
+// why, on one line: each credential of DefaultAzureCredential's chain and
+// why it was unavailable, or the token service's answer. It is transient
+// when the token service was unreachable, timed out or answered 408, 429
+// or 5xx, and not when no token source is configured or the identity was
+// refused. The listener retries a failed get either way, after its error
+// backoff, logging non-transient errors at error level, and carries on
+// once the credential works.
 //
 // # Bodies
 //
-// Bodies are bytes and round-trip exactly (seed 000 §6.7): by default they
+// Bodies are bytes and round-trip exactly (the Windows Azure Queue white paper §6.7): by default they
 // travel base64-encoded, as Azure Functions and the other SDKs' base64
 // policies expect. encoding=text sends them as they are, for producers and
 // consumers that use plain text; Put then refuses (queue.ErrInvalidArgument,
@@ -92,13 +149,16 @@
 //	413 MessageTooLarge, RequestBodyTooLarge  queue.ErrTooLarge
 //	500, 503 ServerBusy, 408, 502, 504     queue.Transient, RetryAfter from Retry-After
 //	429                                    queue.Throttled
+//	401, 403 authentication/authorization  ErrAuth, with what to fix
+//	token credential got no token          ErrAuth, *CredentialError (transient if the token service was unreachable or busy)
 //	no response (reset, refused, closed, timeout)  queue.Transient
 //
 // as *Error values that carry the operation, the queue, the status and
 // Azure's code and message (the portable queue names the operation and
 // queue in the text). A 503 ServerBusy without a Retry-After leaves
-// the wait to the caller's backoff, as the Azure SDK's own policy does (seed
-// 003's 10 s is SQL Azure's rule, not Storage's).
+// the wait to the caller's backoff, as the Azure SDK's own policy does (the
+// 10 s of "Introducing worker thread governance to Windows Azure SQL
+// Database" is SQL Azure's rule, not Storage's).
 //
 // # Limits and rounding
 //
@@ -120,5 +180,8 @@
 // The tests run against Azurite (package azuritetest), installed from
 // tools/azurite by `make test` and started on free loopback ports: the
 // conformance suite, the listener end to end, faults injected by a proxy,
-// claim-check and error mapping. No mock of Azure.
+// claim-check and error mapping; and the conformance suite, claim-check
+// and the credential errors again over HTTPS with Entra ID tokens, on an
+// Azurite started with a certificate made by the test and --oauth basic.
+// No mock of Azure.
 package azure

@@ -56,6 +56,9 @@ type Error struct {
 	Message string
 	// RetryAfter is the server's Retry-After hint, if it gave one.
 	RetryAfter time.Duration
+	// Hint, for a refused credential (ErrAuth), is Azure's
+	// AuthenticationErrorDetail and what to fix (see auth.go).
+	Hint string
 
 	kind error // the queue sentinel it maps to, if any
 	err  error // the SDK's or transport's error
@@ -77,6 +80,9 @@ func (e *Error) Error() string {
 		}
 	} else {
 		b.WriteString(e.Message)
+	}
+	if e.Hint != "" {
+		b.WriteString("; " + e.Hint)
 	}
 	if e.RetryAfter > 0 {
 		fmt.Fprintf(&b, " (retry after %s)", e.RetryAfter)
@@ -101,9 +107,12 @@ func classify(ctx context.Context, op, name string, err error) error {
 		return nil
 	}
 	if cerr := ctx.Err(); cerr != nil {
-		return fmt.Errorf("azure: %s %q: %w", op, name, cerr)
+		return cerr
 	}
 	e := &Error{Op: op, Queue: name, err: err}
+	if ce := (*CredentialError)(nil); errors.As(err, &ce) {
+		return credentialFailed(e, ce)
+	}
 	var re *azcore.ResponseError
 	if !errors.As(err, &re) {
 		// No response: the request failed on the way (reset, refused,
@@ -117,6 +126,9 @@ func classify(ctx context.Context, op, name string, err error) error {
 	if re.RawResponse != nil {
 		e.Message = firstLine(responseMessage(re))
 		e.RetryAfter = retryAfter(re.RawResponse.Header)
+	}
+	if explainAuth(e, re) {
+		return e
 	}
 	switch e.Code {
 	case codePopReceiptMismatch:
@@ -142,7 +154,7 @@ func classify(ctx context.Context, op, name string, err error) error {
 		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		// 503 ServerBusy is Azure Storage's throttling answer. Without a
 		// Retry-After the caller's own backoff applies, as in the Azure
-		// SDK's retry policy (seed 003's 10 s is SQL Azure's rule).
+		// SDK's retry policy (the worker thread governance post's 10 s is SQL Azure's rule).
 		return queue.Transient(e, e.RetryAfter)
 	}
 	return e

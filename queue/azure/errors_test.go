@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ func azureErr(t *testing.T, err error) *azure.Error {
 func TestErrorMapping(t *testing.T) {
 	srv := azuritetest.Shared(t)
 	acct := newAccount(t, srv, azure.Config{})
-	q := openQueue(t, acct, "err-mapping")
+	q := openQueue(t, acct, uniq(t, "err-mapping"))
 
 	if _, err := q.Put(ctx, []byte("m"), queue.PutOptions{}); err != nil {
 		t.Fatal(err)
@@ -53,7 +54,7 @@ func TestErrorMapping(t *testing.T) {
 	if e := azureErr(t, err); e.StatusCode != 400 || e.Code != "PopReceiptMismatch" || queue.IsTransient(err) {
 		t.Errorf("stale receipt: status %d code %q transient %v", e.StatusCode, e.Code, queue.IsTransient(err))
 	}
-	if !strings.Contains(err.Error(), `"err-mapping"`) || !strings.Contains(err.Error(), "PopReceiptMismatch") {
+	if !strings.Contains(err.Error(), strconv.Quote(uniq(t, "err-mapping"))) || !strings.Contains(err.Error(), "PopReceiptMismatch") {
 		t.Errorf("error text %q does not name the queue and the code", err)
 	}
 	var re *azcore.ResponseError
@@ -94,27 +95,27 @@ func TestErrorMapping(t *testing.T) {
 func TestQueueNotFound(t *testing.T) {
 	srv := azuritetest.Shared(t)
 	noCreate := newAccount(t, srv, azure.Config{NoCreate: true})
-	_, err := noCreate.Queue(ctx, "never-created")
+	_, err := noCreate.Queue(ctx, uniq(t, "never-created"))
 	if !errors.Is(err, azure.ErrQueueNotFound) {
 		t.Fatalf("open with create=false: %v, want ErrQueueNotFound", err)
 	}
-	if !strings.Contains(err.Error(), "create=false") || !strings.Contains(err.Error(), `"never-created"`) {
+	if !strings.Contains(err.Error(), "create=false") || !strings.Contains(err.Error(), strconv.Quote(uniq(t, "never-created"))) {
 		t.Errorf("error %q does not say what to do", err)
 	}
 	// By URL as well.
-	_, err = queue.Open(ctx, srv.URL("never-created", "create", "false"))
+	_, err = queue.Open(ctx, srv.URL(uniq(t, "never-created"), "create", "false"))
 	if !errors.Is(err, azure.ErrQueueNotFound) {
 		t.Fatalf("queue.Open with create=false: %v", err)
 	}
-	if _, err := rawQueue(t, srv, "never-created").GetProperties(ctx, nil); err == nil {
+	if _, err := rawQueue(t, srv, uniq(t, "never-created")).GetProperties(ctx, nil); err == nil {
 		t.Fatal("create=false created the queue")
 	}
 
 	// A queue deleted while open: an error with create=false…
 	acct := newAccount(t, srv, azure.Config{})
-	q := openQueue(t, acct, "deleted-while-open")
-	q2 := openQueue(t, noCreate, "deleted-while-open")
-	if _, err := rawQueue(t, srv, "deleted-while-open").Delete(ctx, nil); err != nil {
+	q := openQueue(t, acct, uniq(t, "deleted-while-open"))
+	q2 := openQueue(t, noCreate, uniq(t, "deleted-while-open"))
+	if _, err := rawQueue(t, srv, uniq(t, "deleted-while-open")).Delete(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	_, err = q2.Put(ctx, []byte("x"), queue.PutOptions{})
@@ -150,7 +151,7 @@ func TestTooLargeWithoutClaimCheck(t *testing.T) {
 		{azure.Text, azure.MaxMessageSize, "inline-text"},
 	} {
 		acct := newAccount(t, srv, azure.Config{NoClaimCheck: true, Encoding: c.enc})
-		q := openQueue(t, acct, c.name)
+		q := openQueue(t, acct, uniq(t, c.name))
 		if got := q.MaxBodySize(); got != c.limit {
 			t.Errorf("%s: MaxBodySize = %d, want %d", c.enc, got, c.limit)
 		}
@@ -169,7 +170,7 @@ func TestTooLargeWithoutClaimCheck(t *testing.T) {
 		if err != nil || len(ms) != 1 || len(ms[0].Body) != c.limit {
 			t.Fatalf("%s: the body at the limit did not come back whole", c.enc)
 		}
-		if bs := blobs(t, srv, azure.DefaultContainer, c.name+"/"); len(bs) != 0 {
+		if bs := blobs(t, srv, azure.DefaultContainer, uniq(t, c.name)+"/"); len(bs) != 0 {
 			t.Fatalf("%s: claim_check=false wrote blobs %v", c.enc, bs)
 		}
 	}
@@ -177,7 +178,7 @@ func TestTooLargeWithoutClaimCheck(t *testing.T) {
 
 func TestAuthFailureShowsNoSecret(t *testing.T) {
 	srv := azuritetest.Shared(t)
-	_, err := queue.Open(ctx, "azure://"+azuritetest.Account+"/auth-fail?endpoint="+url.QueryEscape(srv.QueueEndpoint)+
+	_, err := queue.Open(ctx, "azure://"+azuritetest.Account+"/"+uniq(t, "auth-fail")+"?endpoint="+url.QueryEscape(srv.QueueEndpoint)+
 		"&key="+url.QueryEscape(secretKey))
 	if err == nil {
 		t.Fatal("a wrong key opened the queue")
@@ -189,7 +190,7 @@ func TestAuthFailureShowsNoSecret(t *testing.T) {
 	if strings.Contains(err.Error(), secretKey) || strings.Contains(err.Error(), url.QueryEscape(secretKey)) {
 		t.Fatalf("error %q shows the key", err)
 	}
-	_, err = queue.Open(ctx, "azure://"+azuritetest.Account+"/auth-fail?endpoint="+url.QueryEscape(srv.QueueEndpoint)+
+	_, err = queue.Open(ctx, "azure://"+azuritetest.Account+"/"+uniq(t, "auth-fail")+"?endpoint="+url.QueryEscape(srv.QueueEndpoint)+
 		"&sas="+url.QueryEscape("sv=2024-08-04&ss=q&srt=sco&sp=rwdlacup&se=2001-01-01T00:00:00Z&sig=SECRETSIG"))
 	if err == nil {
 		t.Fatal("an expired SAS opened the queue")
@@ -220,7 +221,7 @@ func TestTransportFailuresAreTransient(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dead.Close()
-	_, err = dead.Queue(ctx, "transport")
+	_, err = dead.Queue(ctx, uniq(t, "transport"))
 	if !queue.IsTransient(err) {
 		t.Fatalf("connection refused: %v, want transient", err)
 	}
@@ -235,7 +236,19 @@ func TestTransportFailuresAreTransient(t *testing.T) {
 	// context.
 	p := newFaultProxy(t, srv.QueueEndpoint)
 	slow := newAccount(t, srv, azure.Config{QueueEndpoint: p.Endpoint, Timeout: 200 * time.Millisecond})
-	sq := openQueue(t, slow, "transport")
+	// Opening creates the queue through the proxy within the 200 ms
+	// timeout, which a busy machine may miss: a transient error, retried.
+	var sq *queue.Queue
+	for deadline := time.Now().Add(2 * time.Minute); sq == nil; {
+		q, err := slow.Queue(ctx, uniq(t, "transport"))
+		switch {
+		case err == nil:
+			sq = q
+			t.Cleanup(func() { _ = q.Close() })
+		case !queue.IsTransient(err) || time.Now().After(deadline):
+			t.Fatal(err)
+		}
+	}
 	p.Delay.Store(int64(time.Second))
 	_, err = sq.Get(ctx, 1, time.Second)
 	if !queue.IsTransient(err) {
@@ -268,7 +281,7 @@ func TestOneRequestPerCall(t *testing.T) {
 	srv := azuritetest.Shared(t)
 	p := newFaultProxy(t, srv.QueueEndpoint)
 	acct := newAccount(t, srv, azure.Config{QueueEndpoint: p.Endpoint})
-	q := openQueue(t, acct, "one-request")
+	q := openQueue(t, acct, uniq(t, "one-request"))
 	if _, err := q.Put(ctx, []byte("x"), queue.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +346,7 @@ func TestSAS(t *testing.T) {
 	}
 	token := qp.Encode()
 	t.Setenv("ADAPTQ_TEST_SAS", token)
-	q, err := queue.Open(ctx, "azure://"+azuritetest.Account+"/sas-queue?endpoint="+url.QueryEscape(srv.QueueEndpoint)+"&sas_env=ADAPTQ_TEST_SAS&claim_check=false")
+	q, err := queue.Open(ctx, "azure://"+azuritetest.Account+"/"+uniq(t, "sas-queue")+"?endpoint="+url.QueryEscape(srv.QueueEndpoint)+"&sas_env=ADAPTQ_TEST_SAS&claim_check=false")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,5 +58,5 @@ func ExampleOpenURL_errors() {
 	_, err := queue.Open(context.Background(), "azure://myaccount/orders?key=c2VjcmV0&visibility=30s")
 	fmt.Println(err)
 	// Output:
-	// azure: open: queue: invalid queue URL "azure://myaccount/orders?key=REDACTED&visibility=30s": unknown parameter "visibility" (allowed: endpoint, blob_endpoint, connection_string_env, key, key_env, sas, sas_env, dev, create, encoding, container, claim_check, max_body_size, timeout, sweep_interval, payload_grace)
+	// azure: open: queue: invalid queue URL "azure://myaccount/orders?key=REDACTED&visibility=30s": unknown parameter "visibility" (allowed: endpoint, blob_endpoint, connection_string_env, key, key_env, sas, sas_env, dev, create, encoding, container, claim_check, max_body_size, timeout, sweep_interval, payload_grace, auth, client_id, tenant_id)
 }

@@ -83,6 +83,45 @@ func blobs(t testing.TB, srv *azuritetest.Server, containerName, prefix string) 
 	return names
 }
 
+// names hands each test queue names of its own: a shared Azurite keeps
+// queues and blobs from one run of a test to the next (go test -count=2),
+// and from other tests.
+var names = struct {
+	sync.Mutex
+	seq   int
+	byRun map[testing.TB]map[string]string
+}{byRun: map[testing.TB]map[string]string{}}
+
+// uniq is the name of the queue a test calls base: base with a number
+// no other test and no earlier run of this one had. Within one run of a
+// test the same base is the same name, so that a test can open its queue
+// twice (through two accounts, by URL and by the SDK).
+func uniq(t testing.TB, base string) string {
+	t.Helper()
+	names.Lock()
+	defer names.Unlock()
+	m, ok := names.byRun[t]
+	if !ok {
+		m = map[string]string{}
+		names.byRun[t] = m
+		t.Cleanup(func() {
+			names.Lock()
+			delete(names.byRun, t)
+			names.Unlock()
+		})
+	}
+	if n, ok := m[base]; ok {
+		return n
+	}
+	names.seq++
+	n := base + "-" + strconv.Itoa(names.seq)
+	if len(n) > 63 {
+		t.Fatalf("queue name %q is longer than Azure's 63 characters", n)
+	}
+	m[base] = n
+	return n
+}
+
 // openQueue opens name on acct, closed at the end of the test.
 func openQueue(t testing.TB, acct *azure.Account, name string, opts ...queue.Option) *queue.Queue {
 	t.Helper()

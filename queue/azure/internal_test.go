@@ -3,8 +3,10 @@ package azure
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/azure/azuritetest"
@@ -20,7 +22,8 @@ func TestServerTooLarge(t *testing.T) {
 	}
 	defer a.Close()
 	ctx := context.Background()
-	q, err := a.open(ctx, "server-too-large")
+	// A name of its own: the shared Azurite outlives a run of this test.
+	q, err := a.open(ctx, fmt.Sprintf("server-too-large-%d", time.Now().UnixNano()%1e9))
 	if err != nil {
 		t.Fatal(err)
 	}

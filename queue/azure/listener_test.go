@@ -62,25 +62,34 @@ func listenerOptions(vis time.Duration) listener.Options {
 	}
 }
 
-// runUntil runs l until done reports true (checked every 100 ms) or the
-// deadline passes; it fails the test if Run returned on its own.
-func runUntil(t *testing.T, l *listener.Listener, deadline time.Duration, done func() bool) {
+// stallGuard is how long runUntil waits without progress (a handler run,
+// a delete) before it calls the listener stuck. A hang guard, not a speed
+// test: on a busy machine a drain takes what it takes, as long as it moves.
+const stallGuard = 3 * time.Minute
+
+// runUntil runs l until done reports true (checked every 100 ms); it
+// fails the test if Run returned on its own, or if the listener made no
+// progress for stallGuard.
+func runUntil(t *testing.T, l *listener.Listener, done func() bool) {
 	t.Helper()
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	exited := make(chan error, 1)
 	go func() { exited <- l.Run(rctx) }()
-	end := time.Now().Add(deadline)
+	progress := func() int64 { st := l.Stats(); return st.Processed + st.Deleted }
+	last, lastAt := progress(), time.Now()
 	for !done() {
 		select {
 		case err := <-exited:
 			t.Fatalf("the listener exited on its own: %v", err)
 		case <-time.After(100 * time.Millisecond):
 		}
-		if time.Now().After(end) {
+		if p := progress(); p != last {
+			last, lastAt = p, time.Now()
+		} else if time.Since(lastAt) > stallGuard {
 			cancel()
 			<-exited
-			t.Fatalf("not done after %s: %+v", deadline, l.Stats())
+			t.Fatalf("no progress for %s: %+v", stallGuard, l.Stats())
 		}
 	}
 	cancel()
@@ -96,7 +105,7 @@ func TestListenerEndToEnd(t *testing.T) {
 	srv := azuritetest.Shared(t)
 	acct := newAccount(t, srv, azure.Config{})
 	m := meter.New(0)
-	q := openQueue(t, acct, "listener-e2e", queue.WithObserver(m))
+	q := openQueue(t, acct, uniq(t, "listener-e2e"), queue.WithObserver(m))
 	ids := fill(t, q, e2eMessages)
 
 	h := &handled{runs: map[string]int{}}
@@ -105,7 +114,7 @@ func TestListenerEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	runUntil(t, l, 2*time.Minute, func() bool { return l.Stats().Deleted >= e2eMessages })
+	runUntil(t, l, func() bool { return l.Stats().Deleted >= e2eMessages })
 	took := time.Since(start)
 
 	for id := range ids {
@@ -138,7 +147,9 @@ func TestListenerEndToEnd(t *testing.T) {
 	case st.Processed != e2eMessages || st.Deleted != e2eMessages:
 		t.Errorf("listener: processed %d, deleted %d", st.Processed, st.Deleted)
 	}
-	if cpm := float64(s.Calls[meter.Get]+s.Calls[meter.GetEmpty]+s.Calls[meter.Delete]) / e2eMessages; cpm > 1.2 {
+	// Empty gets are left out: how many a drain's tail makes depends on how
+	// fast the machine is, not on batching.
+	if cpm := float64(s.Calls[meter.Get]+s.Calls[meter.Delete]) / e2eMessages; cpm > 1.2 {
 		t.Errorf("%.2f get and delete calls per message; batched gets should make it about 1.03", cpm)
 	}
 }
@@ -150,13 +161,13 @@ func TestListenerEndToEnd(t *testing.T) {
 func TestListenerFaults(t *testing.T) {
 	srv := azuritetest.Shared(t)
 	direct := newAccount(t, srv, azure.Config{})
-	dq := openQueue(t, direct, "listener-faults")
+	dq := openQueue(t, direct, uniq(t, "listener-faults"))
 	ids := fill(t, dq, e2eMessages)
 
 	p := newFaultProxy(t, srv.QueueEndpoint)
-	viaProxy := newAccount(t, srv, azure.Config{QueueEndpoint: p.Endpoint, Timeout: 5 * time.Second})
+	viaProxy := newAccount(t, srv, azure.Config{QueueEndpoint: p.Endpoint})
 	m := meter.New(0)
-	q := openQueue(t, viaProxy, "listener-faults", queue.WithObserver(m))
+	q := openQueue(t, viaProxy, uniq(t, "listener-faults"), queue.WithObserver(m))
 	p.Busy.Store(30)           // 3% 503 ServerBusy without a hint
 	p.BusyRetryAfter.Store(20) // 2% with Retry-After: 1
 	p.DropBefore.Store(20)     // 2% closed before reaching Azurite
@@ -168,7 +179,7 @@ func TestListenerFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	runUntil(t, l, 3*time.Minute, func() bool {
+	runUntil(t, l, func() bool {
 		if h.missing(ids) > 0 {
 			return false
 		}

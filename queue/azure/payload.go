@@ -122,10 +122,10 @@ var errPayloadGone = errors.New("azure: claim-check payload blob is missing")
 func (q *Queue) loadPayload(ctx context.Context, op string, env []byte) (body []byte, name string, err error) {
 	var e envelope
 	if jerr := json.Unmarshal(env, &e); jerr != nil || e.Version != envelopeVersion || e.Blob == "" || e.Size < 0 || e.Size > maxPayload {
-		return nil, "", fmt.Errorf("azure: %s %q: malformed claim-check envelope", op, q.name)
+		return nil, "", errors.New("malformed claim-check envelope")
 	}
 	if q.a.blobs == nil {
-		return nil, "", fmt.Errorf("azure: %s %q: the message's body is in blob %s/%s, but no blob endpoint is configured (blob_endpoint=)", op, q.name, e.Container, e.Blob)
+		return nil, "", fmt.Errorf("the message's body is in blob %s/%s, but no blob endpoint is configured (blob_endpoint=)", e.Container, e.Blob)
 	}
 	q.startSweeper()
 	c := q.a.payloads
@@ -142,8 +142,8 @@ func (q *Queue) loadPayload(ctx context.Context, op string, env []byte) (body []
 	}
 	defer resp.Body.Close()
 	if resp.ContentLength != nil && *resp.ContentLength != int64(e.Size) {
-		return nil, e.Blob, fmt.Errorf("azure: %s %q: payload %s/%s is %d bytes, its envelope says %d",
-			op, q.name, e.Container, e.Blob, *resp.ContentLength, e.Size)
+		return nil, e.Blob, fmt.Errorf("payload %s/%s is %d bytes, its envelope says %d",
+			e.Container, e.Blob, *resp.ContentLength, e.Size)
 	}
 	body = make([]byte, e.Size)
 	if _, err := io.ReadFull(resp.Body, body); err != nil {
@@ -188,8 +188,8 @@ func (q *Queue) deletePayload(ctx context.Context, msgID, name string) {
 // sweeps by itself every Config.SweepInterval; call Sweep to clean up on
 // your own schedule (a cron job, after an outage).
 func (q *Queue) Sweep(ctx context.Context) (deleted int, err error) {
-	if err := q.begin(ctx, "sweep"); err != nil {
-		return 0, err
+	if err := q.begin(ctx); err != nil {
+		return 0, fmt.Errorf("azure: sweep %q: %w", q.name, err)
 	}
 	if q.a.payloads == nil {
 		return 0, nil

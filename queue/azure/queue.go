@@ -151,19 +151,19 @@ func (q *Queue) Close() error {
 
 // begin checks, for calls that do not come through the portable queue
 // (opening, Sweep), the caller's context and the account.
-func (q *Queue) begin(ctx context.Context, op string) error {
+func (q *Queue) begin(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("azure: %s %q: %w", op, q.name, err)
+		return err
 	}
 	if q.a.closed.Load() {
-		return fmt.Errorf("azure: %s %q: %w", op, q.name, queue.ErrClosed)
+		return queue.ErrClosed
 	}
 	return nil
 }
 
 // ensure creates the queue, or with NoCreate checks that it exists.
 func (q *Queue) ensure(ctx context.Context) error {
-	if err := q.begin(ctx, "open"); err != nil {
+	if err := q.begin(ctx); err != nil {
 		return err
 	}
 	if q.a.cfg.NoCreate {
@@ -196,6 +196,9 @@ func (q *Queue) create(ctx context.Context, op string) error {
 // call runs one request. A queue deleted since it was opened is created
 // again and the request repeated once, unless NoCreate.
 func (q *Queue) call(ctx context.Context, op string, f func() error) error {
+	if q.a.closed.Load() {
+		return queue.ErrClosed
+	}
 	err := classify(ctx, op, q.name, f())
 	if err != nil && !q.a.cfg.NoCreate && errors.Is(err, ErrQueueNotFound) {
 		q.log.Debug("azure: queue was deleted; creating it again", zap.String("op", op))
@@ -220,6 +223,9 @@ func seconds(d time.Duration) int32 {
 // Put adds a message and returns its id. A body over the inline limit is
 // stored as a claim-check blob first.
 func (q *Queue) Put(ctx context.Context, body []byte, opts driver.PutOptions) (string, error) {
+	if q.a.closed.Load() {
+		return "", queue.ErrClosed
+	}
 	ttl := opts.TTL
 	enc := q.a.cfg.Encoding
 	if enc == Text {
@@ -439,6 +445,9 @@ func (q *Queue) deleteMessage(ctx context.Context, id, popReceipt string) error 
 	if popReceipt == "" {
 		return fmt.Errorf("%w: empty pop receipt", queue.ErrInvalidArgument)
 	}
+	if q.a.closed.Load() {
+		return queue.ErrClosed
+	}
 	receipt, blobName := q.splitReceipt(popReceipt)
 	_, err := q.qc.DeleteMessage(ctx, id, receipt, nil)
 	if err != nil {
@@ -466,6 +475,9 @@ func (q *Queue) updateVisibility(ctx context.Context, id, popReceipt string, d t
 	}
 	if popReceipt == "" {
 		return "", fmt.Errorf("%w: empty pop receipt", queue.ErrInvalidArgument)
+	}
+	if q.a.closed.Load() {
+		return "", queue.ErrClosed
 	}
 	receipt, blobName := q.splitReceipt(popReceipt)
 	resp, err := q.qc.UpdateMessage(context.WithValue(ctx, visibilityOnlyKey{}, true), id, receipt, "",

@@ -38,6 +38,19 @@ const (
 	// holding it.
 	ParamSAS    = "sas"
 	ParamSASEnv = "sas_env"
+	// ParamAuth is how requests are authorized: key (the default: a
+	// shared key, SAS or connection string), entra, managed_identity,
+	// workload_identity or azure_cli (Microsoft Entra ID tokens from the
+	// SDK's azidentity; see the Auth constants).
+	ParamAuth = "auth"
+	// ParamClientID is the client id of a user-assigned managed identity
+	// (auth=entra or auth=managed_identity) or of the application of a
+	// workload identity (auth=workload_identity). Not a secret.
+	ParamClientID = "client_id"
+	// ParamTenantID is the Entra ID tenant (auth=entra,
+	// workload_identity or azure_cli; default: the environment's or the
+	// login's).
+	ParamTenantID = "tenant_id"
 	// ParamDev (dev=true) selects Azurite's development account, its
 	// published key and (without endpoint=) its default local endpoints.
 	ParamDev = "dev"
@@ -69,7 +82,7 @@ const (
 var allParams = []string{
 	ParamEndpoint, ParamBlobEndpoint, ParamConnectionStringEnv, ParamKey, ParamKeyEnv, ParamSAS, ParamSASEnv,
 	ParamDev, ParamCreate, ParamEncoding, ParamContainer, ParamClaimCheck, ParamMaxBodySize, ParamTimeout,
-	ParamSweepInterval, ParamPayloadGrace,
+	ParamSweepInterval, ParamPayloadGrace, ParamAuth, ParamClientID, ParamTenantID,
 }
 
 func init() {
@@ -86,6 +99,8 @@ func init() {
 //	azure://myaccount/orders                       (credential from $AZURE_STORAGE_CONNECTION_STRING)
 //	azure://myaccount/orders?key_env=STORAGE_KEY
 //	azure://myaccount/orders?sas_env=ORDERS_SAS&create=false
+//	azure://myaccount/orders?auth=entra                   (managed identity, workload identity, az login …)
+//	azure://myaccount/orders?auth=managed_identity&client_id=CLIENT_ID
 //	azure://devstoreaccount1/orders?endpoint=http://127.0.0.1:10001/devstoreaccount1&blob_endpoint=http://127.0.0.1:10000/devstoreaccount1
 //	azure:///orders?dev=true                         (Azurite on its default ports)
 //
@@ -105,7 +120,7 @@ func OpenURL(ctx context.Context, u *url.URL) (driver.Queue, error) {
 	q, err := a.open(ctx, name)
 	if err != nil {
 		_ = a.Close()
-		return nil, err
+		return nil, fmt.Errorf("azure: open %q: %w", name, err)
 	}
 	q.onClose = a.release
 	return q, nil
@@ -125,7 +140,7 @@ func ConfigFromURL(u *url.URL) (Config, string, error) {
 		return bad("want azure://ACCOUNT/QUEUE")
 	}
 	if u.User != nil {
-		return bad("credentials do not go in the URL's user part (use key_env=, sas_env= or connection_string_env=)")
+		return bad("credentials do not go in the URL's user part (use key_env=, sas_env=, connection_string_env= or auth=)")
 	}
 	if err := queue.CheckParams(u, allParams...); err != nil {
 		return Config{}, "", fmt.Errorf("azure: open: %w", err)
@@ -195,8 +210,25 @@ func ConfigFromURL(u *url.URL) (Config, string, error) {
 	if dev {
 		ways = append(ways, ParamDev)
 	}
+	auth := p[ParamAuth]
+	if auth != "" && auth != AuthKey {
+		ways = append(ways, ParamAuth+"="+auth)
+	}
 	if len(ways) > 1 {
 		return bad("give one credential, not %s", strings.Join(ways, " and "))
+	}
+	if auth == "" || auth == AuthKey {
+		for _, k := range []string{ParamClientID, ParamTenantID} {
+			if p[k] != "" {
+				return bad("%s= is for a Microsoft Entra ID credential (auth=%s, %s …)", k, AuthEntra, AuthManagedIdentity)
+			}
+		}
+	}
+	if auth == AuthAzureCLI && p[ParamClientID] != "" {
+		return bad("%s= does not apply to auth=%s (it uses the login's identity)", ParamClientID, AuthAzureCLI)
+	}
+	if auth == AuthManagedIdentity && p[ParamTenantID] != "" {
+		return bad("%s= does not apply to auth=%s (the identity's tenant is the host's)", ParamTenantID, AuthManagedIdentity)
 	}
 	env := func(param string) (string, error) {
 		name := p[param]
@@ -208,6 +240,10 @@ func ConfigFromURL(u *url.URL) (Config, string, error) {
 	}
 	var err error
 	switch {
+	case auth != "" && auth != AuthKey:
+		if cfg.Credential, err = newURLCredential(auth, p[ParamClientID], p[ParamTenantID]); err != nil {
+			return bad("%v", err)
+		}
 	case p[ParamKey] != "":
 		cfg.Key = p[ParamKey]
 	case p[ParamKeyEnv] != "":
@@ -233,8 +269,8 @@ func ConfigFromURL(u *url.URL) (Config, string, error) {
 	default:
 		s := os.Getenv(DefaultConnectionStringEnv)
 		if s == "" {
-			return bad("no credential for account %q: set $%s to a connection string, or give %s=, %s= or %s=",
-				account, DefaultConnectionStringEnv, ParamKeyEnv, ParamSASEnv, ParamConnectionStringEnv)
+			return bad("no credential for account %q: set $%s to a connection string, or give %s=, %s=, %s= or %s=%s",
+				account, DefaultConnectionStringEnv, ParamKeyEnv, ParamSASEnv, ParamConnectionStringEnv, ParamAuth, AuthEntra)
 		}
 		if cfg, err = connConfig(s, account, "$"+DefaultConnectionStringEnv); err != nil {
 			return bad("%v", err)

@@ -18,7 +18,8 @@
 //   - Put's body is at most Features.MaxBody bytes; its TTL is resolved
 //     (NoExpiry or positive, never 0) and its delay is in [0, TTL).
 //   - DeleteBatch is called only when Features.BatchDelete, with 1 to
-//     Features.MaxBatch receipts, an id possibly twice; Peek only when
+//     Features.MaxBatch receipts, an id possibly twice; the slice is the
+//     caller's, to read during the call and neither change nor keep; Peek only when
 //     Features.MaxPeek > 0, with n in 1..MaxPeek; Subscribe only when
 //     Features.NativeNotify; Sibling only when Features.Siblings, with a
 //     name that passes the naming rules.

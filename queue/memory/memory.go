@@ -49,8 +49,9 @@ func WithClock(c queue.Clock) Option { return func(s *Store) { s.clock = c } }
 // WithMaxBodySize sets the body limit (default queue.DefaultMaxBodySize).
 func WithMaxBodySize(n int) Option { return func(s *Store) { s.maxBody = n } }
 
-// WithMaxBatch sets the most messages one Get returns (default and at most
-// queue.MaxBatchSize), to stand in for a backend with a smaller limit.
+// WithMaxBatch sets the most messages one Get returns (1 to
+// queue.MaxBatchSize, the default; other values keep the default), to
+// stand in for a backend with a smaller limit.
 func WithMaxBatch(n int) Option { return func(s *Store) { s.maxBatch = n } }
 
 // Store holds named queues in memory.
@@ -72,7 +73,9 @@ func NewStore(opts ...Option) *Store {
 	for _, o := range opts {
 		o(s)
 	}
-	s.maxBatch = min(max(s.maxBatch, 1), queue.MaxBatchSize)
+	if s.maxBatch < 1 || s.maxBatch > queue.MaxBatchSize {
+		s.maxBatch = queue.MaxBatchSize
+	}
 	return s
 }
 

@@ -1,5 +1,5 @@
 // Package meter counts and prices every call adaptq makes to a queue
-// backend. Each call is a billed storage transaction (seed 002: "a store
+// backend. Each call is a billed storage transaction (the Best Practices article: "a store
 // transaction is a request from a user application to add, read, update, or
 // delete store data"), a get that comes back empty included, and a retried
 // call is billed again. A Meter is a queue.Observer: open queues with
@@ -19,11 +19,11 @@ import (
 )
 
 // DefaultPricePer10k is the price of 10,000 storage transactions in US
-// dollars (seed 002: "the cost of storage transactions was $0.01 per 10,000
+// dollars (the Best Practices article: "the cost of storage transactions was $0.01 per 10,000
 // transactions").
 const DefaultPricePer10k = 0.01
 
-// HoursPerMonth is the month the seed prices by: 30 days.
+// HoursPerMonth is the month the Best Practices article prices by: 30 days.
 const HoursPerMonth = 30 * 24
 
 // Kind is the kind of a backend call.

@@ -152,7 +152,7 @@ func TestRetriesAreBilledAndRejectionsAreNot(t *testing.T) {
 }
 
 func TestPricing(t *testing.T) {
-	// Seed 002: one thread polling every second for 22 idle hours makes
+	// The Best Practices article: one thread polling every second for 22 idle hours makes
 	// 79,200 calls a day, "approximately $2.38" a month at $0.01 per 10,000.
 	perDay := int64(22 * 60 * 60)
 	if perDay != 79200 {

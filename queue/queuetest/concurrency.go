@@ -103,6 +103,20 @@ func (h *holdings) overlaps() []string {
 	return bad
 }
 
+// retryDelete retries a delete that failed with err while the failures are
+// transient; a retry that finds the message gone means an earlier attempt
+// deleted it, whose answer was lost.
+func retryDelete(ctx context.Context, q *queue.Queue, r queue.Receipt, err error) error {
+	for tries := 1; err != nil && queue.IsTransient(err) && tries <= 10; tries++ {
+		time.Sleep(time.Duration(tries) * 50 * time.Millisecond)
+		err = q.Delete(ctx, r.ID, r.PopReceipt)
+		if errors.Is(err, queue.ErrNotFound) {
+			return nil
+		}
+	}
+	return err
+}
+
 func testConcurrentConsumers(t *testing.T, e *env) {
 	q := e.open(t, "concurrent")
 	n := e.concurrencyMessages()
@@ -132,12 +146,22 @@ func testConcurrentConsumers(t *testing.T, e *env) {
 					rs[i] = queue.Receipt{ID: m.ID, PopReceipt: m.PopReceipt}
 				}
 				res, err := q.DeleteBatch(ctx, rs)
-				if err != nil {
+				if err != nil && !queue.IsTransient(err) {
 					return fmt.Errorf("consumer %d delete batch: %w", c, err)
 				}
-				for i, r := range res {
-					if r != nil {
-						return fmt.Errorf("consumer %d delete %s: %w", c, rs[i].ID, r)
+				for i, r := range rs {
+					var rerr error = err
+					if err == nil {
+						rerr = res[i]
+					}
+					if rerr != nil {
+						// A transient failure (a busy server resets a
+						// connection): delete again with the same receipt, as a
+						// consumer does; NotFound then means the first went
+						// through.
+						if rerr = retryDelete(ctx, q, r, rerr); rerr != nil {
+							return fmt.Errorf("consumer %d delete %s: %w", c, r.ID, rerr)
+						}
 					}
 					deleted.Add(1)
 				}

@@ -502,14 +502,22 @@ func testDequeueCount(t *testing.T, e *env) {
 
 func testTTL(t *testing.T, e *env) {
 	q := e.open(t, "ttl")
+	putAt := time.Now()
 	id := e.put(t, q, "short", queue.PutOptions{TTL: 3 * unit})
 	e.put(t, q, "long", queue.PutOptions{TTL: time.Hour})
 	e.advance(unit)
-	if ps, err := q.Peek(e.ctx, max(e.peek(), 1)); e.peek() > 0 && (err != nil || len(ps) != 2) {
+	ps, err := q.Peek(e.ctx, max(e.peek(), 1))
+	switch {
+	case e.peek() == 0:
+	case !e.virtual() && time.Since(putAt) >= 2*unit:
+		// On real time, a machine this busy peeks too late to see the short
+		// message before it expires; what follows still holds.
+		t.Logf("the peek came %s after the put: too late to check it before expiry", time.Since(putAt).Round(time.Millisecond))
+	case err != nil || len(ps) != 2:
 		t.Fatalf("Peek before expiry = %d messages, %v; want 2", len(ps), err)
 	}
 	e.advance(3 * unit)
-	ps, err := q.Peek(e.ctx, max(e.peek(), 1))
+	ps, err = q.Peek(e.ctx, max(e.peek(), 1))
 	if e.peek() > 0 && (err != nil || len(ps) != 1 || string(ps[0].Body) != "long") {
 		t.Fatalf("Peek after expiry = %d messages, %v; want only %q", len(ps), err, "long")
 	}
@@ -993,9 +1001,21 @@ func testSibling(t *testing.T, e *env) {
 	if _, err := q.Sibling(e.ctx, "Bad_Name"); !errors.Is(err, queue.ErrInvalidName) {
 		t.Fatalf("Sibling with a bad name: %v", err)
 	}
-	// Closing the sibling leaves the main queue working.
+	// Closing the sibling leaves the main queue working, and closing the
+	// main queue leaves another sibling working (they may share a file,
+	// an account or a connection pool).
 	_ = s.Close()
 	e.put(t, q, "still", queue.PutOptions{})
+	s2, err := q.Sibling(e.ctx, "sibling-main-poison")
+	if err != nil {
+		t.Fatalf("Sibling again: %v", err)
+	}
+	t.Cleanup(func() { _ = s2.Close() })
+	_ = q.Close()
+	e.put(t, s2, "after-parent-closed", queue.PutOptions{})
+	if n := e.count(t, s2); n != 2 {
+		t.Fatalf("the sibling counts %d after its parent closed, want 2", n)
+	}
 }
 
 func testSubscribe(t *testing.T, e *env) {

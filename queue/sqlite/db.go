@@ -301,7 +301,7 @@ func (db *DB) Path() string { return db.path }
 func (db *DB) Queue(name string, opts ...queue.Option) (*queue.Queue, error) {
 	d, err := db.queue(name)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sqlite: queue %q: %w", name, err)
 	}
 	return queue.New(d, opts...), nil
 }
@@ -309,14 +309,14 @@ func (db *DB) Queue(name string, opts ...queue.Option) (*queue.Queue, error) {
 // queue returns the driver of the queue called name.
 func (db *DB) queue(name string) (*driverQueue, error) {
 	if err := queue.ValidateName(name); err != nil {
-		return nil, fmt.Errorf("sqlite: queue: %w", err)
+		return nil, err
 	}
 	if db.closed.Load() {
-		return nil, fmt.Errorf("sqlite: queue %q: %w", name, queue.ErrClosed)
+		return nil, queue.ErrClosed
 	}
 	id, err := db.queueID(name)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: queue %q: %w", name, db.mapErr(err))
+		return nil, db.mapErr(err)
 	}
 	return &driverQueue{db: db, name: name, qid: id}, nil
 }

@@ -539,7 +539,6 @@ func (q *driverQueue) DeleteBatch(ctx context.Context, receipts []driver.Receipt
 // deleteChunk deletes up to queue.MaxBatchSize receipts inside tx and fills
 // results. An error is a failure of the database.
 func (q *driverQueue) deleteChunk(ctx context.Context, tx *sql.Tx, now int64, rs []driver.Receipt, results []error) error {
-	const op = "delete batch"
 	var (
 		ids   [queue.MaxBatchSize]int64
 		args  = make([]any, 1, 1+2*queue.MaxBatchSize)
@@ -668,7 +667,6 @@ func (q *driverQueue) existing(ctx context.Context, tx *sql.Tx, now int64, ids [
 // deleteEach deletes receipts one at a time inside tx, for a batch that
 // names an id more than once.
 func (q *driverQueue) deleteEach(ctx context.Context, tx *sql.Tx, now int64, rs []driver.Receipt, results []error) error {
-	const op = "delete batch"
 	del, exists := tx.StmtContext(ctx, q.db.st.del), tx.StmtContext(ctx, q.db.st.exists)
 	var gone []int64
 	for i, r := range rs {

@@ -124,7 +124,7 @@ func OpenURL(ctx context.Context, u *url.URL) (driver.Queue, error) {
 	q, err := db.queue(name)
 	if err != nil {
 		_ = release(key)
-		return nil, err
+		return nil, fmt.Errorf("sqlite: open %q: %w", queue.Redact(u.String()), err)
 	}
 	q.onClose = func() error { return release(key) }
 	q.sharedKey = key

@@ -20,10 +20,15 @@
 //	}
 //
 // Start gives a test a server of its own, stopped at its cleanup.
+// StartWith(tb, Options{OAuth: true}) starts one over HTTPS, with a
+// certificate made for it, that accepts Microsoft Entra ID bearer tokens
+// (Azurite's --oauth basic); TokenCredential mints tokens it accepts.
 package azuritetest
 
 import (
 	"bufio"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -72,6 +77,11 @@ type Server struct {
 	QueueEndpoint, BlobEndpoint string
 	// QueueAddr and BlobAddr are the host:port the services listen on.
 	QueueAddr, BlobAddr string
+	// TLS is whether the services serve HTTPS (Options.OAuth); then
+	// RootCAs holds the certificate they present, and HTTPClient trusts
+	// it.
+	TLS     bool
+	RootCAs *x509.CertPool
 
 	procs []*proc
 	dir   string
@@ -91,10 +101,24 @@ func (s *Server) URL(name string, params ...string) string {
 	return "azure://" + Account + "/" + name + "?" + v.Encode()
 }
 
+// HTTPClient is a new HTTP client for this server: one that trusts its
+// certificate if it serves HTTPS.
+func (s *Server) HTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	if s.TLS {
+		t.TLSClientConfig = &tls.Config{RootCAs: s.RootCAs, MinVersion: tls.VersionTLS12}
+	}
+	return &http.Client{Transport: t}
+}
+
 // ConnectionString is a connection string for the development account on
 // this server.
 func (s *Server) ConnectionString() string {
-	return "DefaultEndpointsProtocol=http;AccountName=" + Account + ";AccountKey=" + Key +
+	proto := "http"
+	if s.TLS {
+		proto = "https"
+	}
+	return "DefaultEndpointsProtocol=" + proto + ";AccountName=" + Account + ";AccountKey=" + Key +
 		";QueueEndpoint=" + s.QueueEndpoint + ";BlobEndpoint=" + s.BlobEndpoint + ";"
 }
 
@@ -120,11 +144,29 @@ func (s *Server) PIDs() []int {
 	return ids
 }
 
+// Options change how a server runs. The zero value is the default: plain
+// HTTP, shared key and SAS only.
+type Options struct {
+	// OAuth serves HTTPS, with a self-signed certificate made for the
+	// server (for 127.0.0.1 and localhost), and accepts Microsoft Entra
+	// ID bearer tokens (Azurite's --oauth basic: it checks a token's
+	// shape, lifetime, issuer and audience, not its signature). Shared
+	// key and SAS keep working. Clients must trust RootCAs (HTTPClient
+	// does).
+	OAuth bool
+}
+
 // Start starts a server for tb alone and stops it at tb's cleanup. It
 // fails tb if Azurite is not installed or does not start.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
-	s, err := Launch()
+	return StartWith(tb, Options{})
+}
+
+// StartWith is Start with options.
+func StartWith(tb testing.TB, opts Options) *Server {
+	tb.Helper()
+	s, err := LaunchWith(opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -173,7 +215,10 @@ func Main(m *testing.M) int {
 }
 
 // Launch starts a server that the caller must Stop.
-func Launch() (*Server, error) {
+func Launch() (*Server, error) { return LaunchWith(Options{}) }
+
+// LaunchWith is Launch with options.
+func LaunchWith(opts Options) (*Server, error) {
 	bin, err := binDir()
 	if err != nil {
 		return nil, err
@@ -185,6 +230,17 @@ func Launch() (*Server, error) {
 		return nil, err
 	}
 	s := &Server{dir: dir}
+	var extra []string
+	scheme := "http"
+	if opts.OAuth {
+		certFile, keyFile, pool, err := writeCert(dir)
+		if err != nil {
+			s.Stop()
+			return nil, fmt.Errorf("azuritetest: certificate: %w", err)
+		}
+		s.TLS, s.RootCAs, scheme = true, pool, "https"
+		extra = []string{"--cert", certFile, "--key", keyFile, "--oauth", "basic"}
+	}
 	type result struct {
 		svc  string
 		p    *proc
@@ -194,7 +250,7 @@ func Launch() (*Server, error) {
 	ch := make(chan result, 2)
 	for _, svc := range []string{"queue", "blob"} {
 		go func() {
-			p, addr, err := startService(bin, svc, filepath.Join(dir, svc))
+			p, addr, err := startService(bin, svc, filepath.Join(dir, svc), extra, s.HTTPClient())
 			ch <- result{svc, p, addr, err}
 		}()
 	}
@@ -209,10 +265,10 @@ func Launch() (*Server, error) {
 		switch r.svc {
 		case "queue":
 			s.QueueAddr = r.addr
-			s.QueueEndpoint = "http://" + r.addr + "/" + Account
+			s.QueueEndpoint = scheme + "://" + r.addr + "/" + Account
 		case "blob":
 			s.BlobAddr = r.addr
-			s.BlobEndpoint = "http://" + r.addr + "/" + Account
+			s.BlobEndpoint = scheme + "://" + r.addr + "/" + Account
 		}
 	}
 	if len(errs) > 0 {
@@ -308,11 +364,12 @@ func repoRoot() (string, error) {
 }
 
 // listening is the line Azurite prints once its port is bound.
-var listening = regexp.MustCompile(`successfully listens on https?://([0-9.]+:[0-9]+)`)
+var listening = regexp.MustCompile(`successfully listens on (https?)://([0-9.]+:[0-9]+)`)
 
-// startService runs azurite-<svc> on port 0 of the loopback and reads the
-// port it bound from its output.
-func startService(bin, svc, dir string) (*proc, string, error) {
+// startService runs azurite-<svc> on port 0 of the loopback, with extra
+// arguments, and reads the port it bound from its output; client checks
+// that it answers.
+func startService(bin, svc, dir string, extra []string, client *http.Client) (*proc, string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, "", err
 	}
@@ -325,6 +382,7 @@ func startService(bin, svc, dir string) (*proc, string, error) {
 		"--disableTelemetry",
 		"--silent",
 	}
+	args = append(args, extra...)
 	if d := os.Getenv(EnvDebug); d != "" {
 		args = append(args, "--debug", filepath.Join(d, "azurite-"+svc+".log"))
 	}
@@ -341,7 +399,7 @@ func startService(bin, svc, dir string) (*proc, string, error) {
 		return nil, "", fmt.Errorf("azuritetest: start azurite-%s: %w", svc, err)
 	}
 	p := &proc{cmd: cmd, done: make(chan struct{})}
-	addrCh := make(chan string, 1)
+	addrCh := make(chan string, 1) // scheme://host:port
 	var tail lineTail
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -352,7 +410,7 @@ func startService(bin, svc, dir string) (*proc, string, error) {
 				tail.add(line)
 				if m := listening.FindStringSubmatch(line); m != nil {
 					found = true
-					addrCh <- m[1]
+					addrCh <- m[1] + "://" + m[2]
 				}
 			}
 			// Keep reading (and dropping) the access log so the
@@ -365,12 +423,12 @@ func startService(bin, svc, dir string) (*proc, string, error) {
 		close(p.done)
 	}()
 	select {
-	case addr := <-addrCh:
-		if err := waitHTTP(addr); err != nil {
+	case base := <-addrCh:
+		if err := waitHTTP(client, base); err != nil {
 			p.stop()
-			return nil, "", fmt.Errorf("azuritetest: azurite-%s on %s: %w", svc, addr, err)
+			return nil, "", fmt.Errorf("azuritetest: azurite-%s on %s: %w", svc, base, err)
 		}
-		return p, addr, nil
+		return p, strings.SplitN(base, "://", 2)[1], nil
 	case <-p.done:
 		return nil, "", fmt.Errorf("azuritetest: azurite-%s exited before listening: %s", svc, tail.String())
 	case <-time.After(StartTimeout):
@@ -379,12 +437,14 @@ func startService(bin, svc, dir string) (*proc, string, error) {
 	}
 }
 
-// waitHTTP waits until the service answers an HTTP request (any status).
-func waitHTTP(addr string) error {
-	c := &http.Client{Timeout: 2 * time.Second}
+// waitHTTP waits until the service at base (scheme://host:port) answers
+// an HTTP request (any status).
+func waitHTTP(client *http.Client, base string) error {
+	c := *client
+	c.Timeout = 2 * time.Second
 	deadline := time.Now().Add(StartTimeout)
 	for {
-		resp, err := c.Get("http://" + addr + "/" + Account + "?comp=list")
+		resp, err := c.Get(base + "/" + Account + "?comp=list")
 		if err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()

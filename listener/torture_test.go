@@ -1,0 +1,379 @@
+package listener_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/adaptq/adaptq/handler"
+	"github.com/adaptq/adaptq/listener"
+	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
+	"github.com/adaptq/adaptq/queue/memory"
+	"github.com/adaptq/adaptq/scaling"
+)
+
+// The torture test drives random schedules: a listener on a memory queue
+// behind fault and latency injection, handlers that are fast, slow, fail,
+// panic, fail permanently or outlive their visibility timeout, and a
+// driver that resizes, aborts, wakes, stops and restarts the listener and
+// puts more messages meanwhile. After each schedule it checks what must
+// hold whatever happened (see tortureRun.check). The listener runs on the
+// wall clock, as in production, so that the races are real; no check is
+// about speed, and the only time bound is a generous one that tells a hang
+// from a slow machine.
+//
+//	go test -run TestTorture ./listener/ -args -torture.duration=10m
+//	go test -run TestTorture ./listener/ -args -torture.seed=N   # replay one schedule
+//
+// A seed replays the schedule (options, handler outcomes, driver actions),
+// not the goroutine interleaving, so a rare failure may need a few runs.
+var (
+	tortureDuration = flag.Duration("torture.duration", 20*time.Second, "how long TestTorture runs schedules")
+	tortureSeed     = flag.Uint64("torture.seed", 0, "run only the TestTorture schedule with this seed")
+)
+
+// waitBound is how long Wait may take beyond the shutdown grace before the
+// run counts as hung: far more than a busy machine needs.
+const waitBound = 20 * time.Second
+
+func TestTorture(t *testing.T) {
+	if *tortureSeed != 0 {
+		runTorture(t, *tortureSeed)
+		return
+	}
+	var sum listener.Stats
+	d := *tortureDuration
+	if testing.Short() {
+		d = min(d, 3*time.Second)
+	}
+	end := time.Now().Add(d)
+	base := uint64(time.Now().UnixNano())
+	n := 0
+	for time.Now().Before(end) && !t.Failed() {
+		st := runTorture(t, base+uint64(n))
+		n++
+		sum.Processed += st.Processed
+		sum.Failed += st.Failed
+		sum.Panics += st.Panics
+		sum.Deleted += st.Deleted
+		sum.Poisoned += st.Poisoned
+		sum.Released += st.Released
+		sum.Renewed += st.Renewed
+		sum.LeasesLost += st.LeasesLost
+		sum.Hidden += st.Hidden
+		sum.ReceiptMismatches += st.ReceiptMismatches
+		sum.GetErrors += st.GetErrors
+	}
+	t.Logf("%d schedules in %s; in all: %d processed, %d failed (%d panics), %d deleted, %d poisoned, %d released, %d hidden, %d renewals, %d leases lost, %d stale deletes, %d failed gets",
+		n, d, sum.Processed, sum.Failed, sum.Panics, sum.Deleted, sum.Poisoned, sum.Released, sum.Hidden, sum.Renewed, sum.LeasesLost, sum.ReceiptMismatches, sum.GetErrors)
+}
+
+// tortureRun is one schedule and what it observed.
+type tortureRun struct {
+	t    *testing.T
+	seed uint64
+	rng  *rand.Rand
+	q    *tortureQueue
+	raw  *queue.Queue // the queue without faults
+	lq   *queue.Queue // the queue the listener reads, through q
+	pois *queue.Queue
+	l    *listener.Listener
+	o    listener.Options
+
+	mu      sync.Mutex
+	bodies  []string                // every body put
+	idOf    map[string]string       // body → message id
+	running map[string]map[int]bool // body → generations whose handler runs
+	ran     map[string]bool         // "body/generation" → ran once
+	fails   []string
+}
+
+func (r *tortureRun) failf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.fails) < 20 {
+		r.fails = append(r.fails, fmt.Sprintf(format, args...))
+	}
+}
+
+// outcome is what the handler does with generation g of body, 0..99:
+// decided by the seed, so a replay does the same.
+func (r *tortureRun) outcome(body string, g int) int {
+	return rand.New(rand.NewPCG(r.seed^hashString(body), uint64(g))).IntN(100)
+}
+
+func hashString(s string) uint64 {
+	var h uint64 = 1469598103934665603
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+func (r *tortureRun) handle(ctx context.Context, m *queue.Message) error {
+	body, g := string(m.Body), m.DequeueCount
+	key := fmt.Sprintf("%s/%d", body, g)
+	r.mu.Lock()
+	if r.ran[key] {
+		r.fails = append(r.fails, fmt.Sprintf("%s (generation %d) ran twice", body, g))
+	}
+	r.ran[key] = true
+	if r.running[body] == nil {
+		r.running[body] = map[int]bool{}
+	}
+	r.running[body][g] = true
+	r.mu.Unlock()
+	if r.q.wasReleased(m.ID, g) {
+		r.failf("%s (generation %d) started after it was released", body, g)
+	}
+	defer func() {
+		if r.q.wasReleased(m.ID, g) {
+			r.failf("%s (generation %d) was released while its handler ran", body, g)
+		}
+		r.mu.Lock()
+		delete(r.running[body], g)
+		r.mu.Unlock()
+	}()
+	sleep := func(d time.Duration, honour bool) error {
+		if !honour {
+			time.Sleep(d)
+			return nil
+		}
+		select {
+		case <-time.After(d):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	x := r.outcome(body, g)
+	early := g < 3 // failures only on the first runs, so every message can end
+	switch {
+	case x < 50:
+		return nil
+	case x < 62:
+		return sleep(time.Duration(x-49)*time.Millisecond, false)
+	case x < 72:
+		return sleep(time.Duration(x-61)*4*time.Millisecond, true)
+	case x < 80 && early:
+		return errors.New("injected handler error")
+	case x < 85 && early:
+		panic("injected handler panic")
+	case x < 89:
+		return handler.Permanent(errors.New("injected permanent failure"))
+	case x < 94:
+		// Outlives its visibility timeout: only renewal keeps it.
+		return sleep(r.o.VisibilityTimeout*time.Duration(x-88)/4, true)
+	}
+	return nil
+}
+
+func runTorture(t *testing.T, seed uint64) listener.Stats {
+	t.Helper()
+	ignore := goleak.IgnoreCurrent()
+	rng := rand.New(rand.NewPCG(seed, 1))
+	store := memory.NewStore()
+	raw, err := store.Queue("torture")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pois, err := store.Queue("torture-poison")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &tortureRun{t: t, seed: seed, rng: rng, raw: raw, pois: pois,
+		running: map[string]map[int]bool{}, ran: map[string]bool{}, idOf: map[string]string{}}
+	r.q = newTortureQueue(nil, seed, []float64{0, 0.02, 0.1}[rng.IntN(3)],
+		[]time.Duration{0, time.Millisecond, 5 * time.Millisecond}[rng.IntN(3)])
+	if r.lq, err = store.Queue("torture", queue.WithWrapper(func(d driver.Queue) driver.Queue { r.q.Queue = d; return r.q })); err != nil {
+		t.Fatal(err)
+	}
+	batch := 1 + rng.IntN(queue.MaxBatchSize)
+	o := listener.Options{
+		BatchSize:           batch,
+		VisibilityTimeout:   time.Duration(100+rng.IntN(500)) * time.Millisecond,
+		Concurrency:         1 + rng.IntN(3*batch),
+		NewBatchThreshold:   rng.IntN(batch) - rng.IntN(2), // -1 (wait for all) .. batch-1
+		Tasks:               1 + rng.IntN(4),
+		MaxTasks:            8,
+		Idle:                scaling.IdleBackoff{Min: time.Millisecond, Max: 20 * time.Millisecond},
+		ShutdownGrace:       time.Duration(rng.IntN(200)) * time.Millisecond,
+		ErrorBackoffInitial: time.Millisecond,
+		ErrorBackoffMax:     20 * time.Millisecond,
+		MaxDequeueCount:     3 + rng.IntN(3),
+		Dispatch:            listener.Dispatch(rng.IntN(2)),
+		RetryDelay: func(*queue.Message, error) time.Duration {
+			return time.Duration(1+seed%5) * time.Millisecond
+		},
+	}
+	if o.NewBatchThreshold == 0 {
+		o.NewBatchThreshold = -1
+	}
+	if o.ShutdownGrace == 0 {
+		o.ShutdownGrace = time.Millisecond
+	}
+	if rng.IntN(4) > 0 {
+		o.Poison = pois
+	}
+	r.o = o
+	l, err := listener.New(r.lq, r.handle, o)
+	if err != nil {
+		t.Fatalf("seed %d: %v", seed, err)
+	}
+	r.l = l
+	r.drive()
+	r.check()
+	if err := goleak.Find(ignore); err != nil {
+		r.failf("goroutines survive Wait: %v", err)
+	}
+	if len(r.fails) > 0 {
+		t.Errorf("torture schedule failed; replay it with\n\tgo test -race -run '^TestTorture$' ./listener/ -args -torture.seed=%d\noptions %+v\n%s",
+			seed, o, strings.Join(r.fails, "\n"))
+	}
+	return l.Stats()
+}
+
+func (r *tortureRun) put(n int) {
+	for i := 0; i < n; i++ {
+		r.mu.Lock()
+		body := fmt.Sprintf("m%d", len(r.bodies))
+		r.bodies = append(r.bodies, body)
+		r.mu.Unlock()
+		id, err := r.raw.Put(context.Background(), []byte(body), queue.PutOptions{})
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		r.mu.Lock()
+		r.idOf[body] = id
+		r.mu.Unlock()
+	}
+}
+
+// start runs the listener with n tasks; stop ends the run and checks that
+// Wait returns within the grace plus waitBound with nothing left counted.
+func (r *tortureRun) start(n int) (cancel context.CancelFunc, done chan error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := r.l.Start(ctx, n); err != nil {
+		r.failf("Start(%d): %v", n, err)
+	}
+	done = make(chan error, 1)
+	go func() { done <- r.l.Wait() }()
+	return cancel, done
+}
+
+func (r *tortureRun) stop(cancel context.CancelFunc, done chan error) bool {
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			r.failf("Wait: %v", err)
+		}
+	case <-time.After(r.o.ShutdownGrace + waitBound):
+		r.failf("Wait has not returned %s after cancel (grace %s)", r.o.ShutdownGrace+waitBound, r.o.ShutdownGrace)
+		return false
+	}
+	if n := r.l.ActiveTasks(); n != 0 {
+		r.failf("ActiveTasks %d after Wait", n)
+	}
+	return true
+}
+
+// drive puts messages and runs random events until every message has left
+// the queue, then stops the listener.
+func (r *tortureRun) drive() {
+	rng := r.rng
+	r.put(20 + rng.IntN(200))
+	cancel, done := r.start(r.o.Tasks)
+	deadline := time.Now().Add(2 * time.Minute)
+	events := 5 + rng.IntN(30)
+	for {
+		time.Sleep(time.Duration(1+rng.IntN(15)) * time.Millisecond)
+		if n := r.l.ActiveTasks(); n < 0 {
+			r.failf("ActiveTasks %d", n)
+		}
+		if events > 0 {
+			events--
+			switch x := rng.IntN(100); {
+			case x < 30:
+				r.l.Resize(1 + rng.IntN(r.o.MaxTasks))
+			case x < 45:
+				r.l.Abort()
+			case x < 55:
+				r.l.Wake()
+			case x < 70:
+				if !r.stop(cancel, done) {
+					return
+				}
+				cancel, done = r.start(1 + rng.IntN(4))
+			case x < 80:
+				r.put(1 + rng.IntN(20))
+			}
+			continue
+		}
+		n, err := r.raw.Count(context.Background())
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			r.failf("%d messages still in the queue after 2 minutes", n)
+			break
+		}
+	}
+	r.stop(cancel, done)
+}
+
+// check: every message left the queue exactly once (one successful
+// delete), its handler ran at most once per generation (checked as it
+// ran), and it reached the poison queue at most once, more only when its
+// poisoning delete came after its lease was really lost or was refused by
+// an injected fault; no receipt a renewal replaced was used again.
+func (r *tortureRun) check() {
+	q := r.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, v := range q.violations {
+		r.failf("%s", v)
+	}
+	poisoned := map[string]int{}
+	for {
+		ms, err := r.pois.Get(context.Background(), queue.MaxBatchSize, time.Hour)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if len(ms) == 0 {
+			break
+		}
+		for _, m := range ms {
+			poisoned[string(m.Body)]++
+		}
+	}
+	r.mu.Lock()
+	bodies := append([]string(nil), r.bodies...)
+	idOf := r.idOf
+	r.mu.Unlock()
+	for _, b := range bodies {
+		id := idOf[b]
+		if d := q.deleted[id]; d != 1 {
+			r.failf("%s (%s) was deleted %d times, want 1", b, id, d)
+		}
+		if p := poisoned[b]; p > 1+q.late[id]+q.faulted[id] {
+			r.failf("%s reached the poison queue %d times (%d late calls, %d injected delete faults)", b, p, q.late[id], q.faulted[id])
+		}
+		if p := poisoned[b]; p > 0 && r.o.Poison == nil {
+			r.failf("%s poisoned without a poison queue", b)
+		}
+	}
+}
