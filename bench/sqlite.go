@@ -596,15 +596,15 @@ func sqliteTwoProcesses(ctx context.Context, e *Env, s *Section) error {
 	row.Note = fmt.Sprintf("CPU per message: %s in one process, %s in two (%.2f×); on a CPU %.0f%% of the wall time in one, %.0f%% in two",
 		usString(cpu1), usString(cpu2), cpu2.Seconds()/cpu1.Seconds(), on1*100, on2*100)
 	if ratio < TwoProcessTarget {
-		row.Note = "missed: " + row.Note + " (a process re-reads the pages the other changed, as SQLite drops a connection's page cache " +
-			"when another connection wrote, and waits for the write lock or a core the rest of the time)"
+		row.Note = "missed: " + row.Note + " (off a CPU, a process waits for the write lock, which SQLite gives one writer at a time, " +
+			"or for a core)"
 	}
 	s.add(row)
 	s.add(Row{What: "two processes ÷ one process with 2 consumers", Figure: fmt.Sprintf("%.2f×", med[2]/med[1])})
 	s.note("Two processes: on a machine that other processes keep busy, two processes get a larger share of the cores than one, " +
 		"and the rate ratio says more about that share than about SQLite; the CPU per message (the children's getrusage) does not " +
-		"depend on it, and what two processes cost beyond one shows there: each turn at the write lock begins with the pages the " +
-		"other process changed read back, as SQLite drops a connection's page cache when another connection has written.")
+		"depend on it, and shows what sharing the file costs per message: SQLite drops a connection's page cache when another " +
+		"connection has written, so a turn at the write lock may begin by reading back pages the other process changed.")
 	return nil
 }
 
