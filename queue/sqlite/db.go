@@ -137,6 +137,9 @@ type statements struct {
 	purgeBodies, purge, clearBodies, clear, clearDepth         *sql.Stmt // write pool
 	peek, count                                                *sql.Stmt // read pool
 
+	// bodies[k] is sqlBodies(1<<k), on the read pool.
+	bodies [deleteBatchClasses]*sql.Stmt
+
 	// delBatch[k] is sqlDeleteBatch(1<<k) and delBodies[k]
 	// sqlDeleteBodies(1<<k): batches are padded with NULLs to the next
 	// power of two, so six statements serve every size.
@@ -286,6 +289,13 @@ func (db *DB) prepare() error {
 			return fmt.Errorf("prepare %q: %w", s.sql, err)
 		}
 		*s.p = st
+	}
+	for k := range db.st.bodies {
+		st, err := db.r.Prepare(sqlBodies(1 << k))
+		if err != nil {
+			return fmt.Errorf("prepare read of %d bodies: %w", 1<<k, err)
+		}
+		db.st.bodies[k] = st
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -268,5 +269,38 @@ func TestVacuumWorthIt(t *testing.T) {
 		if got := vacuumWorthIt(tc.pages, tc.free, tc.busy); got != tc.want {
 			t.Errorf("vacuumWorthIt(%d, %d, busy %v) = %v, want %v", tc.pages, tc.free, tc.busy, got, tc.want)
 		}
+	}
+}
+
+// TestGetLeavesOutMessagesDeletedMeanwhile: a message deleted between a
+// Get's UPDATE and the read of its body (expired and purged, or cleared) is
+// left out of the result; the rest keep their FIFO order.
+func TestGetLeavesOutMessagesDeletedMeanwhile(t *testing.T) {
+	db, _, _ := newDB(t)
+	q := mustQueue(t, db, "gone")
+	var ids []string
+	for _, b := range []string{"a", "b", "c", "d"} {
+		ids = append(ids, mustPut(t, q, b, queue.PutOptions{}))
+	}
+	// As a Get's UPDATE returns them: unordered, each with its place.
+	var msgs []*driver.Message
+	var pos []int64
+	for _, i := range []int{2, 0, 3, 1} {
+		msgs = append(msgs, &driver.Message{ID: ids[i]})
+		pos = append(pos, int64(i))
+	}
+	if _, err := db.w.Exec("DELETE FROM bodies WHERE id = ?", ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	msgs, pos, err := db.readBodies(ctx, msgs, pos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range fifo(msgs, pos) {
+		got = append(got, string(m.Body))
+	}
+	if strings.Join(got, ",") != "a,c,d" {
+		t.Fatalf("got %v, want a,c,d", got)
 	}
 }
