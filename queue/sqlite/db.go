@@ -201,11 +201,12 @@ func (db *DB) open(busyTimeout time.Duration, sync Sync) (err error) {
 	return db.prepare()
 }
 
-// mmapSize is how much of the database file the writer maps into memory
-// (PRAGMA mmap_size): a Get reads its messages' bodies from the mapping
-// instead of one read call per 4 KiB page, which for 64 KiB bodies was most
-// of a drain's CPU. It is address space, not memory: the pages are the
-// operating system's file cache. Pages still in the WAL are read as before.
+// mmapSize is how much of the database file each connection maps into
+// memory (PRAGMA mmap_size): pages are read from the mapping instead of
+// with a read call per 4 KiB page, which matters for large bodies (a Get
+// reads its bodies on a read connection). It is address space, not memory:
+// the pages are the operating system's file cache. Pages still in the WAL
+// are read as before.
 const mmapSize = 1 << 30
 
 // walSizeLimit is the size the WAL file is cut back to when it starts over
@@ -224,12 +225,12 @@ func dsn(path, busyMillis string, sync Sync, readOnly bool) string {
 	q.Set("_synchronous", strings.ToUpper(sync.String()))
 	q.Set("_txlock", "immediate")
 	q.Add("_pragma", "temp_store(MEMORY)")
+	q.Add("_pragma", fmt.Sprintf("mmap_size(%d)", mmapSize))
 	if readOnly {
 		q.Set("_query_only", "1")
 	} else {
 		q.Set("_auto_vacuum", "INCREMENTAL")
 		q.Add("_pragma", fmt.Sprintf("journal_size_limit(%d)", walSizeLimit))
-		q.Add("_pragma", fmt.Sprintf("mmap_size(%d)", mmapSize))
 	}
 	p := filepath.ToSlash(path)
 	if !strings.HasPrefix(p, "/") {

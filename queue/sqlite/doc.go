@@ -106,8 +106,9 @@
 // exactly one connection, so writers within a process queue up in Go rather
 // than spin in SQLite's busy handler, and each statement is prepared once.
 // Peek and Count read through a small pool of read-only connections, which
-// WAL lets run beside the writer. The writer maps the file into memory
-// (mmapSize), so a Get reads large bodies without a read call per page.
+// WAL lets run beside the writer; a Get reads its messages' bodies there
+// too, after its UPDATE. Every connection maps the file into memory
+// (mmapSize), so large bodies are read without a read call per page.
 //
 // Every operation is one statement or one transaction: a Get of n messages is
 // a single UPDATE … RETURNING, so two consumers, in this process or another,
