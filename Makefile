@@ -14,7 +14,15 @@ $(AZURITE): tools/azurite/package.json tools/azurite/package-lock.json
 	npm ci --prefix tools/azurite --no-audit --no-fund --loglevel=error
 	touch $@
 
-test: $(AZURITE)
+# fauxqs, the SQS emulator the queue/sqs tests and the SQS bench run
+# against, pinned by tools/fauxqs/package-lock.json the same way.
+FAUXQS := tools/fauxqs/node_modules/.adaptq-installed
+
+$(FAUXQS): tools/fauxqs/package.json tools/fauxqs/package-lock.json
+	npm ci --prefix tools/fauxqs --no-audit --no-fund --loglevel=error
+	touch $@
+
+test: $(AZURITE) $(FAUXQS)
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 9m ./...
 	cd bench && $(GO) vet ./... && $(GO) test -race -count=1 ./...
@@ -37,7 +45,7 @@ torture:
 # Every figure of BENCHMARKS.md, measured in one run on this machine
 # (bench/ is its own module, so goqite stays out of adaptq's go.mod). Size
 # flags: `cd bench && go run ./cmd/benchreport -h`.
-bench: $(AZURITE)
+bench: $(AZURITE) $(FAUXQS)
 	cd bench && $(GO) run ./cmd/benchreport -o ../BENCHMARKS.md
 
 vet:

@@ -22,11 +22,15 @@ import (
 	"github.com/adaptq/adaptq/queue/meter"
 	"github.com/adaptq/adaptq/scaling"
 
-	// The built-in drivers: memory://, the embedded default sqlite://, and
-	// azure:// (Azure Queue Storage).
+	// The built-in drivers: memory://, the embedded default sqlite://,
+	// azure:// (Azure Queue Storage), postgres:// (PostgreSQL, woken by
+	// LISTEN/NOTIFY), redis:// (Redis, with a blocking wake-up) and sqs://.
 	_ "github.com/adaptq/adaptq/queue/azure"
 	_ "github.com/adaptq/adaptq/queue/memory"
+	_ "github.com/adaptq/adaptq/queue/postgres"
+	_ "github.com/adaptq/adaptq/queue/redis"
 	_ "github.com/adaptq/adaptq/queue/sqlite"
+	_ "github.com/adaptq/adaptq/queue/sqs"
 )
 
 // ErrNoHandler: a configured queue names a handler that is not registered.

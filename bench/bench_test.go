@@ -40,6 +40,10 @@ var figures = map[string][]string{
 		"listener ÷ hand-written loop", "listener ÷ naive loop", "listener's calls per message on Azure",
 		"30ms per request: hand-written loop", "30ms per request: listener:", "30ms per request: listener ÷ hand-written loop",
 	},
+	"sqs": {
+		"Put, 16 producers", "hand-written loop: 16 goroutines", "listener: 16 tasks", "listener ÷ hand-written loop",
+		"listener's calls per message at saturation", "an idle listener task",
+	},
 	"calls": {
 		"memory driver, Azure-like", "memory driver, batch delete", "SQLite driver, Azure-like", "SQLite driver, batch delete",
 	},
@@ -67,6 +71,17 @@ var figures = map[string][]string{
 	"trigger": {
 		"wake latency with the trigger: Notify", "wake latency with the trigger, trickle", "wake latency without a trigger", "idle calls per hour per process, trigger configured",
 		"idle calls per hour per process, no trigger",
+	},
+	"postgres": {
+		"adaptq, PostgreSQL driver + listener", "River v0.51.1 (riverpgxv5)", "adaptq ÷ River, processed jobs/s",
+		"CPU per processed job", "adaptq calls per message", "statements sent per message",
+		"idle worker, queue calls per hour", "idle River client", "cross-process wake",
+		"long run: ", "long run: n_dead_tup", "long run: Get latency", "one table for many queues",
+	},
+	"redis": {
+		"asynq, concurrency", "adaptq listener on queue/redis", "processed per second, adaptq ÷ asynq", "adaptq calls per message",
+		"idle asynq server: commands per minute", "idle adaptq worker: commands per minute",
+		"idle adaptq worker: blocking calls per safety interval", "the put's own round trip", "cross-process wake",
 	},
 }
 

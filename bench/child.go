@@ -50,6 +50,8 @@ type childResult struct {
 // result and exits; it returns at once when ChildEnv is not set. Call it
 // first in main (and in TestMain).
 func RunChildIfAsked() {
+	runPGWakeChildIfAsked()
+	runRedisChildIfAsked()
 	spec := os.Getenv(ChildEnv)
 	if spec == "" {
 		return

@@ -100,7 +100,9 @@ func modules() string {
 	var out []string
 	for _, d := range bi.Deps {
 		switch d.Path {
-		case "modernc.org/sqlite", "github.com/maragudk/goqite":
+		case "modernc.org/sqlite", "github.com/maragudk/goqite",
+			"github.com/jackc/pgx/v5", "github.com/riverqueue/river",
+			"github.com/hibiken/asynq", "github.com/redis/go-redis/v9":
 			v := d.Version
 			if d.Replace != nil {
 				v = d.Replace.Version

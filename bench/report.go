@@ -91,11 +91,14 @@ var Sections = []Spec{
 	{Key: "overhead", Title: "Listener overhead", Run: overhead},
 	{Key: "embedded", Title: "Embedded: adaptq's SQLite driver vs goqite", Run: embedded},
 	{Key: "azurite", Title: "Azurite", Run: azurite},
+	{Key: "sqs", Title: "SQS (emulator)", Run: sqsSection},
 	{Key: "calls", Title: "Calls per message at saturation", Run: callsPerMessage},
 	{Key: "burst", Title: "Burst response", Run: burst},
 	{Key: "work", Title: "Scaling with work", Run: scalingWithWork},
 	{Key: "raw", Title: "Drivers raw", Run: raw},
 	{Key: "trigger", Title: "Push trigger", Run: trigger},
+	{Key: "postgres", Title: "PostgreSQL: adaptq's driver vs River", Run: postgresSection},
+	{Key: "redis", Title: "Redis: adaptq's driver vs asynq", Run: redisSection},
 	{Key: "sqlite", Title: "Embedded SQLite: backlogs, space, two processes", Run: sqliteSection},
 }
 

@@ -29,6 +29,12 @@ type Sizes struct {
 	Azurite        int
 	AzuriteLatency int
 	AzuriteRounds  int
+	// SQS is the number of messages each drain of the SQS section starts
+	// with, SQSRounds how many times each consumer drains them, and
+	// SQSIdle how long its idle listener is watched.
+	SQS       int
+	SQSRounds int
+	SQSIdle   time.Duration
 	// Calls is the number of messages of each calls-per-message run.
 	Calls int
 	// Burst is the number of messages that land at once on an idle worker;
@@ -55,6 +61,22 @@ type Sizes struct {
 	PollIdleMax   time.Duration
 	// IdleHours is the virtual time over which idle calls are counted.
 	IdleHours int
+	// Postgres is the number of jobs each adaptq-vs-River drain starts
+	// with; PostgresLong the messages of the long run (dead tuples, Get
+	// latency); PostgresWake the cross-process wake trials; PostgresIdle
+	// how long River's idle client is watched.
+	Postgres     int
+	PostgresLong int
+	PostgresWake int
+	PostgresIdle time.Duration
+
+	// Redis is the number of messages each Redis-vs-asynq drain starts
+	// with; RedisWakeTrials the cross-process wake trials; RedisIdle the
+	// window over which idle commands are counted.
+	Redis           int
+	RedisWakeTrials int
+	RedisIdle       time.Duration
+
 	// SQLiteBacklogs are the backlogs of the sqlite section; SQLiteAfter
 	// how long after each drain its file size is read again; SQLiteTwoProc
 	// the messages of each two-process run.
@@ -77,6 +99,9 @@ func DefaultSizes() Sizes {
 		Azurite:        1_500,
 		AzuriteLatency: 1_000,
 		AzuriteRounds:  5,
+		SQS:            3_000,
+		SQSRounds:      3,
+		SQSIdle:        100 * time.Second,
 		Calls:          50_000,
 		Burst:          10_000,
 		BurstTrials:    3,
@@ -90,6 +115,14 @@ func DefaultSizes() Sizes {
 		PollLanes:      40,
 		PollIdleMax:    2 * time.Second,
 		IdleHours:      24,
+		Postgres:       100_000,
+		PostgresLong:   1_000_000,
+		PostgresWake:   200,
+		PostgresIdle:   30 * time.Second,
+
+		Redis:           50_000,
+		RedisWakeTrials: 300,
+		RedisIdle:       30 * time.Second,
 	}
 }
 
@@ -108,6 +141,9 @@ func TinySizes() Sizes {
 		Azurite:        200,
 		AzuriteLatency: 100,
 		AzuriteRounds:  1,
+		SQS:            200,
+		SQSRounds:      1,
+		SQSIdle:        3 * time.Second,
 		Calls:          500,
 		Burst:          300,
 		BurstTrials:    1,
@@ -121,6 +157,14 @@ func TinySizes() Sizes {
 		PollLanes:      2,
 		PollIdleMax:    100 * time.Millisecond,
 		IdleHours:      1,
+		Postgres:       500,
+		PostgresLong:   2_000,
+		PostgresWake:   5,
+		PostgresIdle:   time.Second,
+
+		Redis:           500,
+		RedisWakeTrials: 5,
+		RedisIdle:       time.Second,
 	}
 }
 
@@ -132,23 +176,15 @@ func (s *Sizes) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&s.Backlog, "backlog", s.Backlog, "backlog of the peak-RSS runs")
 	fs.IntVar(&s.Embedded, "embedded", s.Embedded, "messages per SQLite-vs-goqite run")
 	fs.IntVar(&s.EmbeddedBytes, "embedded-bytes", s.EmbeddedBytes, "largest total of bodies per SQLite-vs-goqite run by size")
-	fs.Func("sqlite-backlogs", fmt.Sprintf("comma-separated backlogs of the sqlite section (default %s)", joinInts(s.SQLiteBacklogs)), func(v string) error {
-		var ns []int
-		for _, f := range strings.Split(v, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil {
-				return err
-			}
-			ns = append(ns, n)
-		}
-		s.SQLiteBacklogs = ns
-		return nil
-	})
+	fs.Var((*intsValue)(&s.SQLiteBacklogs), "sqlite-backlogs", "comma-separated backlogs of the sqlite section")
 	fs.DurationVar(&s.SQLiteAfter, "sqlite-after", s.SQLiteAfter, "how long after a drain the sqlite section reads the file size again")
 	fs.IntVar(&s.SQLiteTwoProc, "sqlite-two-proc", s.SQLiteTwoProc, "messages per two-process run of the sqlite section")
 	fs.IntVar(&s.Azurite, "azurite", s.Azurite, "messages per drain of the Azurite section")
 	fs.IntVar(&s.AzuriteLatency, "azurite-latency", s.AzuriteLatency, "messages per drain of the Azurite section with latency added")
 	fs.IntVar(&s.AzuriteRounds, "azurite-rounds", s.AzuriteRounds, "drains per consumer in the Azurite section")
+	fs.IntVar(&s.SQS, "sqs", s.SQS, "messages per drain of the SQS section")
+	fs.IntVar(&s.SQSRounds, "sqs-rounds", s.SQSRounds, "drains per consumer in the SQS section")
+	fs.DurationVar(&s.SQSIdle, "sqs-idle", s.SQSIdle, "how long the SQS section watches an idle listener")
 	fs.IntVar(&s.Calls, "calls", s.Calls, "messages per calls-per-message run")
 	fs.IntVar(&s.Burst, "burst", s.Burst, "messages in a burst")
 	fs.IntVar(&s.BurstTrials, "burst-trials", s.BurstTrials, "bursts per mode")
@@ -162,6 +198,13 @@ func (s *Sizes) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&s.PollLanes, "poll-lanes", s.PollLanes, "concurrent lanes of the trials without a trigger")
 	fs.DurationVar(&s.PollIdleMax, "poll-idle-max", s.PollIdleMax, "idle.max of the listener without a trigger")
 	fs.IntVar(&s.IdleHours, "idle-hours", s.IdleHours, "virtual hours over which idle calls are counted")
+	fs.IntVar(&s.Postgres, "postgres", s.Postgres, "jobs per adaptq-vs-River drain")
+	fs.IntVar(&s.PostgresLong, "postgres-long", s.PostgresLong, "messages of the PostgreSQL long run")
+	fs.IntVar(&s.PostgresWake, "postgres-wake", s.PostgresWake, "cross-process wake trials on PostgreSQL")
+	fs.DurationVar(&s.PostgresIdle, "postgres-idle", s.PostgresIdle, "how long River's idle client is watched")
+	fs.IntVar(&s.Redis, "redis", s.Redis, "messages per Redis-vs-asynq drain")
+	fs.IntVar(&s.RedisWakeTrials, "redis-wake-trials", s.RedisWakeTrials, "cross-process wake trials on Redis")
+	fs.DurationVar(&s.RedisIdle, "redis-idle", s.RedisIdle, "window over which idle Redis commands are counted")
 }
 
 // Validate rejects sizes that cannot measure anything.
@@ -170,16 +213,21 @@ func (s Sizes) Validate() error {
 	for name, v := range map[string]int{
 		"repeats": s.Repeats, "overhead": s.Overhead, "backlog": s.Backlog, "embedded": s.Embedded,
 		"azurite": s.Azurite, "azurite-latency": s.AzuriteLatency, "azurite-rounds": s.AzuriteRounds,
+		"sqs": s.SQS, "sqs-rounds": s.SQSRounds,
 		"calls": s.Calls, "burst": s.Burst, "burst-trials": s.BurstTrials, "raw-sqlite": s.RawSQLite, "work-backlog": s.WorkBacklog,
 		"raw-memory": s.RawMemory, "trigger-trials": s.TriggerTrials, "poll-trials": s.PollTrials,
-		"poll-lanes": s.PollLanes, "idle-hours": s.IdleHours, "embedded-bytes": s.EmbeddedBytes, "sqlite-two-proc": s.SQLiteTwoProc,
+		"poll-lanes": s.PollLanes, "idle-hours": s.IdleHours,
+		"postgres": s.Postgres, "postgres-long": s.PostgresLong, "postgres-wake": s.PostgresWake,
+		"redis": s.Redis, "redis-wake-trials": s.RedisWakeTrials,
+		"embedded-bytes": s.EmbeddedBytes, "sqlite-two-proc": s.SQLiteTwoProc,
 	} {
 		if v < 1 {
 			bad = append(bad, fmt.Sprintf("-%s %d is below 1", name, v))
 		}
 	}
 	for name, v := range map[string]time.Duration{
-		"burst-idle-max": s.BurstIdleMax, "work-window": s.WorkWindow, "poll-idle-max": s.PollIdleMax,
+		"burst-idle-max": s.BurstIdleMax, "sqs-idle": s.SQSIdle, "work-window": s.WorkWindow, "poll-idle-max": s.PollIdleMax,
+		"postgres-idle": s.PostgresIdle, "redis-idle": s.RedisIdle,
 	} {
 		if v < 10*time.Millisecond {
 			bad = append(bad, fmt.Sprintf("-%s %s is below 10ms", name, v))
@@ -204,18 +252,37 @@ func (s Sizes) Validate() error {
 
 // String lists the sizes as the flags that reproduce them.
 func (s Sizes) String() string {
-	return fmt.Sprintf("-repeats %d -overhead %d -backlog %d -embedded %d -azurite %d -azurite-latency %d -azurite-rounds %d -calls %d -burst %d -burst-trials %d -burst-idle-max %s "+
-		"-work-window %s -work-backlog %d -raw-sqlite %d -raw-memory %d -trigger-trials %d -poll-trials %d -poll-lanes %d -poll-idle-max %s -idle-hours %d "+
-		"-embedded-bytes %d -sqlite-backlogs %s -sqlite-after %s -sqlite-two-proc %d",
-		s.Repeats, s.Overhead, s.Backlog, s.Embedded, s.Azurite, s.AzuriteLatency, s.AzuriteRounds, s.Calls, s.Burst, s.BurstTrials, s.BurstIdleMax,
-		s.WorkWindow, s.WorkBacklog, s.RawSQLite, s.RawMemory, s.TriggerTrials, s.PollTrials, s.PollLanes, s.PollIdleMax, s.IdleHours,
-		s.EmbeddedBytes, joinInts(s.SQLiteBacklogs), s.SQLiteAfter, s.SQLiteTwoProc)
+	fs := flag.NewFlagSet("sizes", flag.ContinueOnError)
+	c := s
+	c.RegisterFlags(fs)
+	var parts []string
+	fs.VisitAll(func(f *flag.Flag) { parts = append(parts, "-"+f.Name+" "+f.Value.String()) })
+	return strings.Join(parts, " ")
 }
 
-func joinInts(ns []int) string {
-	s := make([]string, len(ns))
-	for i, n := range ns {
+// intsValue is a flag.Value of comma-separated integers.
+type intsValue []int
+
+func (v *intsValue) String() string {
+	if v == nil {
+		return ""
+	}
+	s := make([]string, len(*v))
+	for i, n := range *v {
 		s[i] = strconv.Itoa(n)
 	}
 	return strings.Join(s, ",")
+}
+
+func (v *intsValue) Set(text string) error {
+	var ns []int
+	for _, f := range strings.Split(text, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return err
+		}
+		ns = append(ns, n)
+	}
+	*v = ns
+	return nil
 }

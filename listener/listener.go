@@ -86,6 +86,11 @@ func New(q *queue.Queue, h handler.Func, o Options) (*Listener, error) {
 		return nil, fmt.Errorf("%w (queue %q)", err, q.Name())
 	}
 	o.fitBatch(q.Features().MaxBatch)
+	if q.Features().ServerPoison {
+		// The backend moves poison messages itself (an SQS queue with a
+		// RedrivePolicy): its rule wins, and the listener moves none.
+		o.Poison = nil
+	}
 	if o.QueueEmpty == nil {
 		idle := o.Idle
 		long := idle

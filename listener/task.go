@@ -30,6 +30,13 @@ type task struct {
 	// gets. Only the goroutine running the loop touches them.
 	idle       int
 	errBackoff *backoff.ExponentialBackOff
+	// longPoll is the wait of the next get where the backend long-polls
+	// (Features().LongPoll): an idle task's sleep, spent on the server.
+	// polled and pollStart are the last get's wait (0: not a long poll)
+	// and when it began.
+	longPoll  time.Duration
+	polled    time.Duration
+	pollStart time.Time
 	// hctx is the handler context and watchdog the task lends its inline
 	// batches, reused while neither is spent; only the goroutine running
 	// the loop touches them (see dispatch).
@@ -83,7 +90,21 @@ func (t *task) loop() error {
 		// may have hidden messages on the backend that it never returns,
 		// which nobody would then hold until their visibility timeout.
 		// Whatever it brings back after shutdown began is released below.
-		ms, err := l.q.Get(l.opCtx, held, l.o.VisibilityTimeout)
+		var ms []*queue.Message
+		var err error
+		if wait := t.longPoll; wait > 0 {
+			// An idle task's long poll: it returns the moment a message
+			// arrives. Shutdown cuts it off; what it may have hidden on the
+			// way reappears after its visibility timeout.
+			t.longPoll = 0
+			t.polled, t.pollStart = wait, l.o.Clock.Now()
+			l.idleTasks.Add(1)
+			ms, err = l.q.GetWait(ctx, held, l.o.VisibilityTimeout, wait)
+			l.idleTasks.Add(-1)
+		} else {
+			t.polled = 0
+			ms, err = l.q.Get(l.opCtx, held, l.o.VisibilityTimeout)
+		}
 		if err != nil {
 			l.sem.Release(int64(held))
 			if ctx.Err() != nil {
@@ -117,6 +138,29 @@ func (t *task) loop() error {
 				counted = false
 				log.Debug("listener: idle task stopped", zap.Int("idle_count", t.idle), zap.Duration("delay", delay))
 				return nil
+			}
+			if lp := l.q.Features().LongPoll; lp >= time.Second && delay >= time.Second {
+				// The backend waits instead of the task: the next get
+				// long-polls for the idle delay (at most LongPoll), so an
+				// idle task makes one call per LongPoll and sees a message
+				// the moment it is put, trigger or not.
+				if t.polled > 0 {
+					// A long poll that came back empty before its wait was
+					// up (a backend or a wrapper that did not hold the
+					// call) must not make the idle wait a busy loop: sleep
+					// the rest.
+					if rest := t.polled - l.o.Clock.Now().Sub(t.pollStart); rest > 0 {
+						l.idleTasks.Add(1)
+						r := l.sleep(ctx, rest, true)
+						l.idleTasks.Add(-1)
+						if r == sleepStop {
+							counted = false
+							return nil
+						}
+					}
+				}
+				t.longPoll = min(delay, lp)
+				continue
 			}
 			emptyAt := l.o.Clock.Now()
 			l.idleTasks.Add(1)
@@ -228,8 +272,23 @@ func (l *Listener) getFailed(log *zap.Logger, err error, b *backoff.ExponentialB
 
 // releaseAll makes unstarted messages visible again at once.
 func (l *Listener) releaseAll(ms []*queue.Message) {
-	for _, m := range ms {
-		l.release(m.ID, m.PopReceipt)
+	rs := make([]queue.Receipt, len(ms))
+	for i, m := range ms {
+		rs[i] = queue.Receipt{ID: m.ID, PopReceipt: m.PopReceipt}
+	}
+	// One call per Features().MaxBatch where the backend changes
+	// visibilities in batches (SQS), else one each.
+	_, res, err := l.q.UpdateVisibilityBatch(l.opCtx, rs, 0)
+	for i, m := range ms {
+		e := err
+		if e == nil {
+			e = res[i]
+		}
+		if e != nil {
+			l.log.Debug("listener: release failed; the message reappears after its visibility timeout", zap.String("msg_id", m.ID), zap.Error(e))
+			continue
+		}
+		l.stats.released.Add(1)
 	}
 }
 

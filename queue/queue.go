@@ -249,7 +249,7 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts PutOptions) (string, 
 	if err != nil {
 		return "", q.fail(ctx, OpPut, 0, err)
 	}
-	q.observe(OpPut, 1, nil)
+	q.observeSize(OpPut, 1, len(body), nil)
 	return id, nil
 }
 
@@ -261,6 +261,21 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts PutOptions) (string, 
 // were put. Embedded drivers keep this order exactly; Azure keeps it
 // approximately, so no consumer may depend on it.
 func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*Message, error) {
+	return q.get(ctx, n, visibility, 0)
+}
+
+// GetWait is Get that, on an empty queue, lets the backend hold the call
+// open for up to wait (cut to Features().LongPoll) and returns as soon as
+// messages arrive: a long poll, one billed call however long it waits.
+// Where the backend cannot (LongPoll is 0) it is Get, and returns at once.
+// Cancelling ctx ends the wait; a call cut off midway may have hidden
+// messages it never returns, which reappear after their visibility
+// timeout.
+func (q *Queue) GetWait(ctx context.Context, n int, visibility, wait time.Duration) ([]*Message, error) {
+	return q.get(ctx, n, visibility, min(max(wait, 0), q.f.LongPoll))
+}
+
+func (q *Queue) get(ctx context.Context, n int, visibility, wait time.Duration) ([]*Message, error) {
 	if err := q.begin(ctx, OpGet); err != nil {
 		return nil, err
 	}
@@ -270,14 +285,22 @@ func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*Me
 	if err := checkVisibility(visibility); err != nil {
 		return nil, q.reject(OpGet, err)
 	}
-	ms, err := q.d.Get(ctx, n, visibility)
+	dctx := ctx
+	if wait > 0 {
+		dctx = driver.WithWait(ctx, wait)
+	}
+	ms, err := q.d.Get(dctx, n, visibility)
 	if err == nil {
 		ms, err = checkOutput(ms, n)
 	}
 	if err != nil {
 		return nil, q.fail(ctx, OpGet, 0, err)
 	}
-	q.observe(OpGet, len(ms), nil)
+	size := 0
+	for _, m := range ms {
+		size += len(m.Body)
+	}
+	q.observeSize(OpGet, len(ms), size, nil)
 	return messages(ms), nil
 }
 
@@ -410,6 +433,68 @@ func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d t
 	}
 	q.observe(OpUpdate, 1, nil)
 	return r, nil
+}
+
+// UpdateVisibilityBatch is UpdateVisibility for many held messages, with as
+// few backend calls as the driver allows: one per Features().MaxBatch
+// receipts where it changes visibilities in batches (SQS), else one
+// UpdateVisibility each, run concurrently. newReceipts and results have
+// one entry per receipt, in order: the new receipt and nil, or "" and what
+// UpdateVisibility would have returned (a failed batch call reports its
+// error for each of its receipts). err is for a call refused as a whole (a
+// closed queue, an ended context, d out of range).
+func (q *Queue) UpdateVisibilityBatch(ctx context.Context, receipts []Receipt, d time.Duration) (newReceipts []string, results []error, err error) {
+	if len(receipts) == 0 {
+		return nil, nil, nil
+	}
+	if err := q.begin(ctx, OpUpdate); err != nil {
+		return nil, nil, err
+	}
+	if err := checkUpdateVisibility(d); err != nil {
+		return nil, nil, q.reject(OpUpdate, err)
+	}
+	newReceipts = make([]string, len(receipts))
+	results = make([]error, len(receipts))
+	vb, ok := q.d.(driver.VisibilityBatcher)
+	if !ok {
+		sem := make(chan struct{}, MaxBatchSize)
+		var wg sync.WaitGroup
+		for i, r := range receipts {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				newReceipts[i], results[i] = q.UpdateVisibility(ctx, r.ID, r.PopReceipt, d)
+			})
+		}
+		wg.Wait()
+		return newReceipts, results, nil
+	}
+	rs := driverReceipts(receipts)
+	for start := 0; start < len(rs); start += q.f.MaxBatch {
+		end := min(start+q.f.MaxBatch, len(rs))
+		nr, res, err := vb.UpdateVisibilityBatch(ctx, rs[start:end], d)
+		if err == nil && (len(res) != end-start || len(nr) != end-start) {
+			err = fmt.Errorf("the driver returned %d results for %d receipts", len(res), end-start)
+		}
+		if err != nil {
+			err = q.fail(ctx, OpUpdate, 0, err)
+			for i := start; i < end; i++ {
+				results[i] = err
+			}
+			continue
+		}
+		updated := 0
+		for i, r := range res {
+			if r != nil {
+				results[start+i] = q.classified(OpUpdate, r)
+			} else {
+				newReceipts[start+i] = nr[i]
+				updated++
+			}
+		}
+		q.observe(OpUpdate, updated, nil)
+	}
+	return newReceipts, results, nil
 }
 
 // Peek returns up to n (1..Features().MaxPeek) visible messages without
@@ -552,9 +637,18 @@ func (q *Queue) prefix(op Op) string {
 	return q.f.Name + ": " + op.String() + " " + strconv.Quote(q.name) + ": "
 }
 
-func (q *Queue) observe(op Op, n int, err error) {
+func (q *Queue) observe(op Op, n int, err error) { q.observeSize(op, n, 0, err) }
+
+// observeSize tells the observers of a call that moved size bytes of
+// message bodies, billed as Units requests where the backend bills by
+// payload (Features.BillingChunk).
+func (q *Queue) observeSize(op Op, n, size int, err error) {
+	units := 1
+	if c := q.f.BillingChunk; c > 0 && size > c {
+		units = (size + c - 1) / c
+	}
 	for _, o := range q.opts.observers {
-		o.Observe(Call{Queue: q.name, Op: op, Messages: n, Err: err})
+		o.Observe(Call{Queue: q.name, Op: op, Messages: n, Units: units, Err: err})
 	}
 }
 
@@ -616,6 +710,11 @@ type Call struct {
 	// the messages a get or peek returned, those a batch delete deleted,
 	// the count a Count returned.
 	Messages int
+	// Units is how many requests the backend bills the call as: 1, or
+	// more where it bills by payload (Features.BillingChunk: SQS bills
+	// each 64 KiB of bodies a put sends or a get returns as one request).
+	// 0 means 1.
+	Units int
 	// Err is the call's error, nil on success.
 	Err error
 	// Rejected is set for a call refused before it reached the backend (a

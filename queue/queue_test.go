@@ -258,3 +258,101 @@ func (b bare) Features() driver.Features {
 	f.MaxPeek, f.Siblings, f.NativeNotify, f.BatchDelete = 0, false, false, false
 	return f
 }
+
+// longPoller stands in for a backend with long polling and billing by
+// payload (SQS): it records the wait each Get was given.
+type longPoller struct {
+	driver.Queue
+	waits []time.Duration
+}
+
+func (l *longPoller) Features() driver.Features {
+	f := l.Queue.Features()
+	f.LongPoll = 20 * time.Second
+	f.BillingChunk = 64 << 10
+	return f
+}
+
+func (l *longPoller) Get(ctx context.Context, n int, vis time.Duration) ([]*driver.Message, error) {
+	l.waits = append(l.waits, driver.Wait(ctx))
+	return l.Queue.Get(ctx, n, vis)
+}
+
+// GetWait hands the driver a wait cut to its LongPoll, Get none; a driver
+// without LongPoll never sees one. Bodies are billed by BillingChunk.
+func TestGetWaitAndBillingByPayload(t *testing.T) {
+	ctx := context.Background()
+	lp := &longPoller{}
+	m := meter.New(0)
+	q, err := memory.NewStore(memory.WithMaxBodySize(1<<20)).Queue("long-poll", queue.WithObserver(m),
+		queue.WithWrapper(func(d driver.Queue) driver.Queue { lp.Queue = d; return lp }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Get(ctx, 1, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.GetWait(ctx, 1, time.Second, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.GetWait(ctx, 1, time.Second, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	want := []time.Duration{0, 20 * time.Second, 5 * time.Second}
+	if fmt.Sprint(lp.waits) != fmt.Sprint(want) {
+		t.Fatalf("the driver got waits %v, want %v", lp.waits, want)
+	}
+	// 200 KiB put and got: 4 requests each (64 KiB chunks), 2 calls.
+	body := make([]byte, 200<<10)
+	before := m.Snapshot()
+	if _, err := q.Put(ctx, body, queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if ms, err := q.Get(ctx, 1, time.Second); err != nil || len(ms) != 1 {
+		t.Fatalf("Get = %d, %v", len(ms), err)
+	}
+	d := m.Snapshot().Sub(before)
+	if d.Total() != 2 || d.Billed() != 8 {
+		t.Fatalf("a 200 KiB put and get: %d calls, %d billed requests; want 2 and 8", d.Total(), d.Billed())
+	}
+
+	plain, _ := memory.NewStore().Queue("plain")
+	if _, err := plain.GetWait(ctx, 1, time.Second, time.Minute); err != nil {
+		t.Fatalf("GetWait without long polling: %v", err)
+	}
+}
+
+// Without the driver's batch capability, UpdateVisibilityBatch makes one
+// UpdateVisibility per receipt, each billed, each with its own result.
+func TestUpdateVisibilityBatchFallsBackToOneCallEach(t *testing.T) {
+	ctx := context.Background()
+	m := meter.New(0)
+	q, err := memory.NewStore().Queue("release-batch", queue.WithObserver(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := fill(t, q, 5)
+	rs = append(rs, queue.Receipt{ID: "nope", PopReceipt: "nope"})
+	before := m.Snapshot()
+	nr, res, err := q.UpdateVisibilityBatch(ctx, rs, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		if res[i] != nil || nr[i] == "" {
+			t.Fatalf("result %d: %q, %v", i, nr[i], res[i])
+		}
+	}
+	if !errors.Is(res[5], queue.ErrNotFound) {
+		t.Fatalf("an unknown message: %v, want ErrNotFound", res[5])
+	}
+	if d := m.Snapshot().Sub(before); d.Calls[meter.Update] != 6 {
+		t.Fatalf("%d update calls, want 6", d.Calls[meter.Update])
+	}
+	if ms, err := q.Get(ctx, 10, time.Second); err != nil || len(ms) != 5 {
+		t.Fatalf("after the release Get = %d, %v; want 5", len(ms), err)
+	}
+	if _, _, err := q.UpdateVisibilityBatch(ctx, rs, -time.Second); !errors.Is(err, queue.ErrInvalidArgument) {
+		t.Fatalf("a negative visibility: %v", err)
+	}
+}

@@ -143,6 +143,7 @@ Exit codes: 0 success, 1 runtime failure, 2 bad usage, input or configuration.`,
 		newPurgeCmd(e),
 		newSimulateCmd(e),
 		newVersionCmd(e),
+		newMigrateCmd(e),
 	)
 	return root
 }

@@ -150,6 +150,60 @@ type Features struct {
 	// TimeResolution is the granularity of the backend's timestamps and
 	// timeouts (Azure: one second); 0 means exact.
 	TimeResolution time.Duration
+
+	// LongPoll is the longest a Get may wait on the server for a message
+	// to arrive on an empty queue, in one call (SQS's WaitTimeSeconds: 20
+	// s); 0 if the backend cannot. The portable queue's GetWait hands the
+	// wait to the driver's Get in the context (see Wait); the listener
+	// spends its idle waits that way instead of sleeping.
+	LongPoll time.Duration
+	// LaxReceipts is set when the backend cannot tell a stale receipt or a
+	// message that is gone (SQS): Delete and DeleteBatch with such a
+	// receipt succeed without deleting anything, UpdateVisibility keeps
+	// the receipt (the old one stays valid) and refuses a stale one or a
+	// deleted message with ErrReceiptMismatch or ErrNotFound, either. A
+	// stale receipt still never deletes or hides what another consumer
+	// holds.
+	LaxReceipts bool
+	// ServerPoison is set when the backend itself moves a message that was
+	// received too often to a dead-letter queue (an SQS queue with a
+	// RedrivePolicy): the listener then leaves poison messages to it and
+	// moves none to adaptq's poison queue.
+	ServerPoison bool
+	// BillingChunk is the payload the backend bills as one request (SQS:
+	// each 64 KiB of a call's payload is one request); 0 when a call is
+	// one request whatever its size.
+	BillingChunk int
+}
+
+type waitKey struct{}
+
+// WithWait returns ctx carrying a long-poll wait for a driver's Get: how
+// long the backend may hold the call open for a message to arrive on an
+// empty queue. The portable queue sets it (GetWait) only for drivers with
+// Features.LongPoll, never above it.
+func WithWait(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, waitKey{}, d)
+}
+
+// Wait is the long-poll wait ctx carries (see WithWait); 0 for none: Get
+// returns at once.
+func Wait(ctx context.Context) time.Duration {
+	d, _ := ctx.Value(waitKey{}).(time.Duration)
+	return max(d, 0)
+}
+
+// VisibilityBatcher is a capability a driver may have beyond Queue (found
+// with a type assertion, as io.WriterTo is by io.Copy): changing the
+// visibility of many held messages in one backend call (SQS's
+// ChangeMessageVisibilityBatch). The portable queue's UpdateVisibilityBatch
+// calls it with 1 to Features.MaxBatch receipts and d in [0,
+// MaxVisibilityTimeout]; it returns one new receipt and one result per
+// receipt, in order (as UpdateVisibility would), or err for a failure of
+// the whole call. A wrapper that embeds the driver hides it; the portable
+// queue then updates the messages one call each.
+type VisibilityBatcher interface {
+	UpdateVisibilityBatch(ctx context.Context, receipts []Receipt, d time.Duration) (newReceipts []string, results []error, err error)
 }
 
 // Durability is what an acknowledged Put survives.

@@ -70,6 +70,7 @@ type Meter struct {
 	calls [NumKinds]atomic.Int64
 	errs  [NumKinds]atomic.Int64
 	trans atomic.Int64
+	extra atomic.Int64
 	rej   atomic.Int64
 	put   atomic.Int64
 	got   atomic.Int64
@@ -98,6 +99,10 @@ type Snapshot struct {
 	// (invalid arguments, a closed queue, a cancelled context). They are not
 	// billed and not in Calls.
 	Rejected int64
+	// ExtraUnits counts the requests billed beyond one per call, where a
+	// backend bills by payload (queue.Call.Units: SQS bills each 64 KiB as
+	// one request). Cost prices Total plus ExtraUnits.
+	ExtraUnits int64
 	// MessagesPut, MessagesGot and MessagesDeleted count messages, not
 	// calls: one Get may return 32.
 	MessagesPut, MessagesGot, MessagesDeleted int64
@@ -114,6 +119,7 @@ func (m *Meter) Snapshot() Snapshot {
 		s.Errors[k] = m.errs[k].Load()
 	}
 	s.Transient = m.trans.Load()
+	s.ExtraUnits = m.extra.Load()
 	s.Rejected = m.rej.Load()
 	s.MessagesPut = m.put.Load()
 	s.MessagesGot = m.got.Load()
@@ -142,8 +148,12 @@ func (s Snapshot) TotalErrors() int64 {
 	return t
 }
 
+// Billed is the number of billed requests: Total, plus the requests a
+// backend that bills by payload counts beyond one per call.
+func (s Snapshot) Billed() int64 { return s.Total() + s.ExtraUnits }
+
 // Cost is the price of the calls in dollars.
-func (s Snapshot) Cost() float64 { return CostOf(s.Total(), s.PricePer10k) }
+func (s Snapshot) Cost() float64 { return CostOf(s.Billed(), s.PricePer10k) }
 
 // CallsPerMessage is billed calls per message deleted (processed): seed
 // 002's measure of efficiency. It is NaN before any message was deleted.
@@ -162,6 +172,7 @@ func (s Snapshot) Sub(o Snapshot) Snapshot {
 		d.Errors[k] -= o.Errors[k]
 	}
 	d.Transient -= o.Transient
+	d.ExtraUnits -= o.ExtraUnits
 	d.Rejected -= o.Rejected
 	d.MessagesPut -= o.MessagesPut
 	d.MessagesGot -= o.MessagesGot
@@ -174,7 +185,7 @@ func (s Snapshot) MonthlyCost(d time.Duration) float64 {
 	if d <= 0 {
 		return math.NaN()
 	}
-	perHour := float64(s.Total()) / d.Hours()
+	perHour := float64(s.Billed()) / d.Hours()
 	return CostOf(int64(math.Round(perHour*HoursPerMonth)), s.PricePer10k)
 }
 
@@ -247,6 +258,9 @@ func (m *Meter) Observe(c queue.Call) {
 		return // not a backend call the meter prices
 	}
 	m.calls[k].Add(1)
+	if c.Units > 1 {
+		m.extra.Add(int64(c.Units - 1))
+	}
 	if c.Err != nil {
 		m.errs[k].Add(1)
 		if queue.IsTransient(c.Err) {

@@ -1,0 +1,277 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
+)
+
+// DefaultSchema is the PostgreSQL schema the tables live in unless the URL
+// or WithSchema names another: one schema per application or environment
+// keeps adaptq's tables apart from the application's own.
+const DefaultSchema = "adaptq"
+
+// DefaultNotifyInterval is the shortest time between two notifications a
+// process sends for one queue. The first Put after a quiet spell notifies
+// at once, in its own statement (the notification leaves at its commit);
+// Puts within the interval do not, and one notification follows them when
+// it ends. So an idle consumer wakes at once, a busy producer sends at most
+// two notifications per interval and queue (not one per message: every
+// NOTIFY takes a cluster-wide lock at commit), and no Put goes unsignalled
+// for longer than the interval. 5 ms keeps the worst case well inside the
+// 10 ms wake target of issue 15.
+const DefaultNotifyInterval = 5 * time.Millisecond
+
+// SweepInterval is how often, at most, a queue handle whose Gets are
+// finding work deletes expired messages (up to sweepBatch at a time). An
+// idle queue is not swept: expired messages are never returned nor
+// counted, so they cost only space until the queue is busy again.
+const SweepInterval = time.Minute
+
+const sweepBatch = 1000
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	clock          queue.Clock
+	schema         string
+	maxBody        int
+	notifyInterval time.Duration
+	noMigrate      bool
+	vacuumEvery    int
+}
+
+// WithClock makes the DB compute every timestamp from c instead of the
+// server's clock (tests move a fake clock instead of sleeping). Without it
+// the server's now() is used, so workers on hosts with skewed clocks agree
+// on visibility timeouts.
+func WithClock(c queue.Clock) Option { return func(o *options) { o.clock = c } }
+
+// WithSchema names the PostgreSQL schema of the tables (default
+// DefaultSchema).
+func WithSchema(s string) Option { return func(o *options) { o.schema = s } }
+
+// WithMaxBodySize sets the largest body Put accepts (default
+// queue.DefaultMaxBodySize, Azure's 64 KiB; bodies are bytea, so anything
+// up to hundreds of MiB would fit).
+func WithMaxBodySize(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.maxBody = n
+		}
+	}
+}
+
+// WithNotifyInterval sets DefaultNotifyInterval's value for this DB; 0
+// notifies on every Put.
+func WithNotifyInterval(d time.Duration) Option {
+	return func(o *options) {
+		if d >= 0 {
+			o.notifyInterval = d
+		}
+	}
+}
+
+// WithoutMigrate makes Open refuse a schema that needs migrations
+// (ErrSchemaOutdated) instead of applying them: for teams that run
+// `adaptq migrate` as a deployment step.
+func WithoutMigrate() Option { return func(o *options) { o.noMigrate = true } }
+
+// DB is one PostgreSQL database (one schema of it) holding any number of
+// queues, through one pgxpool. It is safe for concurrent use.
+type DB struct {
+	pool    *pgxpool.Pool
+	schema  string
+	channel string
+	clock   queue.Clock // nil: the server's clock
+	maxBody int
+	notify  time.Duration
+
+	vacuumEvery int
+	churn       atomic.Int64
+	vacuuming   atomic.Bool
+
+	sql statements
+	hub *hub
+
+	closed atomic.Bool
+	bg     context.Context
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	queues map[string]*queueState
+}
+
+// queueState is what the handles of one queue share in a process.
+type queueState struct {
+	id   int32
+	name string
+	n    notifyLimiter
+	dels *deleteGroup
+
+	sweepMu   sync.Mutex
+	lastSweep time.Time
+}
+
+// Open connects to the database at connString (a libpq URL or key=value
+// string, with pgxpool's pool_* parameters) and brings its adaptq schema up
+// to date, unless WithoutMigrate.
+func Open(ctx context.Context, connString string, opts ...Option) (*DB, error) {
+	cfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open: %w: %v", queue.ErrInvalidURL, err)
+	}
+	return OpenConfig(ctx, cfg, opts...)
+}
+
+// OpenConfig is Open with a parsed pool configuration.
+func OpenConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*DB, error) {
+	o := options{schema: DefaultSchema, maxBody: queue.DefaultMaxBodySize, notifyInterval: DefaultNotifyInterval, vacuumEvery: DefaultVacuumEvery}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := validSchema(o.schema); err != nil {
+		return nil, fmt.Errorf("postgres: open: %w: %v", queue.ErrInvalidArgument, err)
+	}
+	db := &DB{
+		schema:  o.schema,
+		channel: "adaptq:" + o.schema,
+		clock:   o.clock,
+		maxBody: o.maxBody,
+		notify:  o.notifyInterval,
+		queues:  map[string]*queueState{},
+
+		vacuumEvery: o.vacuumEvery,
+	}
+	db.sql = newStatements(quoteIdent(o.schema))
+	// Migrate (or check) on a connection of its own, before the pool
+	// exists, so the pool's connections never see a half-made schema.
+	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig.Copy())
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open: %w", err)
+	}
+	before, after, err := migrate(ctx, conn, o.schema, !o.noMigrate)
+	_ = conn.Close(context.Background())
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open schema %q: %w", o.schema, err)
+	}
+	if o.noMigrate && after < SchemaVersion {
+		return nil, fmt.Errorf("%w: schema %q is at version %d, this program needs %d", ErrSchemaOutdated, o.schema, before, SchemaVersion)
+	}
+	// Generic plans: every statement is prepared once per connection and
+	// its plan kept, not planned again at each execution (PostgreSQL
+	// otherwise keeps planning while custom plans look cheaper, which
+	// cost as much as running a Get). The statements are written so that
+	// their generic plans use the indexes (sql.go).
+	cfg = cfg.Copy()
+	if _, set := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
+		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	}
+	db.pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open: %w", err)
+	}
+	db.bg, db.stop = context.WithCancel(context.Background())
+	db.hub = newHub(db, cfg.ConnConfig.Copy())
+	return db, nil
+}
+
+// Pool is the DB's connection pool, for programs that put messages in
+// their own transactions or read the tables.
+func (db *DB) Pool() *pgxpool.Pool { return db.pool }
+
+// Schema is the PostgreSQL schema of the DB's tables.
+func (db *DB) Schema() string { return db.schema }
+
+// Close stops the DB's listener and closes its pool. Queues taken from it
+// fail with queue.ErrClosed afterwards.
+func (db *DB) Close() error {
+	if db.closed.Swap(true) {
+		return nil
+	}
+	db.stop()
+	db.hub.close()
+	db.wg.Wait()
+	db.pool.Close()
+	return nil
+}
+
+// Queue returns the queue called name, creating it on first use. opts
+// configure the handle as in queue.New.
+func (db *DB) Queue(ctx context.Context, name string, opts ...queue.Option) (*queue.Queue, error) {
+	d, err := db.queue(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return queue.New(d, opts...), nil
+}
+
+// queue returns the driver of the queue called name.
+func (db *DB) queue(ctx context.Context, name string) (*pgQueue, error) {
+	if err := queue.ValidateName(name); err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	if db.closed.Load() {
+		return nil, fmt.Errorf("postgres: queue %q: %w", name, queue.ErrClosed)
+	}
+	db.mu.Lock()
+	st, ok := db.queues[name]
+	db.mu.Unlock()
+	if !ok {
+		id, err := db.register(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: queue %q: %w", name, err)
+		}
+		db.mu.Lock()
+		if st, ok = db.queues[name]; !ok {
+			st = &queueState{id: id, name: name, dels: newDeleteGroup()}
+			db.queues[name] = st
+		}
+		db.mu.Unlock()
+	}
+	return &pgQueue{db: db, st: st}, nil
+}
+
+// register creates the queue's row and its counter rows if they are not
+// there, and returns its id.
+func (db *DB) register(ctx context.Context, name string) (int32, error) {
+	var id int32
+	err := db.pool.QueryRow(ctx, db.sql.register, name, countShards).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Created by another process between our insert and select: read
+		// it again.
+		err = db.pool.QueryRow(ctx, db.sql.lookup, name).Scan(&id)
+	}
+	return id, err
+}
+
+// nowArg is the time every statement computes from: the DB's clock if it
+// has one, else NULL, which the statements read as the server's now().
+func (db *DB) nowArg() any {
+	if db.clock == nil {
+		return nil
+	}
+	return db.clock.Now()
+}
+
+// Queues lists the queues of the DB's schema.
+func (db *DB) Queues(ctx context.Context) ([]string, error) {
+	rows, err := db.pool.Query(ctx, `SELECT name FROM `+quoteIdent(db.schema)+`.queues ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+var _ driver.Queue = (*pgQueue)(nil)

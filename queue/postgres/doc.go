@@ -1,0 +1,173 @@
+// Package postgres is adaptq's PostgreSQL queue driver: many named queues
+// in one schema of a PostgreSQL database, through pgx v5 and pgxpool, with
+// the server's LISTEN/NOTIFY as a native push trigger.
+//
+// Open a database and take queue handles from it:
+//
+//	db, err := postgres.Open(ctx, "postgres://app@db:5432/app")
+//	…
+//	defer db.Close()
+//	q, err := db.Queue(ctx, "orders") // a *queue.Queue
+//
+// or, importing the package for its side effect, open a queue by URL with
+// queue.Open:
+//
+//	postgres://USER@HOST:PORT/DB?queue=orders
+//	postgres://USER:PASSWORD@HOST/DB?queue=orders&schema=jobs&pool_max_conns=16&sslmode=require
+//
+// adaptq's parameters are queue (required), schema (DefaultSchema),
+// migrate=false (WithoutMigrate), notify_interval (DefaultNotifyInterval)
+// and max_body; every other parameter is pgx's (pool_max_conns,
+// connect_timeout, sslmode …). Within one process, the queues opened by URL
+// with the same connection and options share one DB: one pool, one LISTEN
+// connection.
+//
+// # File layout
+//
+// doc.go (this), db.go (Open, options, the queues of a DB), schema.go (the
+// versioned migrations, Migrate), sql.go (every statement), queue.go (the
+// driver.Queue), notify.go (rate-limited NOTIFY and the LISTEN hub),
+// errors.go (which errors are transient), url.go (the postgres:// scheme).
+// Package pgtest finds the server tests run against.
+//
+// # Schema (version 1)
+//
+// One set of tables holds every queue of a schema, keyed by a small
+// queue_id: one table for many queues rather than one per queue, because
+// a Get's index range scan of (queue_id, visible_at, id) touches only its
+// own queue's entries, whatever the other queues hold, so the shared table
+// costs a queue nothing measurable while it keeps queue creation to an
+// INSERT (no DDL at run time, no per-queue privileges or migrations, one
+// prepared statement per operation however many queues there are).
+//
+//	queues(id, name UNIQUE, created_at)
+//	messages(id bigint identity, queue_id, visible_at, expires_at, inserted_at,
+//	         dequeue_count, receipt)                       -- the state a Get changes
+//	INDEX messages_ready  (queue_id, visible_at, id)      -- what Get, Peek and the sweep scan
+//	bodies(id PRIMARY KEY, body bytea)                     -- written once, by Put
+//	counts(queue_id, shard, n)                             -- 16 rows per queue
+//	adaptq_migrations(version, description, applied_at)
+//
+// Bodies live apart from the state: an UPDATE in PostgreSQL writes a whole
+// new row version, so a Get that hid a message in a row holding its body
+// would copy the body (and log it to the WAL) at every delivery. A Get
+// rewrites only the narrow state row and reads the body by its key.
+//
+// Message ids are messages.id in decimal; identity columns never hand out
+// an id again. A pop receipt is a random 64-bit integer (16 hex digits),
+// drawn anew by every Get and UpdateVisibility; Delete and UpdateVisibility
+// succeed only with the current one. A message that was never got has no
+// receipt (NULL), which matches nothing.
+//
+// Times are timestamptz (microseconds). Every statement computes from the
+// server's now(), so workers on hosts whose clocks disagree still agree on
+// visibility timeouts; WithClock makes it compute from a clock of the
+// program's (tests move a fake clock).
+//
+// # Operations
+//
+// Each operation is one statement, so one round trip and one transaction:
+//
+//   - Put inserts the state, the body and +1 on a counter row (and, see
+//     below, may notify).
+//   - Get selects up to n visible, unexpired messages oldest first with
+//     FOR UPDATE SKIP LOCKED, so concurrent Gets (in any process) never
+//     wait for nor share a message, and in the same statement hides them,
+//     draws their receipts and adds 1 to their dequeue counts, returning
+//     the bodies joined from their table. Its commit does not wait for the
+//     WAL flush (synchronous_commit off for that transaction alone): a
+//     server crash can only undo a Get, which makes its messages visible
+//     again, a redelivery that at-least-once allows, and the delete that
+//     follows a Get flushes both.
+//   - DeleteBatch passes the ids and receipts as two arrays through unnest
+//     and deletes the states, the bodies and the count in one statement,
+//     returning one outcome per receipt (deleted, stale receipt, gone).
+//     Concurrent DeleteBatch calls of a queue in a process share a
+//     statement (group commit): while one is on its way the others wait,
+//     then go together, so one commit serves several batches under load
+//     and none waits when alone.
+//   - UpdateVisibility updates only a message held with its newest
+//     receipt (and, like Get, does not wait for the flush).
+//   - Count sums the queue's 16 counter rows: O(1) in the depth, and
+//     approximate as Azure's ApproximateMessagesCount is, since an expired
+//     message counts until it is swept. Every statement that adds or
+//     deletes messages updates the counter in the same transaction, on the
+//     row of its connection's backend pid modulo 16, so concurrent writers
+//     rarely wait on one row.
+//   - Expired messages are never returned. A Get that found work deletes
+//     the expired ones among the first 1,000 visible messages (the range
+//     its index scan reads) at most once a minute per queue and process;
+//     Sweep does it on demand. No index on expires_at: it would cost every
+//     Put and Get an index entry.
+//
+// Statements run with generic plans (plan_cache_mode =
+// force_generic_plan on the DB's connections, unless the connection
+// string sets it): each is planned once per connection, where PostgreSQL
+// would otherwise plan a Get again at every execution, at about the cost
+// of running it.
+//
+// A connection that drops in the middle of a Get leaves either no change
+// (the transaction rolls back) or messages hidden until their visibility
+// timeout, as a consumer that crashed would: nothing is hidden for longer.
+//
+// # Dead tuples and vacuum
+//
+// Every Get leaves a dead row version per message and every delete two
+// dead rows (state and body). Autovacuum visits a database at most once
+// per autovacuum_naptime (a server-wide minute by default, which no table
+// setting shortens), and a busy queue makes hundreds of thousands of dead
+// rows in that minute, which every Get's index scan then steps over: in
+// the benchmark's million-message run with autovacuum alone, n_dead_tup
+// passed 2.9 million and the median Get went from 1.3 ms to 31 ms. So a DB
+// vacuums its own tables, in the background, after every
+// DefaultVacuumEvery (100,000) dead rows its statements made
+// (WithVacuumEvery; 0 leaves it to autovacuum), one process at a time per
+// schema (an advisory lock; the others skip their turn): the same run kept
+// n_dead_tup under 200,000 and the median Get flat. The tables also carry
+// their own autovacuum settings (a fixed threshold of 5,000 dead rows, no
+// scale factor, no cost delay; schema.go) for the processes that churn
+// less. VACUUM needs the tables' owner: a worker whose role does not own
+// them leaves the work to autovacuum (PostgreSQL warns and skips).
+//
+// # Native notify
+//
+// Features().NativeNotify is set: a Put notifies the channel "adaptq:" +
+// schema with the queue's name as payload, inside its own statement, so
+// the notification leaves when the message is committed and any process
+// on the database hears it, with no HTTP trigger. Notifications are
+// rate-limited per queue and process (DefaultNotifyInterval): a Put within
+// the interval of the last notification does not notify, and one
+// notification follows such Puts at the end of the interval.
+//
+// Subscribe is served by one dedicated connection per DB (so per worker
+// process) that LISTENs on the channel and wakes the subscribers of the
+// queue named in each notification. It connects with the first subscriber
+// and disconnects after the last; when it is lost it reconnects with
+// jittered exponential backoff (0.1 s to 30 s) and wakes every subscriber
+// once it is back, since notifications sent in between were not heard. It
+// sends no SQL while idle: TCP keepalives find a dead peer. The worker's
+// polling at trigger.safety_interval remains the fallback.
+//
+// # Connection poolers
+//
+// LISTEN needs a session of its own, and the generic plans are asked for
+// with a startup parameter: behind PgBouncer, use session pooling (or
+// point the driver at the server); in transaction pooling a Subscribe
+// hears nothing, and PgBouncer refuses the startup parameter unless it
+// ignores it (ignore_startup_parameters = plan_cache_mode). Everything
+// else (each operation one statement, the Get's synchronous_commit set
+// for its own transaction only) works in either mode.
+//
+// # Errors
+//
+// Lost and refused connections, serialization failures (40001), deadlocks
+// (40P01), lock timeouts (55P03), statement timeouts (57014), server
+// shutdowns (57P01, 57P02, 57P03, with a 2 s retry hint), too many
+// connections (53300, 1 s) and other class 08 errors are transient
+// (queue.IsTransient), so the listener retries them.
+//
+// # Durability
+//
+// A Put returns once its transaction has committed; with the server's
+// default synchronous_commit = on, it survives a power loss of the server.
+package postgres

@@ -1,0 +1,48 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/adaptq/adaptq/queue"
+)
+
+func TestClassify(t *testing.T) {
+	pg := func(code string) error { return fmt.Errorf("get: %w", &pgconn.PgError{Code: code}) }
+	for _, c := range []struct {
+		name      string
+		err       error
+		transient bool
+		after     time.Duration
+	}{
+		{"serialization failure", pg("40001"), true, 0},
+		{"deadlock", pg("40P01"), true, 0},
+		{"admin shutdown", pg("57P01"), true, ShutdownBackoff},
+		{"cannot connect now", pg("57P03"), true, ShutdownBackoff},
+		{"too many connections", pg("53300"), true, TooManyConnectionsBackoff},
+		{"connection failure", pg("08006"), true, 0},
+		{"unique violation", pg("23505"), false, 0},
+		{"syntax error", pg("42601"), false, 0},
+		{"connection lost", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), true, 0},
+		{"closed by the server", fmt.Errorf("receive: %w", io.EOF), true, 0},
+		{"cannot connect", &pgconn.ConnectError{}, true, 0},
+		{"deadline", context.DeadlineExceeded, true, 0},
+		{"cancelled", fmt.Errorf("x: %w", context.Canceled), false, 0},
+		{"closed DB", queue.ErrClosed, false, 0},
+		{"contract outcome", queue.ErrReceiptMismatch, false, 0},
+	} {
+		tr, after := classify(c.err)
+		if tr != c.transient || after != c.after {
+			t.Errorf("%s: classify = %v, %s; want %v, %s", c.name, tr, after, c.transient, c.after)
+		}
+	}
+	if tr, _ := classify(errors.New("something else")); tr {
+		t.Error("an unknown error is transient")
+	}
+}

@@ -1,0 +1,429 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
+)
+
+// pgQueue is the driver of one queue of a DB.
+type pgQueue struct {
+	db *DB
+	st *queueState
+
+	// onClose, if set, runs on Close (a queue opened by URL releases its
+	// share of the DB); sharedKey names that DB for siblings.
+	onClose   func() error
+	sharedKey string
+}
+
+func (q *pgQueue) Name() string { return q.st.name }
+
+func (q *pgQueue) Features() driver.Features {
+	return driver.Features{
+		Name:           "postgres",
+		MaxBatch:       queue.MaxBatchSize,
+		MaxPeek:        queue.MaxPeek,
+		MaxBody:        q.db.maxBody,
+		ExactCount:     false,
+		BatchDelete:    true,
+		Siblings:       true,
+		NativeNotify:   true,
+		Durability:     driver.PowerLoss,
+		TimeResolution: time.Microsecond,
+	}
+}
+
+func (q *pgQueue) Classify(err error) (bool, time.Duration) { return classify(err) }
+
+// As gives the DB behind the queue to a *(*DB) target.
+func (q *pgQueue) As(target any) bool {
+	if p, ok := target.(**DB); ok {
+		*p = q.db
+		return true
+	}
+	return false
+}
+
+// Close releases the queue's share of a DB opened by URL; a queue taken
+// from a DB the program opened leaves it open.
+func (q *pgQueue) Close() error {
+	if q.onClose != nil {
+		f := q.onClose
+		q.onClose = nil
+		return f()
+	}
+	return nil
+}
+
+// check refuses calls on a closed DB.
+func (q *pgQueue) check() error {
+	if q.db.closed.Load() {
+		return queue.ErrClosed
+	}
+	return nil
+}
+
+func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
+
+// Put stores the message, its body and its count in one statement; when
+// the queue's notify interval allows, the same statement notifies.
+func (q *pgQueue) Put(ctx context.Context, body []byte, opts driver.PutOptions) (string, error) {
+	if err := q.check(); err != nil {
+		return "", err
+	}
+	ttl := int64(-1)
+	if opts.TTL != driver.NoExpiry {
+		ttl = micros(opts.TTL)
+	}
+	if body == nil {
+		body = []byte{}
+	}
+	lim := &q.st.n
+	notify := lim.claim(time.Now(), q.db.notify)
+	var id int64
+	var err error
+	if notify {
+		err = q.db.pool.QueryRow(ctx, q.db.sql.putNotify, q.db.nowArg(), q.st.id, micros(opts.InitialVisibilityDelay), ttl, body, q.db.channel, q.st.name).Scan(&id)
+	} else {
+		err = q.db.pool.QueryRow(ctx, q.db.sql.put, q.db.nowArg(), q.st.id, micros(opts.InitialVisibilityDelay), ttl, body).Scan(&id)
+	}
+	if err != nil {
+		if notify {
+			lim.unclaim()
+		}
+		return "", err
+	}
+	if !notify {
+		q.db.trailingNotify(q.st)
+	}
+	return strconv.FormatInt(id, 10), nil
+}
+
+// Get hides and returns up to n visible messages in one statement.
+func (q *pgQueue) Get(ctx context.Context, n int, visibility time.Duration) ([]*driver.Message, error) {
+	if err := q.check(); err != nil {
+		return nil, err
+	}
+	rows, err := q.db.pool.Query(ctx, q.db.sql.get, q.db.nowArg(), q.st.id, n, micros(visibility))
+	if err != nil {
+		return nil, err
+	}
+	ms := make([]driver.Message, 0, n)
+	for rows.Next() {
+		var (
+			id, receipt int64
+			m           driver.Message
+			expires     *time.Time
+		)
+		if err := rows.Scan(&id, &receipt, &m.DequeueCount, &m.InsertedAt, &expires, &m.NextVisibleAt, &m.Body); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		m.ID = strconv.FormatInt(id, 10)
+		m.PopReceipt = formatReceipt(receipt)
+		if expires != nil {
+			m.ExpiresAt = *expires
+		}
+		ms = append(ms, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(ms) == 0 {
+		return nil, nil
+	}
+	out := make([]*driver.Message, len(ms))
+	for i := range ms {
+		out[i] = &ms[i]
+	}
+	q.db.churned(len(ms))
+	q.maybeSweep(ctx)
+	return out, nil
+}
+
+// maybeSweep deletes expired messages, at most once per SweepInterval per
+// queue in the process, from a Get that found work.
+func (q *pgQueue) maybeSweep(ctx context.Context) {
+	st := q.st
+	now := time.Now()
+	if !st.sweepMu.TryLock() {
+		return
+	}
+	defer st.sweepMu.Unlock()
+	if !st.lastSweep.IsZero() && now.Sub(st.lastSweep) < SweepInterval {
+		return
+	}
+	st.lastSweep = now
+	_, _ = q.Sweep(ctx)
+}
+
+// Sweep deletes up to 1,000 expired messages of the queue and returns how
+// many it deleted. Gets that find work call it once a minute; expired
+// messages are never returned or counted before then.
+func (q *pgQueue) Sweep(ctx context.Context) (int, error) {
+	var n int
+	err := q.db.pool.QueryRow(ctx, q.db.sql.sweep, q.db.nowArg(), q.st.id, sweepBatch).Scan(&n)
+	q.db.churned(2 * n)
+	return n, err
+}
+
+func formatReceipt(r int64) string { return fmt.Sprintf("%016x", uint64(r)) }
+
+// parseReceipt reads a receipt; ok is false for one this driver never
+// made.
+func parseReceipt(s string) (int64, bool) {
+	if len(s) != 16 {
+		return 0, false
+	}
+	u, err := strconv.ParseUint(s, 16, 64)
+	return int64(u), err == nil
+}
+
+func parseID(s string) (int64, bool) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	return id, err == nil && id > 0
+}
+
+// outcome turns what a delete or update found into the contract's error:
+// the message was gone or expired (ErrNotFound), or held with another
+// receipt (ErrReceiptMismatch).
+func outcome(id string, live *bool) error {
+	if live == nil || !*live {
+		return fmt.Errorf("%w: id %s", queue.ErrNotFound, id)
+	}
+	return fmt.Errorf("%w: id %s", queue.ErrReceiptMismatch, id)
+}
+
+// Delete removes a message held with its newest receipt.
+func (q *pgQueue) Delete(ctx context.Context, id, popReceipt string) error {
+	if err := q.check(); err != nil {
+		return err
+	}
+	n, ok := parseID(id)
+	if !ok {
+		return fmt.Errorf("%w: id %q", queue.ErrNotFound, id)
+	}
+	var receipt any // NULL: matches no message
+	if r, ok := parseReceipt(popReceipt); ok {
+		receipt = r
+	}
+	var deleted, live *bool
+	if err := q.db.pool.QueryRow(ctx, q.db.sql.del, q.db.nowArg(), q.st.id, n, receipt).Scan(&deleted, &live); err != nil {
+		return err
+	}
+	if deleted != nil {
+		q.db.churned(2)
+		if !*deleted {
+			return fmt.Errorf("%w: id %s expired", queue.ErrNotFound, id)
+		}
+		return nil
+	}
+	return outcome(id, live)
+}
+
+// DeleteBatch deletes up to 32 messages in one statement, which it may
+// share with concurrent DeleteBatch calls of the queue (deleteGroup).
+func (q *pgQueue) DeleteBatch(ctx context.Context, receipts []driver.Receipt) ([]error, error) {
+	if err := q.check(); err != nil {
+		return nil, err
+	}
+	return q.st.dels.do(ctx, receipts, q.deleteBatch)
+}
+
+// deleteBatch deletes any number of messages in one statement. A receipt
+// repeated in the list is sent once: the repeat finds its message gone.
+func (q *pgQueue) deleteBatch(ctx context.Context, receipts []driver.Receipt) ([]error, error) {
+	ids := make([]*int64, 0, len(receipts))
+	rs := make([]*int64, 0, len(receipts))
+	sent := make([]int, len(receipts)) // position in the arrays, 1-based; 0: a repeat
+	first := make(map[driver.Receipt]bool, len(receipts))
+	for i, r := range receipts {
+		if first[r] {
+			continue
+		}
+		first[r] = true
+		var idp, rp *int64
+		if n, ok := parseID(r.ID); ok {
+			idp = &n
+		}
+		if v, ok := parseReceipt(r.PopReceipt); ok {
+			rp = &v
+		}
+		ids = append(ids, idp)
+		rs = append(rs, rp)
+		sent[i] = len(ids)
+	}
+	rows, err := q.db.pool.Query(ctx, q.db.sql.delBatch, q.db.nowArg(), q.st.id, ids, rs)
+	if err != nil {
+		return nil, err
+	}
+	gone := make([]*bool, len(ids)+1) // by position: deleted (unexpired or not)
+	before := make([]*bool, len(ids)+1)
+	seen := 0
+	for rows.Next() {
+		var (
+			deleted bool
+			ord     int64
+			live    *bool
+		)
+		if err := rows.Scan(&deleted, &ord, &live); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if ord < 1 || int(ord) > len(ids) {
+			rows.Close()
+			return nil, fmt.Errorf("delete batch: position %d of %d", ord, len(ids))
+		}
+		if deleted {
+			l := live != nil && *live
+			gone[ord] = &l
+		} else {
+			before[ord] = live
+		}
+		seen++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if seen != len(ids) {
+		return nil, fmt.Errorf("delete batch: %d rows for %d receipts", seen, len(ids))
+	}
+	res := make([]error, len(receipts))
+	deleted := make(map[string]bool, len(receipts))
+	for i, r := range receipts {
+		k := sent[i]
+		switch {
+		case k == 0 || deleted[r.ID]:
+			// Named earlier in the batch, and deleted then.
+			res[i] = fmt.Errorf("%w: id %s (deleted earlier in the batch)", queue.ErrNotFound, r.ID)
+		case gone[k] != nil:
+			deleted[r.ID] = true
+			q.db.churned(2)
+			if !*gone[k] {
+				res[i] = fmt.Errorf("%w: id %s expired", queue.ErrNotFound, r.ID)
+			}
+		default:
+			res[i] = outcome(r.ID, before[k])
+		}
+	}
+	return res, nil
+}
+
+// UpdateVisibility hides a held message for d from now and returns its new
+// receipt.
+func (q *pgQueue) UpdateVisibility(ctx context.Context, id, popReceipt string, d time.Duration) (string, error) {
+	if err := q.check(); err != nil {
+		return "", err
+	}
+	n, ok := parseID(id)
+	if !ok {
+		return "", fmt.Errorf("%w: id %q", queue.ErrNotFound, id)
+	}
+	var receipt any
+	if r, ok := parseReceipt(popReceipt); ok {
+		receipt = r
+	}
+	var (
+		newReceipt *int64
+		live       *bool
+	)
+	if err := q.db.pool.QueryRow(ctx, q.db.sql.update, q.db.nowArg(), q.st.id, n, receipt, micros(d)).Scan(&newReceipt, &live); err != nil {
+		return "", err
+	}
+	if newReceipt != nil {
+		q.db.churned(1)
+		if d == 0 {
+			q.db.trailingNotify(q.st) // released: visible to a sleeping consumer
+		}
+		return formatReceipt(*newReceipt), nil
+	}
+	return "", outcome(id, live)
+}
+
+// Peek returns up to n visible messages, oldest first, changing nothing.
+func (q *pgQueue) Peek(ctx context.Context, n int) ([]*driver.Message, error) {
+	if err := q.check(); err != nil {
+		return nil, err
+	}
+	rows, err := q.db.pool.Query(ctx, q.db.sql.peek, q.db.nowArg(), q.st.id, n)
+	if err != nil {
+		return nil, err
+	}
+	var out []*driver.Message
+	for rows.Next() {
+		var (
+			id      int64
+			m       driver.Message
+			expires *time.Time
+		)
+		if err := rows.Scan(&id, &m.DequeueCount, &m.InsertedAt, &expires, &m.NextVisibleAt, &m.Body); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		m.ID = strconv.FormatInt(id, 10)
+		if expires != nil {
+			m.ExpiresAt = *expires
+		}
+		out = append(out, &m)
+	}
+	return out, rows.Err()
+}
+
+// Count is the number of messages, visible or not, read from the queue's
+// counter rows: approximate, as expired messages count until swept.
+func (q *pgQueue) Count(ctx context.Context) (int, error) {
+	if err := q.check(); err != nil {
+		return 0, err
+	}
+	var n int64
+	err := q.db.pool.QueryRow(ctx, q.db.sql.count, q.st.id).Scan(&n)
+	return int(n), err
+}
+
+// Clear deletes every message of the queue in one statement.
+func (q *pgQueue) Clear(ctx context.Context) error {
+	if err := q.check(); err != nil {
+		return err
+	}
+	var n int64
+	err := q.db.pool.QueryRow(ctx, q.db.sql.clear, q.st.id).Scan(&n)
+	q.db.churned(2 * int(n))
+	return err
+}
+
+// Sibling opens another queue of the same DB.
+func (q *pgQueue) Sibling(ctx context.Context, name string) (driver.Queue, error) {
+	if err := q.check(); err != nil {
+		return nil, err
+	}
+	if q.sharedKey == "" {
+		return q.db.queue(ctx, name)
+	}
+	db, err := acquire(ctx, q.sharedKey, nil)
+	if err != nil {
+		return nil, err
+	}
+	s, err := db.queue(ctx, name)
+	if err != nil {
+		_ = release(q.sharedKey)
+		return nil, err
+	}
+	key := q.sharedKey
+	s.onClose = func() error { return release(key) }
+	s.sharedKey = key
+	return s, nil
+}
+
+// Subscribe returns a channel that receives soon after a Put to the queue
+// by any process, served by the DB's one LISTEN connection.
+func (q *pgQueue) Subscribe(ctx context.Context) (<-chan struct{}, error) {
+	if err := q.check(); err != nil {
+		return nil, err
+	}
+	return q.db.hub.subscribe(ctx, q.st.name), nil
+}

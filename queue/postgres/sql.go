@@ -1,0 +1,194 @@
+package postgres
+
+import (
+	"strconv"
+	"strings"
+)
+
+// statements are the driver's SQL, with the schema filled in. pgx prepares
+// each once per connection and caches it (its default exec mode), so none
+// is parsed or planned twice.
+//
+// Every statement that computes a time reads {now}: $1 if the DB has a
+// clock of its own (tests), else the server's now(). Times are timestamptz
+// (microseconds); a message put with queue.NoExpiry expires at 'infinity'.
+// Durations are passed in microseconds.
+type statements struct {
+	register, lookup       string
+	put, putNotify, notify string
+	get, peek              string
+	del, delBatch, update  string
+	count, clear, sweep    string
+}
+
+// shard is the counter row a connection updates (see countShards).
+var shard = "pg_backend_pid() % " + strconv.Itoa(countShards)
+
+func newStatements(schema string) statements {
+	r := strings.NewReplacer(
+		"{s}", schema,
+		"{now}", "coalesce($1::timestamptz, now())",
+		"{shard}", shard,
+		"{receipt}", "((random() - 0.5) * 1.8e19)::bigint",
+		"{async}", "async AS (SELECT set_config('synchronous_commit', 'off', true))",
+	)
+	f := func(s string) string { return r.Replace(s) }
+	put := `
+WITH m AS (
+	INSERT INTO {s}.messages (queue_id, visible_at, expires_at, inserted_at)
+	VALUES ($2, {now} + $3::bigint * interval '1 microsecond',
+	        CASE WHEN $4::bigint < 0 THEN 'infinity'::timestamptz ELSE {now} + $4::bigint * interval '1 microsecond' END,
+	        {now})
+	RETURNING id
+), b AS (
+	INSERT INTO {s}.bodies (id, body) SELECT id, $5 FROM m
+), c AS (
+	UPDATE {s}.counts SET n = n + 1 WHERE queue_id = $2 AND shard = {shard}
+)`
+	return statements{
+		register: f(`
+WITH ins AS (
+	INSERT INTO {s}.queues (name) VALUES ($1) ON CONFLICT (name) DO NOTHING RETURNING id
+), q AS (
+	SELECT id FROM ins UNION ALL SELECT id FROM {s}.queues WHERE name = $1
+), c AS (
+	INSERT INTO {s}.counts (queue_id, shard)
+	SELECT (SELECT id FROM q LIMIT 1), g FROM generate_series(0, $2::int - 1) g
+	WHERE EXISTS (SELECT 1 FROM q)
+	ON CONFLICT DO NOTHING
+)
+SELECT id FROM q LIMIT 1`),
+		lookup: f(`SELECT id FROM {s}.queues WHERE name = $1`),
+
+		// A Put is one statement: the message's state, its body and its
+		// count, and (putNotify) the notification, which PostgreSQL sends
+		// when the statement commits.
+		put:       f(put + `SELECT id FROM m`),
+		putNotify: f(put + `, n AS (SELECT pg_notify($6, $7)) SELECT m.id FROM m, n`),
+		notify:    `SELECT pg_notify($1, $2)`,
+
+		// A Get is one statement: lock up to $3 visible messages, oldest
+		// first, skipping those another Get has locked; hide them, with a
+		// new receipt and their dequeue count + 1. Only the narrow state
+		// row is rewritten; bodies are read from their own table. Its
+		// commit does not wait for the WAL to reach the disk (the async
+		// CTE sets synchronous_commit off for its transaction): a server
+		// crash may undo a Get, making its messages visible again, a
+		// redelivery at-least-once allows; the delete that follows a Get
+		// waits for the flush of both. The update finds the locked rows
+		// by ctid (a TID scan, whatever the plan).
+		get: f(`
+WITH {async}, picked AS (
+	SELECT ctid, id, visible_at FROM {s}.messages
+	WHERE queue_id = $2 AND visible_at <= {now} AND expires_at > {now}
+	ORDER BY visible_at, id
+	LIMIT $3
+	FOR UPDATE SKIP LOCKED
+), got AS (
+	UPDATE {s}.messages m
+	SET visible_at = {now} + $4::bigint * interval '1 microsecond',
+	    dequeue_count = m.dequeue_count + 1,
+	    receipt = {receipt}
+	FROM picked
+	WHERE m.ctid = ANY (ARRAY(SELECT ctid FROM picked)) AND m.id = picked.id
+	RETURNING m.id, m.receipt, m.dequeue_count, m.inserted_at, m.expires_at, m.visible_at, picked.visible_at AS was_visible_at
+)
+SELECT got.id, got.receipt, got.dequeue_count, got.inserted_at, nullif(got.expires_at, 'infinity'), got.visible_at, b.body
+FROM async, got JOIN {s}.bodies b ON b.id = got.id
+ORDER BY got.was_visible_at, got.id`),
+
+		peek: f(`
+SELECT m.id, m.dequeue_count, m.inserted_at, nullif(m.expires_at, 'infinity'), m.visible_at, b.body
+FROM {s}.messages m JOIN {s}.bodies b ON b.id = m.id
+WHERE m.queue_id = $2 AND m.visible_at <= {now} AND m.expires_at > {now}
+ORDER BY m.visible_at, m.id
+LIMIT $3`),
+
+		// Delete: the first column is set if the message was deleted (false
+		// if it had expired), the second says whether it existed, unexpired,
+		// before the statement (a receipt mismatch).
+		del: f(`
+WITH d AS (
+	DELETE FROM {s}.messages WHERE id = $3 AND queue_id = $2 AND receipt = $4
+	RETURNING id, expires_at > {now} AS live
+), b AS (
+	DELETE FROM {s}.bodies WHERE id IN (SELECT id FROM d)
+), c AS (
+	UPDATE {s}.counts SET n = n - 1 WHERE queue_id = $2 AND shard = {shard} AND EXISTS (SELECT 1 FROM d)
+)
+SELECT (SELECT live FROM d), (SELECT expires_at > {now} FROM {s}.messages WHERE id = $3 AND queue_id = $2)`),
+
+		// A batch delete is one statement over the receipts as two arrays.
+		// It returns a row per deleted message (its position in the
+		// arrays, and whether it was unexpired) and, for each receipt that
+		// deleted nothing, whether its message existed, unexpired, before
+		// the statement (then the receipt was stale; else the message was
+		// gone).
+		delBatch: f(`
+WITH r AS (
+	SELECT * FROM unnest($3::bigint[], $4::bigint[]) WITH ORDINALITY AS r(id, receipt, ord)
+), d AS (
+	DELETE FROM {s}.messages m USING r
+	WHERE m.id = r.id AND m.receipt = r.receipt AND m.queue_id = $2
+	RETURNING r.ord, m.id, m.expires_at > {now} AS live
+), b AS (
+	DELETE FROM {s}.bodies WHERE id IN (SELECT id FROM d)
+), c AS (
+	UPDATE {s}.counts SET n = n - (SELECT count(*) FROM d)
+	WHERE queue_id = $2 AND shard = {shard} AND EXISTS (SELECT 1 FROM d)
+)
+SELECT true, ord, live FROM d
+UNION ALL
+SELECT false, r.ord, e.expires_at > {now}
+FROM r LEFT JOIN {s}.messages e ON e.id = r.id AND e.queue_id = $2
+WHERE r.ord NOT IN (SELECT ord FROM d)`),
+
+		// UpdateVisibility, like Get, commits without waiting for the
+		// flush: undone by a crash, the message is visible earlier.
+		update: f(`
+WITH {async}, u AS (
+	UPDATE {s}.messages
+	SET visible_at = {now} + $5::bigint * interval '1 microsecond', receipt = {receipt}
+	WHERE id = $3 AND queue_id = $2 AND receipt = $4 AND expires_at > {now}
+	RETURNING receipt
+)
+SELECT (SELECT receipt FROM u), (SELECT expires_at > {now} FROM {s}.messages WHERE id = $3 AND queue_id = $2) FROM async`),
+
+		// Count sums the queue's counter rows: O(1) in the queue's depth.
+		// It is approximate as Azure's is: expired messages count until
+		// they are swept.
+		count: f(`SELECT coalesce(sum(n), 0) FROM {s}.counts WHERE queue_id = $1`),
+
+		clear: f(`
+WITH d AS (
+	DELETE FROM {s}.messages WHERE queue_id = $1 RETURNING id
+), b AS (
+	DELETE FROM {s}.bodies WHERE id IN (SELECT id FROM d)
+), c AS (
+	UPDATE {s}.counts SET n = n - (SELECT count(*) FROM d) WHERE queue_id = $1 AND shard = {shard}
+)
+SELECT count(*) FROM d`),
+
+		// The sweep deletes the expired among the first $3 visible
+		// messages, the ones a Get steps over (the index range it reads);
+		// hidden messages are reached when they are visible again.
+		sweep: f(`
+WITH d AS (
+	DELETE FROM {s}.messages WHERE ctid = ANY (ARRAY(
+		SELECT ctid FROM {s}.messages WHERE ctid = ANY (ARRAY(
+			SELECT ctid FROM {s}.messages
+			WHERE queue_id = $2 AND visible_at <= {now}
+			ORDER BY visible_at, id
+			LIMIT $3))
+		AND expires_at <= {now}
+		FOR UPDATE SKIP LOCKED))
+	RETURNING id
+), b AS (
+	DELETE FROM {s}.bodies WHERE id IN (SELECT id FROM d)
+), c AS (
+	UPDATE {s}.counts SET n = n - (SELECT count(*) FROM d)
+	WHERE queue_id = $2 AND shard = {shard} AND EXISTS (SELECT 1 FROM d)
+)
+SELECT count(*) FROM d`),
+	}
+}

@@ -1,0 +1,209 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/adaptq/adaptq/internal/clock"
+	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/postgres"
+	"github.com/adaptq/adaptq/queue/postgres/pgtest"
+)
+
+func TestURLErrors(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		url  string
+		want error
+	}{
+		{"postgres://u@127.0.0.1:1/db", queue.ErrInvalidURL},                 // no queue
+		{"postgres://u@127.0.0.1:1/db?queue=a&queue=b", queue.ErrInvalidURL}, // twice
+		{"postgres://u@127.0.0.1:1/db?queue=Bad_Name", queue.ErrInvalidName}, // name rules
+		{"postgres://u@127.0.0.1:1/db?queue=orders&schema=Bad-Schema", queue.ErrInvalidURL},
+		{"postgres://u@127.0.0.1:1/db?queue=orders&migrate=perhaps", queue.ErrInvalidURL},
+		{"postgres://u@127.0.0.1:1/db?queue=orders&notify_interval=5", queue.ErrInvalidURL},
+		{"postgres://u@127.0.0.1:1/db?queue=orders&max_body=-1", queue.ErrInvalidURL},
+		{"postgres://u@127.0.0.1:1/db?queue=orders&pool_max_conns=many", queue.ErrInvalidURL}, // pgx's
+	} {
+		_, err := queue.Open(ctx, c.url)
+		if !errors.Is(err, c.want) {
+			t.Errorf("Open(%q) = %v, want %v", c.url, err, c.want)
+		}
+	}
+	// A password never shows in the error.
+	_, err := queue.Open(ctx, "postgres://u:s3cret@127.0.0.1:1/db?queue=Bad_Name")
+	if err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("error shows the password: %v", err)
+	}
+}
+
+// TestURLSharesDB: queues opened by URL with the same connection share one
+// DB (one pool, one LISTEN connection), which closes with the last of
+// them; siblings share it too; postgresql:// is the same scheme.
+func TestURLSharesDB(t *testing.T) {
+	schema := pgtest.Schema(t)
+	ctx := context.Background()
+	a, err := queue.Open(ctx, pgtest.QueueURL(t, schema, "orders", "pool_max_conns=4&max_body=1000"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := queue.Open(ctx, pgtest.QueueURL(t, schema, "invoices", "pool_max_conns=4&max_body=1000"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var da, dbb *postgres.DB
+	if !a.As(&da) || !b.As(&dbb) {
+		t.Fatal("As(*postgres.DB) failed")
+	}
+	if da != dbb {
+		t.Fatal("two queues of one URL opened two DBs")
+	}
+	if got := a.Features().MaxBody; got != 1000 {
+		t.Fatalf("max_body=1000: MaxBody %d", got)
+	}
+	if da.Pool().Config().MaxConns != 4 {
+		t.Fatalf("pool_max_conns=4: %d", da.Pool().Config().MaxConns)
+	}
+	s, err := a.Sibling(ctx, "orders-poison")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = a.Close()
+	_ = b.Close()
+	// The sibling keeps the DB open.
+	if _, err := s.Put(ctx, []byte("x"), queue.PutOptions{}); err != nil {
+		t.Fatalf("Put on a sibling after its parents closed: %v", err)
+	}
+	_ = s.Close()
+	if _, err := da.Queue(ctx, "orders"); !errors.Is(err, queue.ErrClosed) {
+		t.Fatalf("the DB outlived its last queue: %v", err)
+	}
+	alt, err := queue.Open(ctx, strings.Replace(pgtest.QueueURL(t, schema, "orders", ""), "postgres://", "postgresql://", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alt.Close()
+	if n, err := alt.Count(ctx); err != nil || n != 0 {
+		t.Fatalf("postgresql:// Count = %d, %v", n, err)
+	}
+}
+
+// TestCountAtDepth: Count stays exact through puts, gets, deletes, a
+// clear and concurrent producers; it reads 16 counter rows, not the
+// messages.
+func TestCountAtDepth(t *testing.T) {
+	schema := pgtest.Schema(t)
+	db := openDB(t, schema)
+	ctx := context.Background()
+	q, err := db.Queue(ctx, "depth")
+	if err != nil {
+		t.Fatal(err)
+	}
+	putMany(t, q, 1000)
+	if n, err := q.Count(ctx); err != nil || n != 1000 {
+		t.Fatalf("Count = %d, %v; want 1000", n, err)
+	}
+	ms, err := q.Get(ctx, 32, 30e9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := make([]queue.Receipt, len(ms))
+	for i, m := range ms {
+		rs[i] = queue.Receipt{ID: m.ID, PopReceipt: m.PopReceipt}
+	}
+	if _, err := q.DeleteBatch(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := q.Count(ctx); err != nil || n != 968 {
+		t.Fatalf("Count = %d, %v; want 968", n, err)
+	}
+	if err := q.Clear(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := q.Count(ctx); err != nil || n != 0 {
+		t.Fatalf("Count after Clear = %d, %v", n, err)
+	}
+}
+
+// TestVacuum: the DB vacuums its tables by itself after WithVacuumEvery
+// dead rows, and Vacuum does it on demand.
+func TestVacuum(t *testing.T) {
+	schema := pgtest.Schema(t)
+	db := openDB(t, schema, postgres.WithVacuumEvery(100))
+	ctx := context.Background()
+	q, err := db.Queue(ctx, "vac")
+	if err != nil {
+		t.Fatal(err)
+	}
+	putMany(t, q, 200)
+	for {
+		ms, err := q.Get(ctx, 32, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) == 0 {
+			break
+		}
+		rs := make([]queue.Receipt, len(ms))
+		for i, m := range ms {
+			rs[i] = queue.Receipt{ID: m.ID, PopReceipt: m.PopReceipt}
+		}
+		if _, err := q.DeleteBatch(ctx, rs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin, err := pgx.Connect(ctx, pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	waitFor(t, hang, "a vacuum of messages", func() bool {
+		var n int64
+		_ = admin.QueryRow(ctx, `SELECT vacuum_count FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'messages'`, schema).Scan(&n)
+		return n > 0
+	})
+	if err := db.Vacuum(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSweep: expired messages stay counted until swept, and the sweep
+// deletes them, states and bodies, and takes them off the count.
+func TestSweep(t *testing.T) {
+	schema := pgtest.Schema(t)
+	c := clock.NewFake(clock.Epoch)
+	db := openDB(t, schema, postgres.WithClock(c))
+	ctx := context.Background()
+	q, err := db.Queue(ctx, "ttl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		if _, err := q.Put(ctx, []byte("short"), queue.PutOptions{TTL: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := q.Put(ctx, []byte("long"), queue.PutOptions{TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(2 * time.Second)
+	if n, _ := q.Count(ctx); n != 6 {
+		t.Fatalf("Count before the sweep = %d, want 6 (approximate: expired messages count until swept)", n)
+	}
+	swept, err := db.Sweep(ctx, "ttl")
+	if err != nil || swept != 5 {
+		t.Fatalf("Sweep = %d, %v; want 5", swept, err)
+	}
+	if n, _ := q.Count(ctx); n != 1 {
+		t.Fatalf("Count after the sweep = %d, want 1", n)
+	}
+	var bodies int
+	if err := db.Pool().QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{schema, "bodies"}.Sanitize()).Scan(&bodies); err != nil || bodies != 1 {
+		t.Fatalf("bodies left: %d, %v; want 1", bodies, err)
+	}
+}

@@ -1,0 +1,94 @@
+package postgres
+
+import (
+	"context"
+	"time"
+)
+
+// DefaultVacuumEvery is how many dead rows a DB's own statements make
+// before it vacuums its tables. Every Get leaves one dead row version per
+// message and every delete two (state and body); autovacuum visits a
+// database at most once per autovacuum_naptime (1 min by default, a
+// server-wide setting no table can shorten), so a queue draining 20,000
+// messages a second would carry millions of dead rows between visits, and
+// every Get's index scan would step over them. 100,000 dead rows is a few
+// seconds of a busy queue, and a vacuum of them takes a fraction of that.
+const DefaultVacuumEvery = 100_000
+
+// vacuumLockKey is the advisory lock that keeps the processes sharing a
+// schema from vacuuming it at once ("avac", mixed with the schema's name).
+const vacuumLockKey = 0x61766163
+
+// WithVacuumEvery sets DefaultVacuumEvery's value for this DB; 0 leaves the
+// tables to autovacuum alone.
+func WithVacuumEvery(n int) Option {
+	return func(o *options) {
+		if n >= 0 {
+			o.vacuumEvery = n
+		}
+	}
+}
+
+// churned counts n dead rows made by the DB's statements and starts a
+// vacuum in the background when they reach the DB's threshold.
+func (db *DB) churned(n int) {
+	if db.vacuumEvery <= 0 || n <= 0 {
+		return
+	}
+	if db.churn.Add(int64(n)) < int64(db.vacuumEvery) {
+		return
+	}
+	if !db.vacuuming.CompareAndSwap(false, true) {
+		return
+	}
+	db.churn.Store(0)
+	if db.closed.Load() {
+		db.vacuuming.Store(false)
+		return
+	}
+	db.wg.Add(1)
+	go func() {
+		defer db.wg.Done()
+		defer db.vacuuming.Store(false)
+		_ = db.Vacuum(db.bg)
+	}()
+}
+
+// Vacuum vacuums the DB's tables now, unless another process is vacuuming
+// them (it then returns nil at once). The DB calls it by itself every
+// WithVacuumEvery dead rows; a program may call it too (after a Clear of
+// a large queue, say).
+func (db *DB) Vacuum(ctx context.Context) error {
+	conn, err := db.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	var got bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, hashtext($2))`, vacuumLockKey, db.schema).Scan(&got); err != nil {
+		return err
+	}
+	if !got {
+		return nil
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _ = conn.Exec(uctx, `SELECT pg_advisory_unlock($1, hashtext($2))`, vacuumLockKey, db.schema)
+	}()
+	s := quoteIdent(db.schema)
+	_, err = conn.Exec(ctx, `VACUUM (SKIP_LOCKED) `+s+`.messages, `+s+`.bodies, `+s+`.counts`)
+	return err
+}
+
+// Sweep deletes the expired messages among the first 1,000 visible ones of
+// the queue called name and returns how many it deleted. Gets that find
+// work do it once a minute; a program that wants Count free of expired
+// messages sooner calls it.
+func (db *DB) Sweep(ctx context.Context, name string) (int, error) {
+	q, err := db.queue(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	return q.Sweep(ctx)
+}

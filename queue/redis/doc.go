@@ -1,0 +1,67 @@
+// Package redis is the Redis driver: queues with Azure Queue semantics
+// (batch gets of up to 32, visibility timeouts, pop receipts, dequeue
+// counts) kept in Redis 6.2 or later, on go-redis v9, with a native wake-up
+// that leaves an idle worker blocked on the server instead of polling.
+//
+//	redis://127.0.0.1:6379/0?queue=orders
+//	rediss://worker@cache.example.com:6380/2?queue=orders&prefix=app1:&block_timeout=5m
+//
+// The password comes from the environment variable ADAPTQ_REDIS_PASSWORD
+// (PasswordEnv), never from the URL; rediss:// connects with TLS.
+//
+// # Data model
+//
+// A queue is a sorted set of message ids scored by the microsecond at which
+// each becomes visible, a hash per message (body, receipt, dequeue count,
+// inserted, expires), a sorted set of ids by expiry for the messages that
+// have a TTL, an id counter and a wake-up marker, all under
+// PREFIX{NAME}: (see scripts.go). Every operation is one Lua script sent
+// with EVALSHA, so each is atomic and one round trip: Get of up to 32
+// takes the visible head of the sorted set and rescores it to now+visibility
+// with a new receipt per message; Delete, DeleteBatch and UpdateVisibility
+// check the newest receipt; Count is ZCARD less a ZCOUNT of the expired,
+// exact in O(log n). Messages past their TTL are never returned: gets and
+// puts sweep them by the expiry set, and every check of a receipt drops an
+// expired message.
+//
+// # Clock
+//
+// The scripts read the server's clock (TIME), so the processes of a worker
+// fleet agree on visibility and expiry whatever their own clocks say.
+// WithClock replaces it with an injected clock, passed as an argument to
+// every script: tests and the simulator run in virtual time that way, and
+// every process on the queue must then use the same clock.
+//
+// # Native notify
+//
+// Features().NativeNotify is set: Subscribe (which the worker uses when a
+// queue's trigger is enabled) blocks in BZPOPMIN on the queue's marker key,
+// one connection per queue per process, whatever the number of
+// subscribers. A put from any process wakes it at once; an idle worker
+// sends one blocking command per block timeout (DefaultBlockTimeout, the
+// listener's default safety interval; block_timeout in the URL). See
+// notify.go.
+//
+// # Durability
+//
+// Features().Durability is ServerMemory: an acknowledged put is in the
+// server's memory and survives any worker crash, but what survives a Redis
+// restart is Redis's persistence setting. Without AOF (or with RDB
+// snapshots only) a restart loses every message since the last snapshot;
+// with appendonly yes and appendfsync everysec it loses up to the last
+// second; with appendfsync always nothing acknowledged is lost, as with
+// driver.PowerLoss. Replicas are asynchronous: a failover may lose the
+// last writes. Run the server with maxmemory-policy noeviction (Redis's
+// default): an eviction policy would drop messages to make room.
+//
+// # Errors
+//
+// Classify marks as transient a lost connection and the server's "not now"
+// answers: LOADING, BUSY, READONLY after a failover, MASTERDOWN, TRYAGAIN,
+// CLUSTERDOWN.
+//
+// # As
+//
+// A queue's As gives the *Client (a *(*redis.Client) target) or the
+// go-redis client (*(*goredis.Client)).
+package redis

@@ -1,0 +1,226 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
+)
+
+// Defaults.
+const (
+	// DefaultKeyPrefix starts every key the driver writes, so that adaptq's
+	// keys are told apart from an application's in a shared database.
+	DefaultKeyPrefix = "adaptq:"
+
+	// DefaultBlockTimeout is how long an idle subscriber blocks on the
+	// server before it blocks again: the listener's default
+	// trigger.safety_interval (listener.DefaultSafetyInterval, 5 min), so
+	// that an idle worker sends one blocking command per safety interval.
+	// A put wakes it at once whatever the timeout; the timeout only bounds
+	// how long a silently dropped connection (a NAT that forgot it) goes
+	// unnoticed. go-redis reads a blocking reply for the timeout plus 10 s,
+	// so it stays under the client's read deadline.
+	DefaultBlockTimeout = 5 * time.Minute
+
+	// wakeCoalesce is how long a subscriber waits after a wake-up before it
+	// blocks again. Under a steady stream of puts every put sets the
+	// marker; without a pause each process would pop it once per round
+	// trip. Two milliseconds bound that to 500 commands a second per
+	// process while adding nothing to the wake-up of an idle worker (the
+	// first put after a quiet spell finds the subscriber blocked).
+	wakeCoalesce = 2 * time.Millisecond
+
+	// clearChunk is how many messages one step of Clear deletes, so that
+	// clearing a large queue does not hold the server for long.
+	clearChunk = 1000
+)
+
+// Option configures a Client.
+type Option func(*options)
+
+type options struct {
+	clock        queue.Clock // nil: the server's clock
+	prefix       string
+	maxBody      int
+	blockTimeout time.Duration
+}
+
+func defaultOptions() options {
+	return options{prefix: DefaultKeyPrefix, maxBody: queue.DefaultMaxBodySize, blockTimeout: DefaultBlockTimeout}
+}
+
+// WithClock makes every script read the time from c instead of the
+// server's clock (TIME). Tests and the simulator pass a fake clock to move
+// time instead of sleeping. Every process that uses the queue must then
+// read the same clock; production leaves the server's.
+func WithClock(c queue.Clock) Option { return func(o *options) { o.clock = c } }
+
+// WithKeyPrefix sets the prefix of every key (default DefaultKeyPrefix).
+func WithKeyPrefix(p string) Option { return func(o *options) { o.prefix = p } }
+
+// WithMaxBodySize sets the largest body Put accepts, in bytes (default
+// queue.DefaultMaxBodySize, Azure's 64 KiB). Values below 1 leave the
+// default.
+func WithMaxBodySize(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.maxBody = n
+		}
+	}
+}
+
+// WithBlockTimeout sets how long an idle subscriber blocks on the server
+// before blocking again (default DefaultBlockTimeout). Values below one
+// second leave the default.
+func WithBlockTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d >= time.Second {
+			o.blockTimeout = d
+		}
+	}
+}
+
+// Client holds the queues of one Redis database: a go-redis client and the
+// subscribers' blocking connections (one per queue with subscribers). It
+// is safe for concurrent use.
+type Client struct {
+	rdb  *goredis.Client
+	owns bool
+	o    options
+
+	closed atomic.Bool
+
+	mu   sync.Mutex
+	hubs map[string]*hub // by marker key
+}
+
+// New returns a Client over rdb, which stays the caller's: Close does not
+// close it.
+func New(rdb *goredis.Client, opts ...Option) *Client {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return &Client{rdb: rdb, o: o, hubs: map[string]*hub{}}
+}
+
+// Open connects to the Redis database a redis:// or rediss:// URL names
+// (its queue parameter, if any, is ignored) and checks that it answers.
+// The password comes from the environment (PasswordEnv), never from the
+// URL.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
+	cfg, err := parseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return open(ctx, cfg, opts...)
+}
+
+func open(ctx context.Context, cfg *config, opts ...Option) (*Client, error) {
+	rdb := goredis.NewClient(cfg.redisOptions())
+	c := New(rdb, append(cfg.options(), opts...)...)
+	c.owns = true
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("redis: open %s: %w", cfg.redacted, err)
+	}
+	return c, nil
+}
+
+// Redis returns the go-redis client behind c.
+func (c *Client) Redis() *goredis.Client { return c.rdb }
+
+// Queue returns a handle on the queue called name. Queues exist as soon as
+// a message is put to them; opening one writes nothing. opts configure the
+// handle as in queue.New.
+func (c *Client) Queue(name string, opts ...queue.Option) (*queue.Queue, error) {
+	d, err := c.queue(name)
+	if err != nil {
+		return nil, err
+	}
+	return queue.New(d, opts...), nil
+}
+
+// Driver returns the driver of the queue called name, for a driver built
+// on this one (a wrapper registered under its own scheme).
+func (c *Client) Driver(name string) (driver.Queue, error) { return c.queue(name) }
+
+func (c *Client) queue(name string) (*redisQueue, error) {
+	if err := queue.ValidateName(name); err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	if c.closed.Load() {
+		return nil, fmt.Errorf("redis: open %q: %w", name, queue.ErrClosed)
+	}
+	base := c.o.prefix + "{" + name + "}:"
+	return &redisQueue{
+		c:     c,
+		name:  name,
+		base:  base,
+		keys2: []string{base + "z", base + "x"},
+		keys3: []string{base + "z", base + "x", base + "w"},
+		keys4: []string{base + "z", base + "x", base + "seq", base + "w"},
+	}, nil
+}
+
+// Close stops the subscribers and, for a Client made by Open, closes the
+// connections. Queues of c fail with queue.ErrClosed afterwards.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	c.mu.Lock()
+	hubs := make([]*hub, 0, len(c.hubs))
+	for _, h := range c.hubs {
+		hubs = append(hubs, h)
+	}
+	c.mu.Unlock()
+	var runs []*runner
+	for _, h := range hubs {
+		if r := h.stop(); r != nil {
+			runs = append(runs, r)
+		}
+	}
+	var err error
+	if c.owns {
+		if e := c.rdb.Close(); e != nil && !errors.Is(e, goredis.ErrClosed) {
+			err = fmt.Errorf("redis: close: %w", e)
+		}
+	}
+	// CLIENT UNBLOCK (or, for a client of our own, closing the
+	// connections) ends each loop at once; else its block timeout does.
+	for _, r := range runs {
+		select {
+		case <-r.done:
+		case <-time.After(c.o.blockTimeout + 15*time.Second):
+		}
+	}
+	return err
+}
+
+// now is the time argument of a script: "" for the server's clock, else
+// the injected clock's microseconds.
+func (c *Client) now() string {
+	if c.o.clock == nil {
+		return ""
+	}
+	return strconv.FormatInt(c.o.clock.Now().UnixMicro(), 10)
+}
+
+// localNow is the best local guess of the scripts' clock, for the
+// subscriber's timers.
+func (c *Client) localNow() time.Time {
+	if c.o.clock == nil {
+		return time.Now()
+	}
+	return c.o.clock.Now()
+}

@@ -1,0 +1,598 @@
+package sqs
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"go.uber.org/zap"
+
+	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
+)
+
+// SQS's limits and prices.
+const (
+	// MaxBatch is the most messages one ReceiveMessage returns, and the
+	// most entries of a DeleteMessageBatch or ChangeMessageVisibilityBatch.
+	MaxBatch = 10
+	// LongPoll is the longest WaitTimeSeconds of a ReceiveMessage.
+	LongPoll = 20 * time.Second
+	// MaxVisibility is the longest a message can be hidden: 12 hours from
+	// its receive.
+	MaxVisibility = 12 * time.Hour
+	// MaxDelay is the longest DelaySeconds of a SendMessage: 15 minutes.
+	MaxDelay = 15 * time.Minute
+	// PricePer10k is the price of 10,000 requests in US dollars: $0.40 per
+	// million for standard queues (AWS's price list, first tier after the
+	// free million), which Features reports for the cost meter.
+	PricePer10k = 0.004
+	// BillingChunk is the payload SQS bills as one request: "each 64 KB
+	// chunk of a payload is billed as 1 request".
+	BillingChunk = 64 << 10
+	// attrReserve is what the driver's own message attributes may take of
+	// the message size (names, types and values: under 64 bytes).
+	attrReserve = 256
+)
+
+// Message attributes the driver writes. Other producers may leave them
+// out: a body without adaptq-encoding is text, one without adaptq-ttl
+// lives as long as the queue keeps messages.
+const (
+	// AttrEncoding is "base64" for a body sent in base64 (one that is not
+	// text SQS can carry), "empty" for an empty body.
+	AttrEncoding = "adaptq-encoding"
+	// AttrTTL is the message's time-to-live in milliseconds.
+	AttrTTL = "adaptq-ttl"
+)
+
+// Queue is the driver of one SQS queue (a driver.Queue), safe for
+// concurrent use. Programs hold the portable *queue.Queue that wraps it, and
+// reach this type with its As.
+type Queue struct {
+	c          *Client
+	name       string
+	url        string
+	maxMessage int
+	redrive    string
+	log        *zap.Logger
+
+	onClose func() error // releases a client shared by URL opens
+}
+
+var _ driver.Queue = (*Queue)(nil)
+
+func newQueue(c *Client, name, url string) *Queue {
+	return &Queue{c: c, name: name, url: url, maxMessage: MaxMessageSize, log: c.cfg.Logger.With(zap.String("queue", name))}
+}
+
+// Name returns the queue's name.
+func (q *Queue) Name() string { return q.name }
+
+// URL returns the queue's SQS URL.
+func (q *Queue) URL() string { return q.url }
+
+// Client returns the client the queue is on.
+func (q *Queue) Client() *Client { return q.c }
+
+// RedrivePolicy is the queue's own RedrivePolicy (JSON), read when it was
+// opened; empty if it has none. With one, SQS moves poison messages
+// itself (Features().ServerPoison).
+func (q *Queue) RedrivePolicy() string { return q.redrive }
+
+// Features: SQS's limits (10 a receive, no peek), batch deletes, long
+// polling, lax receipts, billed calls by 64 KiB chunks, approximate
+// counts, one-second timeouts.
+func (q *Queue) Features() driver.Features {
+	return driver.Features{
+		Name:           Scheme,
+		MaxBatch:       MaxBatch,
+		MaxBody:        q.maxBody(),
+		BatchDelete:    true,
+		Siblings:       true,
+		Durability:     driver.Replicated,
+		Billed:         true,
+		PricePer10k:    PricePer10k,
+		TimeResolution: time.Second,
+		LongPoll:       LongPoll,
+		LaxReceipts:    true,
+		ServerPoison:   q.redrive != "",
+		BillingChunk:   BillingChunk,
+	}
+}
+
+// maxBody is the largest body that fits a message of the queue's
+// MaximumMessageSize whatever its bytes: one that is not text travels in
+// base64, four bytes for three.
+func (q *Queue) maxBody() int { return (q.maxMessage - attrReserve) / 4 * 3 }
+
+// Classify reads the marks classify put on the driver's errors.
+func (q *Queue) Classify(err error) (bool, time.Duration) { return driver.DefaultClassify(err) }
+
+// As gives the queue itself to a *(*Queue) target, its *Client to a
+// *(*Client), and the SDK's client to a *(*sqs.Client) of the SDK.
+func (q *Queue) As(target any) bool {
+	switch p := target.(type) {
+	case **Queue:
+		*p = q
+	case **Client:
+		*p = q.c
+	case **awssqs.Client:
+		*p = q.c.api
+	default:
+		return false
+	}
+	return true
+}
+
+// Peek is not supported: SQS cannot show a message without receiving it.
+func (q *Queue) Peek(context.Context, int) ([]*driver.Message, error) {
+	return nil, driver.ErrUnsupported
+}
+
+// Subscribe is not supported: SQS has no push. Long polling (GetWait) is
+// how a consumer waits for messages.
+func (q *Queue) Subscribe(context.Context) (<-chan struct{}, error) {
+	return nil, driver.ErrUnsupported
+}
+
+// Sibling opens another queue of the same client (for a poison queue).
+func (q *Queue) Sibling(ctx context.Context, name string) (driver.Queue, error) {
+	if q.onClose != nil {
+		q.c.refs.Add(1)
+	}
+	s, err := q.c.open(ctx, name)
+	if err != nil {
+		if q.onClose != nil {
+			_ = q.c.release()
+		}
+		return nil, err
+	}
+	if q.onClose != nil {
+		s.onClose = q.c.release
+	}
+	return s, nil
+}
+
+// Close releases the handle (and the client, if the queue was opened by
+// URL and is the last one on it).
+func (q *Queue) Close() error {
+	if q.onClose != nil {
+		return q.onClose()
+	}
+	return nil
+}
+
+// seconds rounds d up to whole seconds, SQS's resolution, so a message is
+// never hidden or delayed for less than asked.
+func seconds(d time.Duration) int32 {
+	return int32((d + time.Second - 1) / time.Second)
+}
+
+// isText reports whether b can be an SQS message body as it is: not empty,
+// valid UTF-8, and only the characters SQS allows (#x9 | #xA | #xD |
+// #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF).
+func isText(b []byte) bool {
+	if len(b) == 0 || !utf8.Valid(b) {
+		return false
+	}
+	for _, r := range string(b) {
+		switch {
+		case r == 0x9, r == 0xA, r == 0xD:
+		case r >= 0x20 && r <= 0xD7FF:
+		case r >= 0xE000 && r <= 0xFFFD:
+		case r >= 0x10000 && r <= 0x10FFFF:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Put sends a message. A body that is text goes as it is; any other (and
+// an empty one) in base64, marked with AttrEncoding.
+func (q *Queue) Put(ctx context.Context, body []byte, opts driver.PutOptions) (string, error) {
+	in := &awssqs.SendMessageInput{QueueUrl: aws.String(q.url), MessageAttributes: map[string]types.MessageAttributeValue{}}
+	switch {
+	case isText(body):
+		in.MessageBody = aws.String(string(body))
+	case len(body) == 0:
+		in.MessageBody = aws.String("-")
+		in.MessageAttributes[AttrEncoding] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String("empty")}
+	default:
+		in.MessageBody = aws.String(base64.StdEncoding.EncodeToString(body))
+		in.MessageAttributes[AttrEncoding] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String("base64")}
+	}
+	if opts.TTL != driver.NoExpiry {
+		ms := max(opts.TTL.Milliseconds(), 1)
+		in.MessageAttributes[AttrTTL] = types.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(strconv.FormatInt(ms, 10))}
+	}
+	if d := opts.InitialVisibilityDelay; d > 0 {
+		if d > MaxDelay {
+			return "", fmt.Errorf("%w: initial visibility delay %s is over SQS's %s", queue.ErrInvalidArgument, d, MaxDelay)
+		}
+		in.DelaySeconds = seconds(d)
+	}
+	if len(in.MessageAttributes) == 0 {
+		in.MessageAttributes = nil
+	}
+	rctx, cancel := q.c.ctx(ctx, 0)
+	defer cancel()
+	out, err := q.c.api.SendMessage(rctx, in)
+	if err != nil {
+		return "", classify(rctx, "SendMessage", q.name, err)
+	}
+	if out.MessageId == nil {
+		return "", errors.New("SendMessage: the response holds no message id")
+	}
+	return *out.MessageId, nil
+}
+
+// Get receives up to n messages, each hidden for visibility rounded up to
+// whole seconds (at most MaxVisibility). With a wait in ctx (the portable
+// queue's GetWait) it is a long poll of that many whole seconds. Messages
+// past their TTL are deleted and left out.
+func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*driver.Message, error) {
+	if visibility > MaxVisibility {
+		return nil, fmt.Errorf("%w: visibility timeout %s is over SQS's %s", queue.ErrInvalidArgument, visibility, MaxVisibility)
+	}
+	wait := min(driver.Wait(ctx), LongPoll)
+	in := &awssqs.ReceiveMessageInput{
+		QueueUrl:                    aws.String(q.url),
+		MaxNumberOfMessages:         int32(n),
+		VisibilityTimeout:           seconds(visibility),
+		WaitTimeSeconds:             int32(wait / time.Second),
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameSentTimestamp, types.MessageSystemAttributeNameApproximateReceiveCount},
+		MessageAttributeNames:       []string{AttrEncoding, AttrTTL},
+	}
+	rctx, cancel := q.c.ctx(ctx, wait)
+	defer cancel()
+	out, err := q.c.api.ReceiveMessage(rctx, in)
+	if err != nil {
+		return nil, classify(rctx, "ReceiveMessage", q.name, err)
+	}
+	now := time.Now()
+	hidden := time.Duration(in.VisibilityTimeout) * time.Second
+	ms := make([]*driver.Message, 0, len(out.Messages))
+	var expired []string
+	for _, sm := range out.Messages {
+		if sm.MessageId == nil || sm.ReceiptHandle == nil {
+			continue
+		}
+		m := &driver.Message{ID: *sm.MessageId, NextVisibleAt: now.Add(hidden)}
+		if v, err := strconv.ParseInt(sm.Attributes[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64); err == nil {
+			m.InsertedAt = time.UnixMilli(v).UTC()
+		}
+		if v, err := strconv.Atoi(sm.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)]); err == nil {
+			m.DequeueCount = v
+		}
+		if a, ok := sm.MessageAttributes[AttrTTL]; ok && a.StringValue != nil && !m.InsertedAt.IsZero() {
+			if ttl, err := strconv.ParseInt(*a.StringValue, 10, 64); err == nil && ttl > 0 {
+				m.ExpiresAt = m.InsertedAt.Add(time.Duration(ttl) * time.Millisecond)
+			}
+		}
+		if !m.ExpiresAt.IsZero() && !now.Before(m.ExpiresAt) {
+			expired = append(expired, *sm.ReceiptHandle)
+			continue
+		}
+		m.Body = decodeBody(aws.ToString(sm.Body), sm.MessageAttributes[AttrEncoding].StringValue)
+		m.PopReceipt = joinReceipt(m.ExpiresAt, q.name, *sm.ReceiptHandle)
+		ms = append(ms, m)
+	}
+	if len(expired) > 0 {
+		q.deleteExpired(context.WithoutCancel(ctx), expired)
+	}
+	return ms, nil
+}
+
+// decodeBody reverses Put's encoding.
+func decodeBody(s string, enc *string) []byte {
+	switch aws.ToString(enc) {
+	case "base64":
+		if b, err := base64.StdEncoding.DecodeString(s); err == nil {
+			return b
+		}
+	case "empty":
+		return []byte{}
+	}
+	return []byte(s)
+}
+
+// deleteExpired deletes messages a Get found past their TTL: they are gone
+// for the contract, and SQS would keep them until its retention period.
+func (q *Queue) deleteExpired(ctx context.Context, handles []string) {
+	entries := make([]types.DeleteMessageBatchRequestEntry, len(handles))
+	for i, h := range handles {
+		entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(h)}
+	}
+	rctx, cancel := q.c.ctx(ctx, 0)
+	defer cancel()
+	if _, err := q.c.api.DeleteMessageBatch(rctx, &awssqs.DeleteMessageBatchInput{QueueUrl: aws.String(q.url), Entries: entries}); err != nil {
+		q.log.Debug("sqs: deleting expired messages failed; they come back and are dropped again", zap.Int("messages", len(handles)), zap.Error(err))
+	}
+}
+
+// A pop receipt is the message's expiry (Unix milliseconds, 0 for none),
+// the queue's name and SQS's receipt handle, joined by '|': enough to
+// refuse a receipt of another queue or of an expired message without a
+// request.
+func joinReceipt(expires time.Time, name, handle string) string {
+	var ms int64
+	if !expires.IsZero() {
+		ms = expires.UnixMilli()
+	}
+	return strconv.FormatInt(ms, 10) + "|" + name + "|" + handle
+}
+
+type receipt struct {
+	expires time.Time
+	handle  string
+}
+
+// parseReceipt checks a pop receipt against the queue: one that is
+// malformed or of another queue names no message here (ErrNotFound).
+func (q *Queue) parseReceipt(s string) (receipt, error) {
+	parts := strings.SplitN(s, "|", 3)
+	if len(parts) != 3 || parts[2] == "" {
+		return receipt{}, fmt.Errorf("%w: malformed pop receipt", queue.ErrNotFound)
+	}
+	ms, err := strconv.ParseInt(parts[0], 10, 64)
+	if err != nil {
+		return receipt{}, fmt.Errorf("%w: malformed pop receipt", queue.ErrNotFound)
+	}
+	if parts[1] != q.name {
+		return receipt{}, fmt.Errorf("%w: the pop receipt is of queue %q", queue.ErrNotFound, parts[1])
+	}
+	r := receipt{handle: parts[2]}
+	if ms > 0 {
+		r.expires = time.UnixMilli(ms)
+	}
+	return r, nil
+}
+
+func (r receipt) expired() bool { return !r.expires.IsZero() && !time.Now().Before(r.expires) }
+
+var errExpired = fmt.Errorf("%w: the message's time-to-live has ended", queue.ErrNotFound)
+
+// Delete deletes a held message. SQS cannot tell a stale receipt or a
+// message that is gone (Features().LaxReceipts): such a delete succeeds
+// and deletes nothing. A message past its TTL is deleted and reported
+// ErrNotFound.
+func (q *Queue) Delete(ctx context.Context, id, popReceipt string) error {
+	r, err := q.parseReceipt(popReceipt)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := q.c.ctx(ctx, 0)
+	defer cancel()
+	_, err = q.c.api.DeleteMessage(rctx, &awssqs.DeleteMessageInput{QueueUrl: aws.String(q.url), ReceiptHandle: aws.String(r.handle)})
+	if err != nil {
+		return deleteError(classify(rctx, "DeleteMessage", q.name, err))
+	}
+	if r.expired() {
+		return errExpired
+	}
+	return nil
+}
+
+// deleteError maps a delete's failures that mean "no such message here"
+// to ErrNotFound.
+func deleteError(err error) error {
+	if errors.Is(err, queue.ErrReceiptMismatch) || errors.Is(err, ErrQueueNotFound) {
+		return fmt.Errorf("%w: %w", queue.ErrNotFound, err)
+	}
+	return err
+}
+
+// DeleteBatch deletes up to MaxBatch messages with one DeleteMessageBatch.
+func (q *Queue) DeleteBatch(ctx context.Context, receipts []driver.Receipt) ([]error, error) {
+	results := make([]error, len(receipts))
+	parsed := make([]receipt, len(receipts))
+	entries := make([]types.DeleteMessageBatchRequestEntry, 0, len(receipts))
+	for i, rc := range receipts {
+		r, err := q.parseReceipt(rc.PopReceipt)
+		if err != nil {
+			results[i] = err
+			continue
+		}
+		parsed[i] = r
+		entries = append(entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(r.handle)})
+	}
+	if len(entries) == 0 {
+		return results, nil
+	}
+	rctx, cancel := q.c.ctx(ctx, 0)
+	defer cancel()
+	out, err := q.c.api.DeleteMessageBatch(rctx, &awssqs.DeleteMessageBatchInput{QueueUrl: aws.String(q.url), Entries: entries})
+	if err != nil {
+		return nil, deleteError(classify(rctx, "DeleteMessageBatch", q.name, err))
+	}
+	answered := make(map[int]bool, len(entries))
+	for _, s := range out.Successful {
+		i, err := strconv.Atoi(aws.ToString(s.Id))
+		if err != nil || i < 0 || i >= len(receipts) {
+			continue
+		}
+		answered[i] = true
+		if parsed[i].expired() {
+			results[i] = errExpired
+		}
+	}
+	for _, f := range out.Failed {
+		i, err := strconv.Atoi(aws.ToString(f.Id))
+		if err != nil || i < 0 || i >= len(receipts) {
+			continue
+		}
+		answered[i] = true
+		e := &Error{Op: "DeleteMessageBatch", Queue: q.name, Code: aws.ToString(f.Code), Message: firstLine(aws.ToString(f.Message)), err: errors.New(aws.ToString(f.Code))}
+		switch {
+		case hasCode(e.Code, codesReceipt):
+			e.kind = queue.ErrNotFound
+			results[i] = e
+		case f.SenderFault:
+			results[i] = e
+		default:
+			results[i] = queue.Transient(e, 0)
+		}
+	}
+	for _, en := range entries {
+		i, _ := strconv.Atoi(*en.Id)
+		if !answered[i] {
+			results[i] = queue.Transient(&Error{Op: "DeleteMessageBatch", Queue: q.name, Message: "no result for the entry", err: errors.New("no result")}, 0)
+		}
+	}
+	return results, nil
+}
+
+// UpdateVisibility hides a held message for d from now (rounded up to
+// whole seconds; 0 releases it) and returns its receipt: SQS keeps the
+// receipt handle (Features().LaxReceipts). A stale receipt or a deleted
+// message is ErrReceiptMismatch (SQS cannot tell which); a message past
+// its TTL is deleted and reported ErrNotFound.
+func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d time.Duration) (string, error) {
+	r, err := q.parseReceipt(popReceipt)
+	if err != nil {
+		return "", err
+	}
+	if d > MaxVisibility {
+		return "", fmt.Errorf("%w: visibility timeout %s is over SQS's %s", queue.ErrInvalidArgument, d, MaxVisibility)
+	}
+	rctx, cancel := q.c.ctx(ctx, 0)
+	defer cancel()
+	if r.expired() {
+		_, _ = q.c.api.DeleteMessage(rctx, &awssqs.DeleteMessageInput{QueueUrl: aws.String(q.url), ReceiptHandle: aws.String(r.handle)})
+		return "", errExpired
+	}
+	_, err = q.c.api.ChangeMessageVisibility(rctx, &awssqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(q.url), ReceiptHandle: aws.String(r.handle), VisibilityTimeout: seconds(d),
+	})
+	if err != nil {
+		err = classify(rctx, "ChangeMessageVisibility", q.name, err)
+		if errors.Is(err, ErrQueueNotFound) {
+			return "", fmt.Errorf("%w: %w", queue.ErrNotFound, err)
+		}
+		return "", err
+	}
+	return popReceipt, nil
+}
+
+// Count is SQS's ApproximateNumberOfMessages plus
+// ApproximateNumberOfMessagesNotVisible (in flight) plus
+// ApproximateNumberOfMessagesDelayed: visible and hidden messages, and
+// expired ones until a Get drops them.
+func (q *Queue) Count(ctx context.Context) (int, error) {
+	rctx, cancel := q.c.ctx(ctx, 0)
+	defer cancel()
+	names := []types.QueueAttributeName{
+		types.QueueAttributeNameApproximateNumberOfMessages,
+		types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
+		types.QueueAttributeNameApproximateNumberOfMessagesDelayed,
+	}
+	out, err := q.c.api.GetQueueAttributes(rctx, &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(q.url), AttributeNames: names})
+	if err != nil {
+		return 0, classify(rctx, "GetQueueAttributes", q.name, err)
+	}
+	n := 0
+	for _, a := range names {
+		v, err := strconv.Atoi(out.Attributes[string(a)])
+		if err == nil {
+			n += v
+		}
+	}
+	return n, nil
+}
+
+// Clear is SQS's PurgeQueue. SQS allows one a minute per queue (a second
+// is transient, with PurgeInterval as the hint) and may take up to a
+// minute to finish, deleting messages sent meanwhile too.
+func (q *Queue) Clear(ctx context.Context) error {
+	rctx, cancel := q.c.ctx(ctx, 0)
+	defer cancel()
+	_, err := q.c.api.PurgeQueue(rctx, &awssqs.PurgeQueueInput{QueueUrl: aws.String(q.url)})
+	return classify(rctx, "PurgeQueue", q.name, err)
+}
+
+var _ driver.VisibilityBatcher = (*Queue)(nil)
+
+// UpdateVisibilityBatch changes the visibility of up to MaxBatch held
+// messages with one ChangeMessageVisibilityBatch (the portable queue's
+// UpdateVisibilityBatch: releases at shutdown, in batches). Each result is
+// what UpdateVisibility would return.
+func (q *Queue) UpdateVisibilityBatch(ctx context.Context, receipts []driver.Receipt, d time.Duration) ([]string, []error, error) {
+	if d > MaxVisibility {
+		return nil, nil, fmt.Errorf("%w: visibility timeout %s is over SQS's %s", queue.ErrInvalidArgument, d, MaxVisibility)
+	}
+	newReceipts := make([]string, len(receipts))
+	results := make([]error, len(receipts))
+	var expired []string
+	entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, 0, len(receipts))
+	for i, rc := range receipts {
+		r, err := q.parseReceipt(rc.PopReceipt)
+		switch {
+		case err != nil:
+			results[i] = err
+		case r.expired():
+			results[i] = errExpired
+			expired = append(expired, r.handle)
+		default:
+			entries = append(entries, types.ChangeMessageVisibilityBatchRequestEntry{
+				Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(r.handle), VisibilityTimeout: seconds(d),
+			})
+		}
+	}
+	if len(expired) > 0 {
+		q.deleteExpired(context.WithoutCancel(ctx), expired)
+	}
+	if len(entries) == 0 {
+		return newReceipts, results, nil
+	}
+	rctx, cancel := q.c.ctx(ctx, 0)
+	defer cancel()
+	out, err := q.c.api.ChangeMessageVisibilityBatch(rctx, &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(q.url), Entries: entries})
+	if err != nil {
+		err = classify(rctx, "ChangeMessageVisibilityBatch", q.name, err)
+		if errors.Is(err, ErrQueueNotFound) {
+			err = fmt.Errorf("%w: %w", queue.ErrNotFound, err)
+		}
+		return nil, nil, err
+	}
+	answered := make(map[int]bool, len(entries))
+	for _, s := range out.Successful {
+		if i, err := strconv.Atoi(aws.ToString(s.Id)); err == nil && i >= 0 && i < len(receipts) {
+			answered[i] = true
+			newReceipts[i] = receipts[i].PopReceipt
+		}
+	}
+	for _, f := range out.Failed {
+		i, err := strconv.Atoi(aws.ToString(f.Id))
+		if err != nil || i < 0 || i >= len(receipts) {
+			continue
+		}
+		answered[i] = true
+		e := &Error{Op: "ChangeMessageVisibilityBatch", Queue: q.name, Code: aws.ToString(f.Code), Message: firstLine(aws.ToString(f.Message)), err: errors.New(aws.ToString(f.Code))}
+		switch {
+		case hasCode(e.Code, codesReceipt), hasCode(e.Code, []string{"InvalidParameterValue"}) && strings.Contains(e.Message, "ReceiptHandle"):
+			e.kind = queue.ErrReceiptMismatch
+			results[i] = e
+		case f.SenderFault:
+			results[i] = e
+		default:
+			results[i] = queue.Transient(e, 0)
+		}
+	}
+	for _, en := range entries {
+		i, _ := strconv.Atoi(*en.Id)
+		if !answered[i] {
+			results[i] = queue.Transient(&Error{Op: "ChangeMessageVisibilityBatch", Queue: q.name, Message: "no result for the entry", err: errors.New("no result")}, 0)
+		}
+	}
+	return newReceipts, results, nil
+}
