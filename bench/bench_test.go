@@ -29,6 +29,11 @@ var figures = map[string][]string{
 		"goqite loop, 1 consumer", "adaptq listener, 1 task", "goqite loop, 4 consumers", "adaptq listener, 4 tasks",
 		"goqite jobs runner, Limit", "adaptq listener (1 task) ÷ goqite loop (1 consumer)",
 		"adaptq listener (4 tasks) ÷ goqite loop (4 consumers)", "adaptq listener (1 task) ÷ goqite jobs runner",
+		"goqite batched (ReceiveTx/DeleteTx, 32 per transaction), 1 consumer", "adaptq listener (1 task) ÷ goqite batched (1 consumer)",
+		"200 B: goqite batched", "200 B: adaptq listener, 1 task", "200 B: adaptq listener ÷ goqite batched",
+		"4 KiB: goqite batched", "4 KiB: adaptq listener, 1 task", "4 KiB: adaptq listener ÷ goqite batched",
+		"64 KiB: goqite batched", "64 KiB: adaptq listener, 1 task", "64 KiB: adaptq listener ÷ goqite batched",
+		"64 KiB: adaptq bytes written per message drained",
 	},
 	"azurite": {
 		"Put, 16 producers", "naive loop (seed 004)", "hand-written loop: 16 goroutines", "listener: 16 tasks",
@@ -61,6 +66,13 @@ var figures = map[string][]string{
 		"SQLite, 50 msgs/s, no trigger", "SQLite, 200 msgs/s, no trigger", "SQLite, 2,000 msgs/s, no trigger",
 		"memory, 50 msgs/s, trigger:", "memory, 200 msgs/s, trigger:", "memory, 2,000 msgs/s, trigger:",
 		"memory, 50 msgs/s, no trigger", "memory, 200 msgs/s, no trigger", "memory, 2,000 msgs/s, no trigger",
+	},
+	"sqlite": {
+		"backlog 100: drain", "backlog 100: Count", "backlog 100: file at the peak",
+		"backlog 1,000: drain", "backlog 1,000: Count", "backlog 1,000: file at the peak",
+		"drain of one file: one process, 1 consumer", "drain of one file: one process, 2 consumers",
+		"drain of one file: two processes, 1 consumer each", "two processes ÷ one process (1 consumer)",
+		"two processes ÷ one process with 2 consumers",
 	},
 	"trigger": {
 		"isolated wake with the trigger (one message", "isolated wake with the trigger, trickle", "isolated wake without a trigger", "idle calls per hour per process, trigger configured",

@@ -29,9 +29,11 @@ type childRequest struct {
 	Kind  string
 	N     int
 	Tasks int
-	// "produce": put stamped messages at Rate a second for Duration into
-	// Queue of the SQLite file Path (the steady-rate section's producer
-	// in another process); Drained is then how many it put.
+	// Path is the SQLite file of "produce" (the steady-rate section's
+	// producer in another process: it puts stamped messages at Rate a
+	// second for Duration into Queue, and Drained is then how many it
+	// put) and of "sqlite-drain", which drains it with Tasks consumers
+	// (sqlite.go).
 	Path     string        `json:",omitempty"`
 	Queue    string        `json:",omitempty"`
 	Rate     int           `json:",omitempty"`
@@ -45,6 +47,10 @@ type childResult struct {
 	Source  string
 	Drained int64
 	Err     string
+	// sqlite-drain: its first get and last delete (Unix ns), its calls, the
+	// calls that took 1 ms or more, the time in Get and in DeleteBatch,
+	// and its CPU time.
+	Start, End, Calls, SlowCalls, GetNs, DelNs, CPUNs int64 `json:",omitempty"`
 }
 
 // RunChildIfAsked runs the child measurement named by ChildEnv, prints its
@@ -71,8 +77,11 @@ func RunChildIfAsked() {
 
 func runChild(req childRequest, res *childResult) error {
 	ctx := context.Background()
-	if req.Kind == "idle" {
+	switch req.Kind {
+	case "idle":
 		return nil
+	case "sqlite-drain":
+		return sqliteDrainChild(ctx, req, res)
 	}
 	if req.Kind == "produce" {
 		db, err := sqlite.Open(req.Path)

@@ -255,11 +255,15 @@ func embedded(ctx context.Context, e *Env, s *Section) error {
 		{what: "goqite loop, 4 consumers", run: func(dir string) (float64, error) { return runGoqiteLoop(ctx, dir, n, 4) }},
 		{what: "adaptq listener, 4 tasks", run: func(dir string) (float64, error) { return runSQLiteListener(ctx, dir, n, 4) }},
 		{what: fmt.Sprintf("goqite jobs runner, Limit %d, PollInterval %s", goqiteJobsLimit, poll), run: func(dir string) (float64, error) { return runGoqiteJobs(ctx, dir, n, poll) }},
+		{what: "goqite batched (ReceiveTx/DeleteTx, 32 per transaction), 1 consumer", run: func(dir string) (float64, error) {
+			st, err := runGoqiteBatched(ctx, dir, n, jsonBody)
+			return st.rate, err
+		}},
 	}
 	for r := 0; r < e.Sizes.Repeats; r++ {
 		order := all
 		if r%2 == 1 { // alternate which side runs first
-			order = []*series{all[1], all[0], all[3], all[2], all[4]}
+			order = []*series{all[5], all[1], all[0], all[3], all[2], all[4]}
 		}
 		for _, sr := range order {
 			dir, err := e.tempDir("embedded")
@@ -285,6 +289,8 @@ func embedded(ctx context.Context, e *Env, s *Section) error {
 			row.Note = "Get(32) + DeleteBatch: 2 write transactions per 32 messages"
 		case 4:
 			row.Note = "Receive + Extend + Delete: 3 write transactions per message, at most one receive per poll interval"
+		case 5:
+			row.Note = "32 ReceiveTx in one transaction + 32 DeleteTx in another: 2 write transactions per 32 messages, as the listener; 64 statements"
 		}
 		s.add(row)
 	}
@@ -297,14 +303,17 @@ func embedded(ctx context.Context, e *Env, s *Section) error {
 		{"adaptq listener (1 task) ÷ goqite loop (1 consumer)", 1, 0, true, ""},
 		{"adaptq listener (4 tasks) ÷ goqite loop (4 consumers)", 3, 2, true, ""},
 		{"adaptq listener (1 task) ÷ goqite jobs runner", 1, 4, false, ""},
+		{"adaptq listener (1 task) ÷ goqite batched (1 consumer)", 1, 5, false, ""},
 	} {
 		ratio := med[c.a] / med[c.b]
 		row := Row{What: c.what, Figure: fmt.Sprintf("%.1f×", ratio)}
 		if c.target {
 			row.Target = fmt.Sprintf("≥ %.0f×", EmbeddedTarget)
 			row.Holds = verdict(ratio >= EmbeddedTarget)
-		} else {
+		} else if c.b == 4 {
 			row.Note = "no target: the runner is goqite's convenience layer, shown for completeness"
+		} else {
+			row.Note = "the fair peer: goqite batched as its API allows; the target (≥ 6×) is held at 200-byte bodies, below"
 		}
 		s.add(row)
 	}
@@ -312,5 +321,5 @@ func embedded(ctx context.Context, e *Env, s *Section) error {
 		"the delete) and its jobs runner three (an Extend as each job starts), while adaptq's listener commits two per 32 "+
 		"messages (one UPDATE … RETURNING of a batch, one DELETE of the batch). SQLite has one writer, so more consumers "+
 		"change little on either side: 1 → 4 consumers took goqite's loop from %s to %s and the listener from %s to %s.", perSec(med[0]), perSec(med[2]), perSec(med[1]), perSec(med[3]))
-	return nil
+	return embeddedSizes(ctx, e, s)
 }

@@ -100,6 +100,7 @@ var Sections = []Spec{
 	{Key: "trigger", Title: "Push trigger", Run: trigger},
 	{Key: "postgres", Title: "PostgreSQL: adaptq's driver vs River", Run: postgresSection},
 	{Key: "redis", Title: "Redis: adaptq's driver vs asynq", Run: redisSection},
+	{Key: "sqlite", Title: "Embedded SQLite: backlogs, space, two processes", Run: sqliteSection},
 }
 
 // Env is what a section runs with.

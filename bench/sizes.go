@@ -3,6 +3,7 @@ package bench
 import (
 	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -17,8 +18,11 @@ type Sizes struct {
 	Overhead int
 	// Backlog is the queue depth of the peak-RSS runs.
 	Backlog int
-	// Embedded is the number of messages each SQLite-vs-goqite run drains.
-	Embedded int
+	// Embedded is the number of messages each SQLite-vs-goqite run drains;
+	// EmbeddedBytes caps the bodies of one run by size (64 KiB bodies: at
+	// most EmbeddedBytes/64Ki messages).
+	Embedded      int
+	EmbeddedBytes int
 	// Azurite is the number of messages each drain of the Azurite section
 	// starts with; AzuriteLatency the same with latency added to every
 	// request; AzuriteRounds how many times each consumer drains them.
@@ -76,6 +80,13 @@ type Sizes struct {
 	// SteadyWindow is how long each steady-rate cell puts messages, after
 	// a warm-up of a fifth of it.
 	SteadyWindow time.Duration
+
+	// SQLiteBacklogs are the backlogs of the sqlite section; SQLiteAfter
+	// how long after each drain its file size is read again; SQLiteTwoProc
+	// the messages of each two-process run.
+	SQLiteBacklogs []int
+	SQLiteAfter    time.Duration
+	SQLiteTwoProc  int
 }
 
 // DefaultSizes finish in under ten minutes on a two-core machine.
@@ -85,6 +96,10 @@ func DefaultSizes() Sizes {
 		Overhead:       500_000,
 		Backlog:        100_000,
 		Embedded:       20_000,
+		EmbeddedBytes:  256 << 20,
+		SQLiteBacklogs: []int{1_000, 100_000, 1_000_000},
+		SQLiteAfter:    time.Minute,
+		SQLiteTwoProc:  100_000,
 		Azurite:        1_500,
 		AzuriteLatency: 1_000,
 		AzuriteRounds:  5,
@@ -124,6 +139,10 @@ func TinySizes() Sizes {
 		Overhead:       2_000,
 		Backlog:        2_000,
 		Embedded:       200,
+		EmbeddedBytes:  1 << 20,
+		SQLiteBacklogs: []int{100, 1_000},
+		SQLiteAfter:    1500 * time.Millisecond,
+		SQLiteTwoProc:  500,
 		Azurite:        200,
 		AzuriteLatency: 100,
 		AzuriteRounds:  1,
@@ -162,6 +181,10 @@ func (s *Sizes) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&s.Overhead, "overhead", s.Overhead, "messages per listener-overhead run")
 	fs.IntVar(&s.Backlog, "backlog", s.Backlog, "backlog of the peak-RSS runs")
 	fs.IntVar(&s.Embedded, "embedded", s.Embedded, "messages per SQLite-vs-goqite run")
+	fs.IntVar(&s.EmbeddedBytes, "embedded-bytes", s.EmbeddedBytes, "largest total of bodies per SQLite-vs-goqite run by size")
+	fs.Var((*intsValue)(&s.SQLiteBacklogs), "sqlite-backlogs", "comma-separated backlogs of the sqlite section")
+	fs.DurationVar(&s.SQLiteAfter, "sqlite-after", s.SQLiteAfter, "how long after a drain the sqlite section reads the file size again")
+	fs.IntVar(&s.SQLiteTwoProc, "sqlite-two-proc", s.SQLiteTwoProc, "messages per two-process run of the sqlite section")
 	fs.IntVar(&s.Azurite, "azurite", s.Azurite, "messages per drain of the Azurite section")
 	fs.IntVar(&s.AzuriteLatency, "azurite-latency", s.AzuriteLatency, "messages per drain of the Azurite section with latency added")
 	fs.IntVar(&s.AzuriteRounds, "azurite-rounds", s.AzuriteRounds, "drains per consumer in the Azurite section")
@@ -203,6 +226,7 @@ func (s Sizes) Validate() error {
 		"poll-lanes": s.PollLanes, "idle-hours": s.IdleHours,
 		"postgres": s.Postgres, "postgres-long": s.PostgresLong, "postgres-wake": s.PostgresWake,
 		"redis": s.Redis, "redis-wake-trials": s.RedisWakeTrials,
+		"embedded-bytes": s.EmbeddedBytes, "sqlite-two-proc": s.SQLiteTwoProc,
 	} {
 		if v < 1 {
 			bad = append(bad, fmt.Sprintf("-%s %d is below 1", name, v))
@@ -215,6 +239,17 @@ func (s Sizes) Validate() error {
 		if v < 10*time.Millisecond {
 			bad = append(bad, fmt.Sprintf("-%s %s is below 10ms", name, v))
 		}
+	}
+	if len(s.SQLiteBacklogs) == 0 {
+		bad = append(bad, "-sqlite-backlogs is empty")
+	}
+	for _, n := range s.SQLiteBacklogs {
+		if n < 1 {
+			bad = append(bad, fmt.Sprintf("-sqlite-backlogs %d is below 1", n))
+		}
+	}
+	if s.SQLiteAfter < 0 {
+		bad = append(bad, "-sqlite-after is negative")
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("bench: sizes: %s", strings.Join(bad, "; "))
@@ -230,4 +265,31 @@ func (s Sizes) String() string {
 	var parts []string
 	fs.VisitAll(func(f *flag.Flag) { parts = append(parts, "-"+f.Name+" "+f.Value.String()) })
 	return strings.Join(parts, " ")
+}
+
+// intsValue is a flag.Value of comma-separated integers.
+type intsValue []int
+
+func (v *intsValue) String() string {
+	if v == nil {
+		return ""
+	}
+	s := make([]string, len(*v))
+	for i, n := range *v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
+func (v *intsValue) Set(text string) error {
+	var ns []int
+	for _, f := range strings.Split(text, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return err
+		}
+		ns = append(ns, n)
+	}
+	*v = ns
+	return nil
 }

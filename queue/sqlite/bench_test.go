@@ -48,11 +48,19 @@ func fill(b *testing.B, pq *queue.Queue, n int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		st := tx.Stmt(q.db.st.put)
+		st, sb := tx.Stmt(q.db.st.put), tx.Stmt(q.db.st.putBody)
 		for range k {
-			if _, err := st.Exec(q.qid, now, now, now+int64(queue.DefaultTTL), benchBody); err != nil {
+			res, err := st.Exec(q.qid, now, now, now+int64(queue.DefaultTTL))
+			if err != nil {
 				b.Fatal(err)
 			}
+			id, _ := res.LastInsertId()
+			if _, err := sb.Exec(id, benchBody); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := tx.Stmt(q.db.st.depth).Exec(q.qid, k); err != nil {
+			b.Fatal(err)
 		}
 		if err := tx.Commit(); err != nil {
 			b.Fatal(err)

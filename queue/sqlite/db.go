@@ -39,6 +39,40 @@ type options struct {
 	clock       queue.Clock
 	maxBody     int
 	busyTimeout time.Duration
+	sync        Sync
+}
+
+// Sync is how a commit reaches the disk.
+type Sync int
+
+const (
+	// SyncNormal (the default) is WAL with synchronous NORMAL: a commit is
+	// written to the WAL but not flushed, and the WAL is flushed at each
+	// checkpoint. A Put that returned survives a crash or kill of the
+	// process; a power cut or OS crash may lose the last commits (never
+	// corrupting the file).
+	SyncNormal Sync = iota
+	// SyncFull is WAL with synchronous FULL: every commit flushes the WAL
+	// (fsync) before it returns, so a Put that returned survives a power
+	// cut too, at the price of one flush per commit (per group of Puts).
+	SyncFull
+)
+
+// String returns the name the URL parameter sync takes: "normal" or "full".
+func (s Sync) String() string {
+	if s == SyncFull {
+		return "full"
+	}
+	return "normal"
+}
+
+// WithSync sets how commits reach the disk (default SyncNormal).
+func WithSync(s Sync) Option {
+	return func(o *options) {
+		if s == SyncFull {
+			o.sync = SyncFull
+		}
+	}
 }
 
 // WithClock sets the clock the DB reads for every timestamp it stores and
@@ -79,9 +113,13 @@ type DB struct {
 	path    string
 	clock   queue.Clock
 	maxBody int
+	sync    Sync
 
 	w *sql.DB // writes: exactly one connection
 	r *sql.DB // Peek and Count: read-only connections
+
+	stopVacuum context.CancelFunc // ends the vacuum loop …
+	vacuumDone chan struct{}      // … which closes this
 
 	st   statements
 	puts putGroup // Puts waiting to share a commit
@@ -95,12 +133,17 @@ type DB struct {
 // statements are prepared once per DB. database/sql prepares each again on
 // every connection it is used on; the write pool has one.
 type statements struct {
-	put, get, del, exists, existsBatch, update, purge, clear *sql.Stmt // write pool
-	peek, count                                              *sql.Stmt // read pool
+	put, putBody, depth, get, del, exists, existsBatch, update *sql.Stmt // write pool
+	purgeBodies, purge, clearBodies, clear, clearDepth         *sql.Stmt // write pool
+	peek, count                                                *sql.Stmt // read pool
 
-	// delBatch[k] is sqlDeleteBatch(1<<k): batches are padded with NULLs
-	// to the next power of two, so six statements serve every size.
-	delBatch [deleteBatchClasses]*sql.Stmt
+	// bodies[k] is sqlBodies(1<<k), on the read pool.
+	bodies [deleteBatchClasses]*sql.Stmt
+
+	// delBatch[k] is sqlDeleteBatch(1<<k) and delBodies[k]
+	// sqlDeleteBodies(1<<k): batches are padded with NULLs to the next
+	// power of two, so six statements serve every size.
+	delBatch, delBodies [deleteBatchClasses]*sql.Stmt
 }
 
 // Open opens the SQLite database at path, creating the file and its
@@ -121,17 +164,20 @@ func Open(path string, opts ...Option) (*DB, error) {
 	if err := os.MkdirAll(filepath.Dir(abs), 0o750); err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
-	db := &DB{path: abs, clock: o.clock, maxBody: o.maxBody, queues: map[string]int64{}}
-	if err := db.open(o.busyTimeout); err != nil {
+	db := &DB{path: abs, clock: o.clock, maxBody: o.maxBody, sync: o.sync, queues: map[string]int64{}}
+	if err := db.open(o.busyTimeout, o.sync); err != nil {
 		db.closePools()
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, classify(err))
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	db.stopVacuum, db.vacuumDone = cancel, make(chan struct{})
+	go db.vacuumLoop(ctx)
 	return db, nil
 }
 
-func (db *DB) open(busyTimeout time.Duration) (err error) {
+func (db *DB) open(busyTimeout time.Duration, sync Sync) (err error) {
 	ms := strconv.FormatInt(busyTimeout.Milliseconds(), 10)
-	if db.w, err = sql.Open("sqlite", dsn(db.path, ms, false)); err != nil {
+	if db.w, err = sql.Open("sqlite", dsn(db.path, ms, sync, false)); err != nil {
 		return err
 	}
 	// One writer connection, kept for the life of the DB.
@@ -142,7 +188,10 @@ func (db *DB) open(busyTimeout time.Duration) (err error) {
 	if err := migrate(context.Background(), db.w); err != nil {
 		return err
 	}
-	if db.r, err = sql.Open("sqlite", dsn(db.path, ms, true)); err != nil {
+	if err := incrementalVacuum(context.Background(), db.w); err != nil {
+		return err
+	}
+	if db.r, err = sql.Open("sqlite", dsn(db.path, ms, sync, true)); err != nil {
 		return err
 	}
 	n := min(readConns, runtime.GOMAXPROCS(0))
@@ -152,17 +201,36 @@ func (db *DB) open(busyTimeout time.Duration) (err error) {
 	return db.prepare()
 }
 
+// mmapSize is how much of the database file each connection maps into
+// memory (PRAGMA mmap_size): pages are read from the mapping instead of
+// with a read call per 4 KiB page, which matters for large bodies (a Get
+// reads its bodies on a read connection). It is address space, not memory:
+// the pages are the operating system's file cache. Pages still in the WAL
+// are read as before.
+const mmapSize = 1 << 30
+
+// walSizeLimit is the size the WAL file is cut back to when it starts over
+// after a checkpoint (PRAGMA journal_size_limit): a burst of large
+// transactions grows it, and without a limit it would keep that size.
+const walSizeLimit = 4 << 20
+
 // dsn is the modernc.org/sqlite data source name for path: WAL, synchronous
-// NORMAL, the busy timeout, and BEGIN IMMEDIATE for transactions.
-func dsn(path, busyMillis string, readOnly bool) string {
+// NORMAL (FULL with SyncFull), the busy timeout, BEGIN IMMEDIATE for
+// transactions, and for the writer incremental auto-vacuum (which takes
+// effect on a new file; incrementalVacuum converts an old one).
+func dsn(path, busyMillis string, sync Sync, readOnly bool) string {
 	q := url.Values{}
 	q.Set("_busy_timeout", busyMillis)
 	q.Set("_journal_mode", "WAL")
-	q.Set("_synchronous", "NORMAL")
+	q.Set("_synchronous", strings.ToUpper(sync.String()))
 	q.Set("_txlock", "immediate")
 	q.Add("_pragma", "temp_store(MEMORY)")
+	q.Add("_pragma", fmt.Sprintf("mmap_size(%d)", mmapSize))
 	if readOnly {
 		q.Set("_query_only", "1")
+	} else {
+		q.Set("_auto_vacuum", "INCREMENTAL")
+		q.Add("_pragma", fmt.Sprintf("journal_size_limit(%d)", walSizeLimit))
 	}
 	p := filepath.ToSlash(path)
 	if !strings.HasPrefix(p, "/") {
@@ -178,13 +246,18 @@ func (db *DB) prepare() error {
 		sql string
 	}{
 		{&db.st.put, sqlPut},
+		{&db.st.putBody, sqlPutBody},
+		{&db.st.depth, sqlDepth},
 		{&db.st.get, sqlGet},
 		{&db.st.del, sqlDelete},
 		{&db.st.exists, sqlExists},
 		{&db.st.existsBatch, sqlExistsBatch},
 		{&db.st.update, sqlUpdateVisibility},
+		{&db.st.purgeBodies, sqlPurgeBodies},
 		{&db.st.purge, sqlPurge},
+		{&db.st.clearBodies, sqlClearBodies},
 		{&db.st.clear, sqlClear},
+		{&db.st.clearDepth, sqlClearDepth},
 	}
 	for _, s := range w {
 		st, err := db.w.Prepare(s.sql)
@@ -199,6 +272,10 @@ func (db *DB) prepare() error {
 			return fmt.Errorf("prepare delete batch of %d: %w", 1<<k, err)
 		}
 		db.st.delBatch[k] = st
+		if st, err = db.w.Prepare(sqlDeleteBodies(1 << k)); err != nil {
+			return fmt.Errorf("prepare delete of %d bodies: %w", 1<<k, err)
+		}
+		db.st.delBodies[k] = st
 	}
 	r := []struct {
 		p   **sql.Stmt
@@ -213,6 +290,13 @@ func (db *DB) prepare() error {
 			return fmt.Errorf("prepare %q: %w", s.sql, err)
 		}
 		*s.p = st
+	}
+	for k := range db.st.bodies {
+		st, err := db.r.Prepare(sqlBodies(1 << k))
+		if err != nil {
+			return fmt.Errorf("prepare read of %d bodies: %w", 1<<k, err)
+		}
+		db.st.bodies[k] = st
 	}
 	return nil
 }
@@ -269,6 +353,10 @@ func (db *DB) queueID(name string) (int64, error) {
 func (db *DB) Close() error {
 	if db.closed.Swap(true) {
 		return nil
+	}
+	if db.stopVacuum != nil {
+		db.stopVacuum()
+		<-db.vacuumDone
 	}
 	return db.closePools()
 }

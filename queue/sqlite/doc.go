@@ -14,6 +14,7 @@
 //
 //	sqlite:///var/lib/adaptq/adaptq.db?queue=orders
 //	sqlite://./data/adaptq.db?queue=orders&busy_timeout=10s
+//	sqlite:///var/lib/adaptq/adaptq.db?queue=orders&sync=full
 //
 // Within one process, every URL naming the same file shares one DB, which is
 // closed when the last queue opened that way is closed.
@@ -23,19 +24,29 @@
 // Source files: doc.go (this), db.go (Open, options, connection pools,
 // prepared statements), schema.go (the versioned schema and its migrations),
 // queue.go (the queue.Queue implementation and its SQL), group.go (Puts
-// sharing commits), url.go (the sqlite:// scheme).
+// sharing commits), vacuum.go (giving a drained file's space back), url.go
+// (the sqlite:// scheme).
 //
 // The database file is an ordinary SQLite database in WAL mode: name.db plus
 // name.db-wal and name.db-shm beside it while it is open. Its header carries
 // application_id 0x61647471 ("adtq") and user_version = the schema version.
 //
-// # Schema (version 1)
+// # Schema (version 2)
 //
-//	queues(id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT UNIQUE, created_at INTEGER)
+//	queues(id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT UNIQUE, created_at INTEGER,
+//	       depth INTEGER)
 //	messages(id INTEGER PRIMARY KEY AUTOINCREMENT, queue_id INTEGER,
 //	         inserted_at INTEGER, visible_at INTEGER, expires_at INTEGER,
-//	         dequeue_count INTEGER, receipt INTEGER, body BLOB)
+//	         dequeue_count INTEGER, receipt INTEGER)
+//	bodies(id INTEGER PRIMARY KEY, body BLOB)  -- id = messages.id
 //	INDEX messages_ready ON messages(queue_id, visible_at, id, expires_at)
+//	INDEX messages_expiry ON messages(queue_id, expires_at)
+//
+// A message's changing state (visible_at, receipt, dequeue_count) is in
+// messages, its body in bodies: a Get or an UpdateVisibility rewrites the
+// small messages row and never the body, so draining a 64 KiB message writes
+// a few KiB, not the body again. A Put inserts both rows; a delete removes
+// both, in one transaction.
 //
 // Times are absolute Unix nanoseconds read from the DB's queue.Clock, so
 // tests move a fake clock instead of sleeping, and a restart (or another
@@ -58,18 +69,35 @@
 // message's position in its batch, which is how the one-statement Get
 // returns its messages in FIFO order (SQLite does not order RETURNING rows).
 //
-// Count scans the queue's part of the index (about 1 ms per 10,000
-// messages), so it is meant for periodic sampling, not for every Get.
+// Count is O(1): queues.depth counts the queue's rows, kept by every
+// statement that adds or removes messages, in its transaction (Put, Delete,
+// DeleteBatch, the purge, Clear); Count subtracts the expired messages not
+// yet purged, an index probe of messages_expiry (a few µs at any depth).
 //
 // Expired messages are never returned and not counted. They are deleted
 // lazily: at most once a second (of the DB's clock) per queue handle, a Get
-// first deletes the expired ones among the first 256 visible messages, the
-// only ones a Get has to step over; a full purge makes the next Get purge
-// again.
+// first deletes up to 256 expired messages, visible or not, found through
+// messages_expiry; a full purge makes the next Get purge again.
 //
 // The schema is versioned with PRAGMA user_version and a list of migration
-// steps applied in one transaction on Open. A file written by a newer
-// version of this package is refused with ErrSchemaTooNew.
+// steps applied in one transaction on Open: a file of version 1 is migrated
+// to version 2 (bodies moved to their own table, depths counted) the first
+// time a build of version 2 opens it (testdata/v1.db is such a file, and
+// TestMigrateV1 its test). A file written by a newer version of this
+// package is refused with ErrSchemaTooNew.
+//
+// # Space
+//
+// The file is in incremental auto-vacuum mode (a new file is born in it; an
+// older file is converted once, by a full VACUUM, when it is first opened).
+// Deleted messages' pages go on SQLite's free list, where new Puts reuse
+// them. Each DB runs a vacuum loop: every second it reads the free list, and
+// once half the file (and at least 256 KiB) is free it gives pages back to
+// the file system with PRAGMA incremental_vacuum in steps of 8 MiB, each a
+// short write transaction of its own (up to 8 a second, so Puts and Gets go
+// on between them), then checkpoints and truncates the WAL. A drained file
+// of a million messages is back to a few MiB within seconds, without a
+// stop-the-world VACUUM. Close stops the loop.
 //
 // # Concurrency
 //
@@ -78,7 +106,9 @@
 // exactly one connection, so writers within a process queue up in Go rather
 // than spin in SQLite's busy handler, and each statement is prepared once.
 // Peek and Count read through a small pool of read-only connections, which
-// WAL lets run beside the writer.
+// WAL lets run beside the writer; a Get reads its messages' bodies there
+// too, after its UPDATE. Every connection maps the file into memory
+// (mmapSize), so large bodies are read without a read call per page.
 //
 // Every operation is one statement or one transaction: a Get of n messages is
 // a single UPDATE … RETURNING, so two consumers, in this process or another,
@@ -93,10 +123,23 @@
 // WithBusyTimeout); an SQLITE_BUSY or SQLITE_LOCKED that outlasts it is
 // returned marked queue.Transient, so callers retry.
 //
+// Two processes on one file take turns at the write lock (SQLite has one
+// writer), so together they drain about as fast as one process does; in
+// BENCHMARKS.md's runs their CPU per message matched one process's within
+// the noise (0.95–1.09×), so sharing the file costs no measurable work per
+// message. A process that finds the lock taken sleeps in SQLite's busy
+// handler (1 ms, then longer) while the other keeps the lock busy.
+// The vacuum loop counts another process's commits as activity (PRAGMA
+// data_version), so it does not move pages under a drain running elsewhere.
+//
 // # Durability
 //
-// synchronous=NORMAL in WAL mode: a Put that returned survives a crash or
-// kill of the process (the commit is in the WAL, in the operating system's
-// hands); a power loss or OS crash may lose the transactions committed since
-// the last checkpoint, but never corrupts the file.
+// By default (SyncNormal) synchronous=NORMAL in WAL mode: a Put that
+// returned survives a crash or kill of the process (the commit is in the
+// WAL, in the operating system's hands); a power loss or OS crash may lose
+// the transactions committed since the last checkpoint, but never corrupts
+// the file. With WithSync(SyncFull) (URL: sync=full) every commit flushes
+// the WAL to the disk before it returns (synchronous=FULL), so a Put that
+// returned survives a power cut too; a commit then costs a flush, shared by
+// the Puts of a group.
 package sqlite

@@ -83,5 +83,5 @@ func Example_url() {
 	fmt.Println(strings.ReplaceAll(err.Error(), dir, "DIR"))
 	// Output:
 	// welcome
-	// sqlite: open: queue: invalid queue URL "sqlite://DIR/adaptq.db?queue=emails&ttl=1h": unknown parameter "ttl" (allowed: queue, busy_timeout)
+	// sqlite: open: queue: invalid queue URL "sqlite://DIR/adaptq.db?queue=emails&ttl=1h": unknown parameter "ttl" (allowed: queue, busy_timeout, sync)
 }

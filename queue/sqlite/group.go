@@ -16,8 +16,8 @@ const maxPutGroup = 128
 // therefore share commits, as in LevelDB's write queue: they line up in
 // putGroup, the one at the front writes itself and every Put behind it
 // (up to maxPutGroup) in one transaction, wakes them with their ids, and
-// hands the front to the next in line. A lone Put is one autocommit insert,
-// as before; no goroutine is started.
+// hands the front to the next in line. A lone Put is a transaction of its
+// own; no goroutine is started.
 type putGroup struct {
 	mu   sync.Mutex
 	line []*putReq // line[0] is writing or about to; taken ones form a prefix
@@ -125,27 +125,40 @@ func (db *DB) writeGroup() {
 func (db *DB) insert(group []*putReq) ([]int64, error) {
 	ctx := context.Background()
 	ids := make([]int64, len(group))
-	if len(group) == 1 {
-		r := group[0]
-		res, err := db.st.put.ExecContext(ctx, r.qid, r.insertedAt, r.visibleAt, r.expiresAt, r.body)
-		if err != nil {
-			return nil, err
-		}
-		ids[0], err = res.LastInsertId()
-		return ids, err
-	}
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	st := tx.StmtContext(ctx, db.st.put)
+	put, putBody := tx.StmtContext(ctx, db.st.put), tx.StmtContext(ctx, db.st.putBody)
 	for i, r := range group {
-		res, err := st.ExecContext(ctx, r.qid, r.insertedAt, r.visibleAt, r.expiresAt, r.body)
+		res, err := put.ExecContext(ctx, r.qid, r.insertedAt, r.visibleAt, r.expiresAt)
 		if err != nil {
 			return nil, err
 		}
 		if ids[i], err = res.LastInsertId(); err != nil {
+			return nil, err
+		}
+		if _, err := putBody.ExecContext(ctx, ids[i], r.body); err != nil {
+			return nil, err
+		}
+	}
+	// One depth update per queue of the group (usually one queue).
+	type count struct{ qid, n int64 }
+	var counts []count
+next:
+	for _, r := range group {
+		for i := range counts {
+			if counts[i].qid == r.qid {
+				counts[i].n++
+				continue next
+			}
+		}
+		counts = append(counts, count{r.qid, 1})
+	}
+	depth := tx.StmtContext(ctx, db.st.depth)
+	for _, c := range counts {
+		if _, err := depth.ExecContext(ctx, c.qid, c.n); err != nil {
 			return nil, err
 		}
 	}

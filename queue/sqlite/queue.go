@@ -34,23 +34,36 @@ const (
 	sqlEnsureQueue = `INSERT INTO queues (name, created_at) VALUES (?1, ?2)
 		ON CONFLICT (name) DO UPDATE SET name = excluded.name RETURNING id`
 
-	sqlPut = `INSERT INTO messages (queue_id, inserted_at, visible_at, expires_at, body)
-		VALUES (?1, ?2, ?3, ?4, ?5)`
+	// A Put is sqlPut and then sqlPutBody with the new id, and sqlDepth
+	// for the queue, in one transaction (a group of Puts: one sqlDepth per
+	// queue).
+	sqlPut = `INSERT INTO messages (queue_id, inserted_at, visible_at, expires_at)
+		VALUES (?1, ?2, ?3, ?4)`
+	sqlPutBody = `INSERT INTO bodies (id, body) VALUES (?1, ?2)`
+
+	// sqlDepth adds ?2 to the queue's depth. Every statement that adds or
+	// removes messages runs it in its transaction, with the number of
+	// rows it changed: a per-row trigger would cost a quarter of a drain.
+	sqlDepth = `UPDATE queues SET depth = depth + ?2 WHERE id = ?1`
 
 	// sqlGet takes the first ?4 visible, unexpired messages at ?2 in FIFO
 	// order, hides them until ?3, and hands each a new receipt whose low 6
 	// bits are its position in that order (RETURNING rows come unordered).
+	// It writes the messages rows only; the bodies are read afterwards
+	// (sqlBodies), not rewritten.
 	sqlGet = `UPDATE messages
 		SET visible_at = ?3, dequeue_count = dequeue_count + 1, receipt = (random() & -64) | s.pos
 		FROM (SELECT id, row_number() OVER (ORDER BY visible_at, id) - 1 AS pos
-		      FROM (SELECT id, visible_at FROM messages
+		      FROM (SELECT id, visible_at FROM messages INDEXED BY messages_ready
 		            WHERE queue_id = ?1 AND visible_at <= ?2 AND expires_at > ?2
 		            ORDER BY visible_at, id LIMIT ?4)) AS s
 		WHERE messages.id = s.id
-		RETURNING messages.id, receipt, body, dequeue_count, inserted_at, expires_at`
+		RETURNING messages.id, receipt, dequeue_count, inserted_at, expires_at`
 
 	// In the statements that name ids, +queue_id keeps the planner on the
-	// primary key (see sqlDeleteBatch).
+	// primary key (see sqlDeleteBatch). A message deleted from messages
+	// has its body deleted (sqlDeleteBodies) and its queue's depth
+	// lowered (sqlDepth) in the same transaction.
 	sqlDelete = `DELETE FROM messages WHERE id = ?2 AND +queue_id = ?1 AND receipt = ?3 RETURNING expires_at`
 
 	// sqlExists tells a stale receipt (the message is there, unexpired) from
@@ -61,19 +74,31 @@ const (
 		WHERE id = ?2 AND +queue_id = ?1 AND receipt = ?3 AND expires_at > ?5
 		RETURNING receipt`
 
+	// sqlPurgeBodies and then sqlPurge delete up to ?3 expired messages,
+	// visible or not, read from messages_expiry (the same ones: one
+	// transaction, one order).
+	sqlPurgeBodies = `DELETE FROM bodies WHERE id IN (
+		SELECT id FROM messages INDEXED BY messages_expiry
+		WHERE queue_id = ?1 AND expires_at <= ?2 LIMIT ?3)`
 	sqlPurge = `DELETE FROM messages WHERE id IN (
-		SELECT id FROM (SELECT id, expires_at FROM messages
-		                WHERE queue_id = ?1 AND visible_at <= ?2
-		                ORDER BY visible_at, id LIMIT ?3)
-		WHERE expires_at <= ?2)`
+		SELECT id FROM messages INDEXED BY messages_expiry
+		WHERE queue_id = ?1 AND expires_at <= ?2 LIMIT ?3)`
 
-	sqlClear = `DELETE FROM messages WHERE queue_id = ?1`
+	sqlClearBodies = `DELETE FROM bodies WHERE id IN (SELECT id FROM messages WHERE queue_id = ?1)`
+	sqlClear       = `DELETE FROM messages WHERE queue_id = ?1`
+	sqlClearDepth  = `UPDATE queues SET depth = 0 WHERE id = ?1`
 
-	sqlPeek = `SELECT id, body, dequeue_count, inserted_at, expires_at, visible_at FROM messages
-		WHERE queue_id = ?1 AND visible_at <= ?2 AND expires_at > ?2
-		ORDER BY visible_at, id LIMIT ?3`
+	sqlPeek = `SELECT m.id, b.body, m.dequeue_count, m.inserted_at, m.expires_at, m.visible_at
+		FROM messages AS m INDEXED BY messages_ready JOIN bodies AS b ON b.id = m.id
+		WHERE m.queue_id = ?1 AND m.visible_at <= ?2 AND m.expires_at > ?2
+		ORDER BY m.visible_at, m.id LIMIT ?3`
 
-	sqlCount = `SELECT count(*) FROM messages WHERE queue_id = ?1 AND expires_at > ?2`
+	// sqlCount is the queue's depth, kept by sqlDepth, less the
+	// expired messages not yet purged: O(1) plus one index probe (the
+	// purge keeps the expired ones few).
+	sqlCount = `SELECT depth - (SELECT count(*) FROM messages INDEXED BY messages_expiry
+		                    WHERE queue_id = ?1 AND expires_at <= ?2)
+		FROM queues WHERE id = ?1`
 )
 
 // sqlDeleteBatch deletes n (id, receipt) pairs in one statement: ?2, ?4 …
@@ -92,6 +117,35 @@ func sqlDeleteBatch(n int) string {
 	}
 	return "DELETE FROM messages WHERE +queue_id = ?1 AND id IN (" + in.String() +
 		") AND receipt = CASE id" + when.String() + " END RETURNING id, expires_at"
+}
+
+// sqlBodies reads the bodies of n messages, ?1 … ?n (NULL ids match
+// nothing). A Get reads its messages' bodies with it after its UPDATE: a
+// body in RETURNING is first copied into a temporary table with the other
+// returned columns, which for 64 KiB bodies cost more than a third of a
+// drain's CPU.
+func sqlBodies(n int) string {
+	var in strings.Builder
+	for i := range n {
+		if i > 0 {
+			in.WriteString(", ")
+		}
+		fmt.Fprintf(&in, "?%d", 1+i)
+	}
+	return "SELECT id, body FROM bodies WHERE id IN (" + in.String() + ")"
+}
+
+// sqlDeleteBodies deletes the bodies of n messages, ?1 … ?n (NULL ids
+// match nothing).
+func sqlDeleteBodies(n int) string {
+	var in strings.Builder
+	for i := range n {
+		if i > 0 {
+			in.WriteString(", ")
+		}
+		fmt.Fprintf(&in, "?%d", 1+i)
+	}
+	return "DELETE FROM bodies WHERE id IN (" + in.String() + ")"
 }
 
 // sqlExistsBatch is sqlExists for up to queue.MaxBatchSize ids, ?3 … ?34
@@ -124,8 +178,13 @@ var _ driver.Queue = (*driverQueue)(nil)
 // Name returns the queue's name.
 func (q *driverQueue) Name() string { return q.name }
 
-// Features: every capability but native notify; a durable file.
+// Features: every capability but native notify; a durable file (a power
+// cut too with SyncFull).
 func (q *driverQueue) Features() driver.Features {
+	durability := driver.ProcessCrash
+	if q.db.sync == SyncFull {
+		durability = driver.PowerLoss
+	}
 	return driver.Features{
 		Name:        Scheme,
 		MaxBatch:    queue.MaxBatchSize,
@@ -134,7 +193,7 @@ func (q *driverQueue) Features() driver.Features {
 		ExactCount:  true,
 		BatchDelete: true,
 		Siblings:    true,
-		Durability:  driver.ProcessCrash,
+		Durability:  durability,
 	}
 }
 
@@ -219,8 +278,7 @@ func (q *driverQueue) Get(ctx context.Context, n int, visibility time.Duration) 
 	)
 	for rows.Next() {
 		var id, receipt, dc, ins, exp int64
-		var body []byte
-		if err := rows.Scan(&id, &receipt, &body, &dc, &ins, &exp); err != nil {
+		if err := rows.Scan(&id, &receipt, &dc, &ins, &exp); err != nil {
 			return nil, q.fail(err)
 		}
 		if backing == nil {
@@ -231,7 +289,6 @@ func (q *driverQueue) Get(ctx context.Context, n int, visibility time.Duration) 
 		backing = append(backing, driver.Message{
 			ID:            strconv.FormatInt(id, 10),
 			PopReceipt:    formatReceipt(receipt),
-			Body:          body,
 			DequeueCount:  int(dc),
 			InsertedAt:    fromNanos(ins),
 			ExpiresAt:     fromExpiry(exp),
@@ -243,17 +300,86 @@ func (q *driverQueue) Get(ctx context.Context, n int, visibility time.Duration) 
 	if err := rows.Err(); err != nil {
 		return nil, q.fail(err)
 	}
-	// Put the messages in FIFO order: position i goes to index i.
-	for i := 0; i < len(msgs); {
-		p := int(pos[i])
-		if p == i || p >= len(msgs) || pos[p] == int64(p) {
-			i++ // in place (or, impossibly, a bad position: keep the order we have)
-			continue
-		}
-		msgs[i], msgs[p] = msgs[p], msgs[i]
-		pos[i], pos[p] = pos[p], pos[i]
+	rows.Close()
+	if len(msgs) == 0 {
+		return nil, nil
 	}
-	return msgs, nil
+	if msgs, pos, err = q.db.readBodies(ctx, msgs, pos); err != nil {
+		return nil, q.fail(err)
+	}
+	return fifo(msgs, pos), nil
+}
+
+// fifo puts the messages of a Get in FIFO order: pos[i], the low 6 bits of
+// msgs[i]'s receipt, is its place in that order. Places may have gaps (a
+// message deleted before its body was read); a place taken twice cannot
+// happen, and would leave the order as it is.
+func fifo(msgs []*driver.Message, pos []int64) []*driver.Message {
+	var slots [64]*driver.Message
+	for i, m := range msgs {
+		if slots[pos[i]&63] != nil {
+			return msgs
+		}
+		slots[pos[i]&63] = m
+	}
+	out := msgs[:0]
+	for _, m := range slots {
+		if m != nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// readBodies fills in the bodies of msgs, got by a Get, from a read-only
+// connection (the writer is free for the next write meanwhile). A body is
+// immutable from its Put until its message is deleted, and nobody else
+// holds these messages' new receipts, so the bodies are there, unless a
+// message was deleted since the UPDATE by the purge (it expired just then)
+// or by Clear: such messages are gone and are left out, with their
+// positions in pos.
+func (db *DB) readBodies(ctx context.Context, msgs []*driver.Message, pos []int64) ([]*driver.Message, []int64, error) {
+	c := bits.Len(uint(len(msgs) - 1)) // ceil(log2(len)); len ≤ MaxBatchSize
+	args := make([]any, 1<<c)          // padded with NULLs
+	byID := make(map[int64]*driver.Message, len(msgs))
+	for i, m := range msgs {
+		id, _ := parseID(m.ID)
+		args[i] = id
+		byID[id] = m
+	}
+	rows, err := db.st.bodies[c].QueryContext(ctx, args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	found := 0
+	for rows.Next() {
+		var id int64
+		var body []byte
+		if err := rows.Scan(&id, &body); err != nil {
+			return nil, nil, err
+		}
+		if m := byID[id]; m != nil {
+			if body == nil {
+				body = []byte{}
+			}
+			m.Body = body
+			found++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	if found == len(msgs) {
+		return msgs, pos, nil
+	}
+	kept, kpos := msgs[:0], pos[:0]
+	for i, m := range msgs {
+		if m.Body != nil {
+			kept, kpos = append(kept, m), append(kpos, pos[i])
+		}
+	}
+	return kept, kpos, nil
 }
 
 // purge deletes expired messages at the head of the queue, at most once per
@@ -264,14 +390,39 @@ func (q *driverQueue) purge(ctx context.Context, now int64) {
 	if now < next || !q.nextPurge.CompareAndSwap(next, now+int64(purgeInterval)) {
 		return
 	}
-	res, err := q.db.st.purge.ExecContext(ctx, q.qid, now, purgeLimit)
+	n, err := q.db.purge(ctx, q.qid, now)
 	if err != nil {
 		q.nextPurge.Store(now) // try again on the next Get
 		return
 	}
-	if n, err := res.RowsAffected(); err == nil && n >= purgeLimit {
+	if n >= purgeLimit {
 		q.nextPurge.Store(now) // more to delete
 	}
+}
+
+// purge deletes up to purgeLimit expired messages of the queue qid and
+// returns how many it deleted.
+func (db *DB) purge(ctx context.Context, qid, now int64) (int64, error) {
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if _, err := tx.StmtContext(ctx, db.st.purgeBodies).ExecContext(ctx, qid, now, purgeLimit); err != nil {
+		return 0, err
+	}
+	res, err := tx.StmtContext(ctx, db.st.purge).ExecContext(ctx, qid, now, purgeLimit)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil || n == 0 {
+		return 0, err // nothing to commit
+	}
+	if _, err := tx.StmtContext(ctx, db.st.depth).ExecContext(ctx, qid, -n); err != nil {
+		return 0, err
+	}
+	return n, tx.Commit()
 }
 
 // Delete removes a message held with its newest receipt. A stale receipt is
@@ -285,18 +436,60 @@ func (q *driverQueue) Delete(ctx context.Context, id, popReceipt string) error {
 	now := q.now()
 	r, ok := parseReceipt(popReceipt)
 	if ok {
-		var exp int64
-		err := q.db.st.del.QueryRowContext(ctx, q.qid, mid, r).Scan(&exp)
+		exp, deleted, err := q.deleteOne(ctx, mid, r)
 		switch {
-		case err == nil && exp > now:
-			return nil
-		case err == nil:
-			return notFound(id) // expired: gone, and now deleted too
-		case !errors.Is(err, sql.ErrNoRows):
+		case err != nil:
 			return q.fail(err)
+		case deleted && exp > now:
+			return nil
+		case deleted:
+			return notFound(id) // expired: gone, and now deleted too
 		}
 	}
 	return q.missed(ctx, q.db.st.exists, id, mid, now)
+}
+
+// deleteOne deletes message mid if r is its receipt, with its body, and
+// lowers the depth, in one transaction. It returns the message's expiry and
+// whether it was deleted.
+func (q *driverQueue) deleteOne(ctx context.Context, mid, r int64) (exp int64, deleted bool, err error) {
+	tx, err := q.db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, false, err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	err = tx.StmtContext(ctx, q.db.st.del).QueryRowContext(ctx, q.qid, mid, r).Scan(&exp)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, false, nil // nothing written: the rollback ends the transaction
+	case err != nil:
+		return 0, false, err
+	}
+	if err := q.gone(ctx, tx, []int64{mid}); err != nil {
+		return 0, false, err
+	}
+	return exp, true, tx.Commit()
+}
+
+// gone finishes, inside tx, the deletion of messages ids (already deleted
+// from messages): it deletes their bodies and lowers the queue's depth.
+func (q *driverQueue) gone(ctx context.Context, tx *sql.Tx, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	for start := 0; start < len(ids); start += queue.MaxBatchSize {
+		chunk := ids[start:min(start+queue.MaxBatchSize, len(ids))]
+		c := bits.Len(uint(len(chunk) - 1)) // ceil(log2(len))
+		args := make([]any, 1<<c)           // padded with NULLs
+		for i, id := range chunk {
+			args[i] = id
+		}
+		if _, err := tx.StmtContext(ctx, q.db.st.delBodies[c]).ExecContext(ctx, args...); err != nil {
+			return err
+		}
+	}
+	_, err := tx.StmtContext(ctx, q.db.st.depth).ExecContext(ctx, q.qid, -int64(len(ids)))
+	return err
 }
 
 // missed explains why an id and receipt matched nothing: the message is
@@ -379,10 +572,24 @@ func (q *driverQueue) Count(ctx context.Context) (int, error) {
 
 // Clear deletes every message of the queue. Ids are not reused afterwards.
 func (q *driverQueue) Clear(ctx context.Context) error {
-	if _, err := q.db.st.clear.ExecContext(ctx, q.qid); err != nil {
+	if err := q.clear(ctx); err != nil {
 		return q.fail(err)
 	}
 	return nil
+}
+
+func (q *driverQueue) clear(ctx context.Context) error {
+	tx, err := q.db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	for _, st := range []*sql.Stmt{q.db.st.clearBodies, q.db.st.clear, q.db.st.clearDepth} {
+		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, q.qid); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
 }
 
 // DeleteBatch deletes the messages named by receipts in one transaction and
@@ -452,6 +659,7 @@ func (q *driverQueue) deleteChunk(ctx context.Context, tx *sql.Tx, now int64, rs
 			return err
 		}
 		deleted := make(map[int64]bool, k)
+		gone := make([]int64, 0, k)
 		for rows.Next() {
 			var id, exp int64
 			if err := rows.Scan(&id, &exp); err != nil {
@@ -459,9 +667,13 @@ func (q *driverQueue) deleteChunk(ctx context.Context, tx *sql.Tx, now int64, rs
 				return err
 			}
 			deleted[id] = exp > now
+			gone = append(gone, id)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
+			return err
+		}
+		if err := q.gone(ctx, tx, gone); err != nil {
 			return err
 		}
 		for i := range rs {
@@ -539,6 +751,7 @@ func (q *driverQueue) existing(ctx context.Context, tx *sql.Tx, now int64, ids [
 // names an id more than once.
 func (q *driverQueue) deleteEach(ctx context.Context, tx *sql.Tx, now int64, rs []driver.Receipt, results []error) error {
 	del, exists := tx.StmtContext(ctx, q.db.st.del), tx.StmtContext(ctx, q.db.st.exists)
+	var gone []int64
 	for i, r := range rs {
 		mid, ok := parseID(r.ID)
 		if !ok {
@@ -548,6 +761,9 @@ func (q *driverQueue) deleteEach(ctx context.Context, tx *sql.Tx, now int64, rs 
 		if rc, ok := parseReceipt(r.PopReceipt); ok {
 			var exp int64
 			err := del.QueryRowContext(ctx, q.qid, mid, rc).Scan(&exp)
+			if err == nil {
+				gone = append(gone, mid)
+			}
 			switch {
 			case err == nil && exp > now:
 				results[i] = nil
@@ -569,7 +785,7 @@ func (q *driverQueue) deleteEach(ctx context.Context, tx *sql.Tx, now int64, rs 
 			return err
 		}
 	}
-	return nil
+	return q.gone(ctx, tx, gone)
 }
 
 // deleteBatchClasses is the number of prepared sqlDeleteBatch sizes: 1, 2,

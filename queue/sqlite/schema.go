@@ -40,6 +40,21 @@ var migrations = []string{
 		body          BLOB    NOT NULL
 	) STRICT;
 	CREATE INDEX messages_ready ON messages (queue_id, visible_at, id, expires_at);`,
+
+	// Version 2: a message's body apart from its changing state, so that a
+	// Get or an UpdateVisibility rewrites a small row and never the body;
+	// each queue's depth in its queues row, kept by the statements that add
+	// and remove messages, in their transaction; an index on expiry, which
+	// Count and the purge of expired messages read.
+	`CREATE TABLE bodies (
+		id   INTEGER PRIMARY KEY, -- messages.id
+		body BLOB    NOT NULL
+	) STRICT;
+	INSERT INTO bodies (id, body) SELECT id, body FROM messages;
+	ALTER TABLE messages DROP COLUMN body;
+	ALTER TABLE queues ADD COLUMN depth INTEGER NOT NULL DEFAULT 0; -- rows in messages, expired ones included
+	UPDATE queues SET depth = (SELECT count(*) FROM messages WHERE queue_id = queues.id);
+	CREATE INDEX messages_expiry ON messages (queue_id, expires_at);`,
 }
 
 // schemaVersion is the version this build writes and understands.

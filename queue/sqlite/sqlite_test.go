@@ -352,7 +352,7 @@ func TestBusyIsTransient(t *testing.T) {
 	db, _, path := newDB(t, WithBusyTimeout(50*time.Millisecond))
 	q := mustQueue(t, db, "busy")
 	// Another connection (as another process would) holds the write lock.
-	other, err := sql.Open("sqlite", dsn(path, "0", false))
+	other, err := sql.Open("sqlite", dsn(path, "0", SyncNormal, false))
 	if err != nil {
 		t.Fatal(err)
 	}

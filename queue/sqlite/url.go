@@ -24,6 +24,10 @@ const (
 	// ("10s"). The first URL to open a file sets it for every queue of that
 	// file in the process.
 	ParamBusyTimeout = "busy_timeout"
+	// ParamSync is "normal" (the default, SyncNormal) or "full" (SyncFull:
+	// a commit is flushed to the disk before a Put returns). Like
+	// busy_timeout, the first URL to open a file sets it for the process.
+	ParamSync = "sync"
 )
 
 func init() {
@@ -46,6 +50,7 @@ type sharedDB struct {
 //
 //	sqlite:///abs/path/file.db?queue=NAME
 //	sqlite://./rel/path/file.db?queue=NAME&busy_timeout=10s
+//	sqlite:///abs/path/file.db?queue=NAME&sync=full
 //
 // It is what queue.Open calls for the scheme. All queues opened by URL on
 // one file share one DB (with the wall clock and default options), which
@@ -60,7 +65,7 @@ func OpenURL(ctx context.Context, u *url.URL) (driver.Queue, error) {
 	if u.Scheme != Scheme {
 		return nil, bad("scheme %q is not %q", u.Scheme, Scheme)
 	}
-	if err := queue.CheckParams(u, ParamQueue, ParamBusyTimeout); err != nil {
+	if err := queue.CheckParams(u, ParamQueue, ParamBusyTimeout, ParamSync); err != nil {
 		return nil, fmt.Errorf("sqlite: open: %w", err)
 	}
 	// sqlite://./rel/x.db puts "." in Host; sqlite:///abs/x.db has none;
@@ -94,6 +99,18 @@ func OpenURL(ctx context.Context, u *url.URL) (driver.Queue, error) {
 			return nil, bad("%s %q is not a duration of at least 1ms (e.g. 10s)", ParamBusyTimeout, vs[0])
 		}
 		opts = append(opts, WithBusyTimeout(d))
+	}
+	if vs := params[ParamSync]; len(vs) > 0 {
+		if len(vs) > 1 {
+			return nil, bad("parameter %q given %d times", ParamSync, len(vs))
+		}
+		switch vs[0] {
+		case SyncNormal.String():
+		case SyncFull.String():
+			opts = append(opts, WithSync(SyncFull))
+		default:
+			return nil, bad("%s %q is not %q or %q", ParamSync, vs[0], SyncNormal, SyncFull)
+		}
 	}
 
 	key, err := canonicalPath(path)

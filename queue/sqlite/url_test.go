@@ -103,6 +103,8 @@ func TestOpenURLErrors(t *testing.T) {
 		{"sqlite://" + db + "?queue=ab", queue.ErrInvalidName, `"ab"`},
 		{"sqlite://" + db + "?queue=orders&busy_timeout=5", queue.ErrInvalidURL, `"5"`},
 		{"sqlite://" + db + "?queue=orders&busy_timeout=-1s", queue.ErrInvalidURL, `"-1s"`},
+		{"sqlite://" + db + "?queue=orders&sync=off", queue.ErrInvalidURL, `"off"`},
+		{"sqlite://" + db + "?queue=orders&sync=full&sync=full", queue.ErrInvalidURL, `given 2 times`},
 	} {
 		q, err := queue.Open(ctx, tc.url)
 		if !errors.Is(err, tc.target) {
