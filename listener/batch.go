@@ -73,6 +73,14 @@ type batch struct {
 	cancels [queue.MaxBatchSize]context.CancelFunc
 	next    atomic.Int32 // index of the next message to claim
 	left    atomic.Int32 // messages whose runner has not yet finished with them
+	// unsettled is what the inline runner finished and has not settled
+	// yet: messages<<32 | successes. It settles them at the end of its
+	// run, unless spill (or, after a spill, the runner itself, message by
+	// message) took them first with Swap(0), so that a slow message holds
+	// back no slot, no count and no next get but its own.
+	unsettled atomic.Uint64
+	// handed is set by spill, before it takes unsettled.
+	handed atomic.Bool
 
 	mu        sync.Mutex  // guards the fields below
 	receipts  []string    // newest pop receipts; nil while none has changed
@@ -217,7 +225,22 @@ func (b *batch) spill() {
 	}
 	// The task's goroutine is inside this batch, so the group is not done.
 	b.handedOff = true
+	b.handed.Store(true)
 	b.l.group.Go(b.t.loop)
+	// What the inline runner finished before the stall is settled now,
+	// not when its slow message returns. b.mu is released first: this
+	// may complete the batch, which takes it.
+	b.mu.Unlock()
+	b.settleUnsettled()
+	b.mu.Lock()
+}
+
+// settleUnsettled settles what the inline runner has finished and not
+// settled, if anything.
+func (b *batch) settleUnsettled() {
+	if v := b.unsettled.Swap(0); v != 0 {
+		b.settle(int(v>>32), int(v&(1<<32-1)))
+	}
 }
 
 // runParallel is a runner on its own goroutine, with its own context.
@@ -230,7 +253,8 @@ func (b *batch) runParallel() {
 // run claims and handles messages until none are left to claim, with
 // handler context ctx, which it replaces when it finds it cancelled (by
 // Abort, or by renewal for a lost lease); it returns the context it ends
-// with. The inline runner settles its counters once at the end; a
+// with. The inline runner settles its counters once at the end (or, once
+// its batch has spilled, as each message finishes; see unsettled); a
 // parallel runner settles each message as it finishes.
 func (b *batch) run(inline bool, ctx context.Context, cancel context.CancelFunc) (context.Context, context.CancelFunc) {
 	l := b.l
@@ -290,14 +314,19 @@ func (b *batch) run(inline bool, ctx context.Context, cancel context.CancelFunc)
 		}
 		if !inline {
 			b.settle(claimed, ok)
-			claimed, ok = 0, 0
+		} else {
+			b.unsettled.Add(uint64(claimed)<<32 | uint64(ok))
+			if b.handed.Load() {
+				b.settleUnsettled()
+			}
 		}
+		claimed, ok = 0, 0
 	}
-	if inline && ran > 0 {
-		l.ewma.add(time.Since(start) / time.Duration(ran))
-	}
-	if claimed > 0 {
-		b.settle(claimed, ok)
+	if inline {
+		if ran > 0 {
+			l.ewma.add(time.Since(start) / time.Duration(ran))
+		}
+		b.settleUnsettled()
 	}
 	return ctx, cancel
 }

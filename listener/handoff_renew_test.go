@@ -12,13 +12,13 @@ import (
 	"github.com/adaptq/adaptq/queue"
 )
 
-// Review of issue 11. doc: "an inline batch not finished after stallAfter
+// Review of issue 11 (it failed before the fix). doc: "an inline batch not finished after stallAfter
 // ... hands the task's loop to a new goroutine, so one slow message holds
 // back neither the rest of its batch nor the task's next get". When the
 // slow message is the last of an inline batch, the inline runner has not
 // settled the batch-mates it already finished (it settles once, at the
 // end), so the handed-off loop waits in waitBelow on the slow message.
-func TestReviewInlineHandOffFreesTheNextGet(t *testing.T) {
+func TestInlineHandOffFreesTheNextGet(t *testing.T) {
 	gate := make(chan struct{})
 	started := make(chan struct{})
 	var slow string
@@ -82,13 +82,13 @@ func (q *flakyRenewals) UpdateVisibility(ctx context.Context, id, receipt string
 	return q.Queue.UpdateVisibility(ctx, id, receipt, d)
 }
 
-// Review of issue 11: a renewal that fails transiently is retried only
+// Review of issue 11 (it failed before the fix): a renewal that fails transiently is retried only
 // at the next renewal time, vis/2 later: exactly when the lease ends. Any
 // latency on that retry, and a competing consumer that polls at that
 // moment, takes the message while its handler still runs (lease lost,
 // handler cancelled, the message runs twice). One 503 should not cost the
 // whole margin: retry at the next tick (<= flushAfter) or with a backoff.
-func TestReviewFailedRenewalIsRetriedBeforeTheLeaseEnds(t *testing.T) {
+func TestFailedRenewalIsRetriedBeforeTheLeaseEnds(t *testing.T) {
 	const vis = 10 * time.Second
 	fr := &flakyRenewals{entered: make(chan struct{}), release: make(chan struct{})}
 	running := make(chan struct{})
