@@ -3,13 +3,14 @@ package listener_test
 import (
 	"context"
 	"errors"
-	"github.com/adaptq/adaptq/queue/driver"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 )
 
 // Review of issue 11 (it failed before the fix). doc: "an inline batch not finished after stallAfter
@@ -131,5 +132,108 @@ func TestFailedRenewalIsRetriedBeforeTheLeaseEnds(t *testing.T) {
 		}
 		t.Fatalf("after one failed renewal (at vis/2) the retry came at %s, the end of the %s lease: another consumer got the message (dequeue count %d) while its handler ran; lost leases %d",
 			at, vis, ms[0].DequeueCount, f.l.Stats().LeasesLost)
+	}
+}
+
+// hungRenewals holds the first renewal (an UpdateVisibility that does not
+// release) until its context ends, and records whether it had a deadline.
+type hungRenewals struct {
+	driver.Queue
+	calls       atomic.Int32
+	hadDeadline atomic.Bool
+	ended       chan struct{}
+}
+
+func (q *hungRenewals) UpdateVisibility(ctx context.Context, id, receipt string, d time.Duration) (string, error) {
+	if d > 0 && q.calls.Add(1) == 1 {
+		_, ok := ctx.Deadline()
+		q.hadDeadline.Store(ok)
+		<-ctx.Done()
+		close(q.ended)
+		return "", ctx.Err()
+	}
+	return q.Queue.UpdateVisibility(ctx, id, receipt, d)
+}
+
+// Review of issue 11 (it hung before the fix): renewal holds the batch's
+// lock across its calls, so a renewal call that never returns blocked
+// every settle of the batch, and the batch itself, for good. Each pass of
+// calls now has a deadline (a quarter of the visibility timeout), and
+// what it did not renew is tried again soon.
+func TestHungRenewalIsBounded(t *testing.T) {
+	const vis = 200 * time.Millisecond
+	hq := &hungRenewals{ended: make(chan struct{})}
+	release := make(chan struct{})
+	h := func(ctx context.Context, m *queue.Message) error {
+		<-release
+		return nil
+	}
+	f := newFixtureWith(t, h, listener.Options{VisibilityTimeout: vis, Dispatch: listener.DispatchParallel},
+		func(q driver.Queue) driver.Queue { hq.Queue = q; return hq })
+	f.put(1)
+	f.start()
+	eventually(t, "the handler runs", func() bool { st, _ := f.l.State(context.Background()); return st.InFlight == 1 })
+	f.clock.Advance(vis / 2)
+	select {
+	case <-hq.ended:
+	case <-time.After(10 * time.Second): // a hang, not a timing bound
+		close(release)
+		t.Fatal("a renewal call that never returns was not given up")
+	}
+	if !hq.hadDeadline.Load() {
+		t.Fatal("the renewal call had no deadline")
+	}
+	// The next pass, soon after, renews it.
+	eventually(t, "the renewal is retried", func() bool {
+		f.clock.Advance(vis / 16)
+		return f.l.Stats().Renewed > 0
+	})
+	close(release)
+	eventually(t, "the message is deleted", func() bool { return f.l.Stats().Deleted == 1 })
+}
+
+// failedDeletes fails the first Delete of the queue with a non-transient
+// error.
+type failedDeletes struct {
+	driver.Queue
+	calls atomic.Int32
+}
+
+func (q *failedDeletes) Delete(ctx context.Context, id, receipt string) error {
+	if q.calls.Add(1) == 1 {
+		return errors.New("injected delete failure")
+	}
+	return q.Queue.Delete(ctx, id, receipt)
+}
+
+// Review of issue 11 (it failed before the fix): a poisoned message whose
+// delete failed was counted poisoned, then again when it came back and was
+// poisoned for good, so Drained counted one message twice.
+func TestPoisonedIsCountedOnceWhenItsDeleteFails(t *testing.T) {
+	h := func(context.Context, *queue.Message) error { return handler.Permanent(errors.New("bad")) }
+	const vis = time.Second
+	f := newFixtureWith(t, h, listener.Options{VisibilityTimeout: vis}, func(q driver.Queue) driver.Queue { return &failedDeletes{Queue: q} })
+	poison, err := f.raw.Sibling(context.Background(), "work-poison")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := listener.New(f.q, h, listener.Options{VisibilityTimeout: vis, Poison: poison, Clock: f.clock,
+		RetryDelay: func(*queue.Message, error) time.Duration { return 0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.l = l
+	f.put(1)
+	f.start()
+	eventually(t, "the first poisoning is tried", func() bool { n, _ := poison.Count(context.Background()); return n == 1 })
+	if got := f.l.Stats().Poisoned; got != 0 {
+		t.Fatalf("poisoned %d with its delete failed: it is still in the queue", got)
+	}
+	eventually(t, "it comes back and is poisoned", func() bool {
+		f.clock.AdvanceToNext()
+		return f.depth() == 0
+	})
+	if st := f.l.Stats(); st.Poisoned != 1 || f.l.Drained() != 1 {
+		t.Fatalf("poisoned %d, drained %d: want 1 and 1", st.Poisoned, f.l.Drained())
 	}
 }
