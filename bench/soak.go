@@ -69,6 +69,9 @@ type SoakConfig struct {
 type SoakSample struct {
 	At         time.Duration // since the start
 	RSS        int64         // bytes, VmRSS
+	RSSAnon    int64         // of it, anonymous memory (RssAnon)
+	RSSFile    int64         // of it, pages of files: the binary's code and data (RssFile)
+	Threads    int           // OS threads
 	Goroutines int
 	HeapLive   int64 // bytes of Go heap live at the last GC
 	GoMapped   int64 // bytes the Go runtime holds from the OS, less what it released
@@ -303,7 +306,6 @@ func RunSoak(ctx context.Context, c SoakConfig) (*SoakResult, error) {
 	sample := func() SoakSample {
 		s := SoakSample{
 			At:         time.Since(t0),
-			RSS:        procRSS(),
 			Goroutines: runtime.NumGoroutine(),
 			OpenFiles:  openFiles(),
 			DBFile:     fileSize(dbPath),
@@ -313,6 +315,8 @@ func RunSoak(ctx context.Context, c SoakConfig) (*SoakResult, error) {
 			Accounted:  accounted.Load(),
 		}
 		s.HeapLive, s.GoMapped = goMemory()
+		st := procStatus()
+		s.RSS, s.RSSAnon, s.RSSFile, s.Threads = st["VmRSS"]<<10, st["RssAnon"]<<10, st["RssFile"]<<10, int(st["Threads"])
 		if l != nil {
 			s.Tasks = l.ActiveTasks()
 		}
@@ -342,8 +346,8 @@ func RunSoak(ctx context.Context, c SoakConfig) (*SoakResult, error) {
 		case <-tick.C:
 			s := sample()
 			res.Samples = append(res.Samples, s)
-			progress("soak: %s put %d accounted %d rss %.1f MB heap %.1f MB goroutines %d files %d db %.1f MB wal %.1f MB tasks %d",
-				s.At.Round(time.Second), s.Put, s.Accounted, mb(s.RSS), mb(s.HeapLive), s.Goroutines, s.OpenFiles, mb(s.DBFile), mb(s.WALFile), s.Tasks)
+			progress("soak: %s put %d accounted %d rss %.1f MB (anon %.1f, files %.1f; go %.1f) heap %.1f MB goroutines %d threads %d files %d db %.1f MB wal %.1f MB tasks %d",
+				s.At.Round(time.Second), s.Put, s.Accounted, mb(s.RSS), mb(s.RSSAnon), mb(s.RSSFile), mb(s.GoMapped), mb(s.HeapLive), s.Goroutines, s.Threads, s.OpenFiles, mb(s.DBFile), mb(s.WALFile), s.Tasks)
 			if loadDone == nil && accounted.Load() == put.Load() {
 				done = true
 			}
@@ -431,22 +435,23 @@ func readPoison(ctx context.Context, dbPath string, capacity int) ([]uint8, erro
 
 func mb(b int64) float64 { return float64(b) / (1 << 20) }
 
-// procRSS is this process's resident set (Linux VmRSS), 0 where unknown.
-func procRSS() int64 {
+// procStatus is the numbers of this process's /proc/self/status (Linux;
+// sizes in kB), empty where it cannot be read.
+func procStatus() map[string]int64 {
+	m := map[string]int64{}
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
-		return 0
+		return m
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(v)
-			if len(f) > 0 {
-				kb, _ := strconv.ParseInt(f[0], 10, 64)
-				return kb << 10
+		k, v, ok := strings.Cut(line, ":")
+		if f := strings.Fields(v); ok && len(f) > 0 {
+			if n, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+				m[k] = n
 			}
 		}
 	}
-	return 0
+	return m
 }
 
 func openFiles() int {

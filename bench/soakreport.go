@@ -24,9 +24,12 @@ type soakSeries struct {
 var soakSeriesList = []soakSeries{
 	{"RSS", "MB", 1 << 20, func(s SoakSample) float64 { return float64(s.RSS) }, true},
 	{"Go heap (live)", "MB", 1 << 20, func(s SoakSample) float64 { return float64(s.HeapLive) }, true},
+	{"RSS: pages of the binary", "MB", 1 << 20, func(s SoakSample) float64 { return float64(s.RSSFile) }, false},
+	{"RSS: anonymous", "MB", 1 << 20, func(s SoakSample) float64 { return float64(s.RSSAnon) }, true},
 	{"Go runtime (mapped)", "MB", 1 << 20, func(s SoakSample) float64 { return float64(s.GoMapped) }, false},
-	{"RSS outside Go", "MB", 1 << 20, func(s SoakSample) float64 { return float64(s.RSS - s.GoMapped) }, false},
+	{"Anonymous − Go runtime (≈ SQLite)", "MB", 1 << 20, func(s SoakSample) float64 { return float64(s.RSSAnon - s.GoMapped) }, false},
 	{"Goroutines", "", 1, func(s SoakSample) float64 { return float64(s.Goroutines) }, true},
+	{"OS threads", "", 1, func(s SoakSample) float64 { return float64(s.Threads) }, false},
 	{"Open files", "", 1, func(s SoakSample) float64 { return float64(s.OpenFiles) }, true},
 	{"SQLite file", "MB", 1 << 20, func(s SoakSample) float64 { return float64(s.DBFile) }, false},
 	{"SQLite WAL", "MB", 1 << 20, func(s SoakSample) float64 { return float64(s.WALFile) }, false},
@@ -167,10 +170,10 @@ func statsLine(m map[string]int64) string {
 // WriteSoakCSV writes every sample.
 func (r *SoakResult) WriteSoakCSV(w io.Writer) error {
 	var b strings.Builder
-	b.WriteString("seconds,rss_bytes,heap_live_bytes,go_mapped_bytes,goroutines,open_files,db_bytes,wal_bytes,shm_bytes,put,accounted,tasks\n")
+	b.WriteString("seconds,rss_bytes,rss_anon_bytes,rss_file_bytes,heap_live_bytes,go_mapped_bytes,goroutines,threads,open_files,db_bytes,wal_bytes,shm_bytes,put,accounted,tasks\n")
 	for _, s := range r.Samples {
-		fmt.Fprintf(&b, "%.0f,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d\n", s.At.Seconds(), s.RSS, s.HeapLive, s.GoMapped, s.Goroutines, s.OpenFiles,
-			s.DBFile, s.WALFile, s.SHMFile, s.Put, s.Accounted, s.Tasks)
+		fmt.Fprintf(&b, "%.0f,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d\n", s.At.Seconds(), s.RSS, s.RSSAnon, s.RSSFile, s.HeapLive, s.GoMapped,
+			s.Goroutines, s.Threads, s.OpenFiles, s.DBFile, s.WALFile, s.SHMFile, s.Put, s.Accounted, s.Tasks)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
