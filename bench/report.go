@@ -297,7 +297,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "<sub>Section run time: %s.</sub>\n\n", s.Elapsed.Round(100*time.Millisecond))
 	}
-	if soak := soakSection(); soak != "" {
+	if soak := SoakSection(SoakLatest); soak != "" {
 		b.WriteString(soak)
 	}
 	_, err := io.WriteString(w, b.String())

@@ -315,14 +315,30 @@ func revision() string {
 //go:embed soak/latest.md
 var SoakLatest string
 
-// soakSection is SoakLatest as a section of BENCHMARKS.md: its headings a
-// level down, its links relative to the repository's root.
-func soakSection() string {
-	s := strings.TrimSpace(SoakLatest)
+// SoakHeading starts the soak's section in BENCHMARKS.md.
+const SoakHeading = "## Soak:"
+
+// SoakSection is a soak report (latest.md) as the last section of
+// BENCHMARKS.md: its heading a level down, its links relative to the
+// repository's root. Empty for an empty report.
+func SoakSection(md string) string {
+	s := strings.TrimSpace(md)
 	if s == "" {
 		return ""
 	}
-	s = strings.Replace(s, "# Soak:", "## Soak:", 1)
+	s = strings.Replace(s, "# Soak:", SoakHeading, 1)
 	s = strings.ReplaceAll(s, "](latest.", "](bench/soak/latest.")
 	return s + "\n\n<sub>Not rerun by `make bench`: embedded from `bench/soak/latest.md`, which `make soak` rewrites.</sub>\n"
+}
+
+// ReplaceSoakSection puts section in place of the soak section of a
+// BENCHMARKS.md (everything from its heading on), or after its end.
+func ReplaceSoakSection(doc, section string) string {
+	if i := strings.Index(doc, "\n"+SoakHeading); i >= 0 {
+		doc = doc[:i+1]
+	}
+	if !strings.HasSuffix(doc, "\n\n") {
+		doc = strings.TrimRight(doc, "\n") + "\n\n"
+	}
+	return doc + section
 }
