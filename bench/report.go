@@ -302,6 +302,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "<sub>Section run time: %s.</sub>\n\n", s.Elapsed.Round(100*time.Millisecond))
 	}
+	if soak := SoakSection(SoakLatest); soak != "" {
+		b.WriteString(soak)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -73,6 +73,14 @@ type batch struct {
 	cancels [queue.MaxBatchSize]context.CancelFunc
 	next    atomic.Int32 // index of the next message to claim
 	left    atomic.Int32 // messages whose runner has not yet finished with them
+	// unsettled is what the inline runner finished and has not settled
+	// yet: messages<<32 | successes. It settles them at the end of its
+	// run, unless spill (or, after a spill, the runner itself, message by
+	// message) took them first with Swap(0), so that a slow message holds
+	// back no slot, no count and no next get but its own.
+	unsettled atomic.Uint64
+	// handed is set by spill, before it takes unsettled.
+	handed atomic.Bool
 
 	mu        sync.Mutex  // guards the fields below
 	receipts  []string    // newest pop receipts; nil while none has changed
@@ -217,7 +225,22 @@ func (b *batch) spill() {
 	}
 	// The task's goroutine is inside this batch, so the group is not done.
 	b.handedOff = true
+	b.handed.Store(true)
 	b.l.group.Go(b.t.loop)
+	// What the inline runner finished before the stall is settled now,
+	// not when its slow message returns. b.mu is released first: this
+	// may complete the batch, which takes it.
+	b.mu.Unlock()
+	b.settleUnsettled()
+	b.mu.Lock()
+}
+
+// settleUnsettled settles what the inline runner has finished and not
+// settled, if anything.
+func (b *batch) settleUnsettled() {
+	if v := b.unsettled.Swap(0); v != 0 {
+		b.settle(int(v>>32), int(v&(1<<32-1)))
+	}
 }
 
 // runParallel is a runner on its own goroutine, with its own context.
@@ -230,7 +253,8 @@ func (b *batch) runParallel() {
 // run claims and handles messages until none are left to claim, with
 // handler context ctx, which it replaces when it finds it cancelled (by
 // Abort, or by renewal for a lost lease); it returns the context it ends
-// with. The inline runner settles its counters once at the end; a
+// with. The inline runner settles its counters once at the end (or, once
+// its batch has spilled, as each message finishes; see unsettled); a
 // parallel runner settles each message as it finishes.
 func (b *batch) run(inline bool, ctx context.Context, cancel context.CancelFunc) (context.Context, context.CancelFunc) {
 	l := b.l
@@ -290,14 +314,19 @@ func (b *batch) run(inline bool, ctx context.Context, cancel context.CancelFunc)
 		}
 		if !inline {
 			b.settle(claimed, ok)
-			claimed, ok = 0, 0
+		} else {
+			b.unsettled.Add(uint64(claimed)<<32 | uint64(ok))
+			if b.handed.Load() {
+				b.settleUnsettled()
+			}
 		}
+		claimed, ok = 0, 0
 	}
-	if inline && ran > 0 {
-		l.ewma.add(time.Since(start) / time.Duration(ran))
-	}
-	if claimed > 0 {
-		b.settle(claimed, ok)
+	if inline {
+		if ran > 0 {
+			l.ewma.add(time.Since(start) / time.Duration(ran))
+		}
+		b.settleUnsettled()
 	}
 	return ctx, cancel
 }
@@ -383,12 +412,14 @@ func (b *batch) poison(i int, reason string, cause error) bool {
 		return false
 	}
 	derr := l.q.Delete(l.opCtx, m.ID, b.newestReceipt(i))
-	l.stats.poisoned.Add(1)
 	fields = append(fields, zap.String("poison_id", id))
 	if derr != nil {
-		// Someone else holds it now; it may reach the poison queue twice.
+		// Someone else holds it now, or the delete failed: it may come
+		// back and reach the poison queue twice. It is counted poisoned
+		// only when it leaves the queue, so that Drained counts it once.
 		l.log.Warn("listener: poisoned message could not be deleted from its queue", append(fields, zap.NamedError("delete_error", derr))...)
 	} else {
+		l.stats.poisoned.Add(1)
 		l.log.Error("listener: message moved to the poison queue", fields...)
 	}
 	return true
@@ -450,8 +481,13 @@ func (b *batch) maintain() {
 	rs := b.takeSucceeded(nil)
 	now := l.o.Clock.Now()
 	if !now.Before(b.renewAt) {
-		b.renewHeld()
-		b.renewAt = now.Add(l.o.VisibilityTimeout / 2)
+		if b.renewHeld() {
+			b.renewAt = now.Add(l.o.VisibilityTimeout / 2)
+		} else {
+			// A renewal failed (or ran out of time): try again soon, well
+			// before the lease it meant to extend ends at vis/2 from now.
+			b.renewAt = now.Add(renewRetry(l.o.VisibilityTimeout))
+		}
 	}
 	b.tick = l.o.Clock.AfterFunc(min(flushAfter, b.renewAt.Sub(now)), b.maintain)
 	// The flush may outlast the batch: Wait waits for it too (the batch
@@ -462,19 +498,37 @@ func (b *batch) maintain() {
 	l.deleteReceipts(rs)
 }
 
+// renewRetry is how soon a failed renewal is tried again: an eighth of
+// the visibility timeout, at most flushAfter, so that a few failures in a
+// row still leave most of the half lease that remained.
+func renewRetry(vis time.Duration) time.Duration {
+	return min(vis/8, flushAfter)
+}
+
 // renewHeld extends the messages still fetched or running, holding b.mu
 // across each call so that a runner settling one of them meanwhile reads
 // the newest receipt. A message whose lease is lost is taken from its
-// runner (whose handler is cancelled). b.mu is held.
-func (b *batch) renewHeld() {
+// runner (whose handler is cancelled). The calls of one pass share a
+// deadline of a quarter of the visibility timeout, so that a hung backend
+// blocks the batch's settles for no longer; messages it did not reach are
+// tried again with the failures. It reports whether every message held
+// was extended or found lost. b.mu is held.
+func (b *batch) renewHeld() (ok bool) {
 	l := b.l
+	ctx, cancel := context.WithTimeout(l.opCtx, l.o.VisibilityTimeout/4)
+	defer cancel()
+	ok = true
 	for i, m := range b.msgs {
 		switch b.state[i].Load() {
 		case stFetched, stRunning:
 		default:
 			continue
 		}
-		nr, err := l.q.UpdateVisibility(l.opCtx, m.ID, b.receipt(i), l.o.VisibilityTimeout)
+		if ctx.Err() != nil {
+			ok = false
+			break
+		}
+		nr, err := l.q.UpdateVisibility(ctx, m.ID, b.receipt(i), l.o.VisibilityTimeout)
 		if errors.Is(err, queue.ErrReceiptMismatch) || errors.Is(err, queue.ErrNotFound) {
 			// Someone else owns it now, or it is gone: stop working on it.
 			switch {
@@ -489,12 +543,15 @@ func (b *batch) renewHeld() {
 			continue
 		}
 		if err != nil {
-			l.log.Warn("listener: renewing a held message failed", zap.String("msg_id", m.ID), zap.Error(err))
+			ok = false
+			l.log.Warn("listener: renewing a held message failed; trying again soon", zap.String("msg_id", m.ID),
+				zap.Duration("delay", renewRetry(l.o.VisibilityTimeout)), zap.Error(err))
 			continue
 		}
 		b.setReceipt(i, nr)
 		l.stats.renewed.Add(1)
 	}
+	return ok
 }
 
 // deleteReceipts deletes succeeded messages in as few calls as the driver

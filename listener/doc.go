@@ -49,7 +49,11 @@
 //
 // While a handler runs past half the visibility timeout, its message is
 // hidden again for another timeout (UpdateVisibility), and the newest pop
-// receipt is carried forward to the next renewal and to the delete.
+// receipt is carried forward to the next renewal and to the delete. A
+// renewal that fails is tried again an eighth of the timeout later (at most
+// a second), well before the lease ends; the calls of one renewal pass
+// share a deadline of a quarter of the timeout, so a hung backend cannot
+// hold the batch.
 //
 // # Concurrency and cost
 //
@@ -59,7 +63,9 @@
 // message waits for a slot while its visibility timeout runs. Handlers that
 // take microseconds run one after another on one goroutine per batch;
 // slower ones run in parallel; a batch whose sequential run stalls spills
-// its unstarted messages onto parallel runners.
+// its unstarted messages onto parallel runners, settles at once what it
+// had finished (their slots free, the task gets again) and hands the
+// task's loop to a new goroutine.
 //
 // # The life of a message
 //

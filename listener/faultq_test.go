@@ -66,6 +66,8 @@ type tortureQueue struct {
 	deleted    map[string]int          // id → successful deletes
 	late       map[string]int          // id → calls refused because a newer generation took over
 	faulted    map[string]int          // id → deletes failed by injection
+	expired    map[string]map[int]bool // id → generations whose lease the thief ended early
+	stolen     int                     // messages the thief got
 	violations []string
 }
 
@@ -80,6 +82,7 @@ func newTortureQueue(q driver.Queue, seed uint64, faultRate float64, latencyMax 
 		deleted:    map[string]int{},
 		late:       map[string]int{},
 		faulted:    map[string]int{},
+		expired:    map[string]map[int]bool{},
 	}
 }
 
@@ -131,7 +134,7 @@ func (q *tortureQueue) refused(op, id, receipt string, err error) {
 	}
 	g := q.receiptGen[receipt]
 	switch {
-	case g < q.gen[id]:
+	case g < q.gen[id], q.expired[id][g]:
 		q.late[id]++
 	case q.deleted[id] > 0:
 	case receipt != q.newest[id]:
@@ -185,4 +188,57 @@ func (q *tortureQueue) wasReleased(id string, g int) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.released[id][g]
+}
+
+// steal is a competing consumer: now and then it ends the lease of a
+// message the listener holds (as a lease does that runs out during a
+// long pause), and then it gets up to n messages with a short visibility
+// and leaves them to reappear. The listener then finds leases really lost:
+// its renewals and deletes of those generations are refused as stale.
+// It picks the lease to end among held, the ids of messages whose handler
+// runs.
+func (q *tortureQueue) steal(ctx context.Context, rng *rand.Rand, n int, vis time.Duration, held []string) {
+	if len(held) > 0 {
+		q.mu.Lock()
+		id := held[rng.IntN(len(held))]
+		receipt := q.newest[id]
+		if q.deleted[id] > 0 {
+			id = ""
+		}
+		q.mu.Unlock()
+		if id != "" {
+			// Marked before the call, so that a refusal the listener meets
+			// meanwhile is classified as late.
+			q.mu.Lock()
+			g := q.receiptGen[receipt]
+			if q.expired[id] == nil {
+				q.expired[id] = map[int]bool{}
+			}
+			q.expired[id][g] = true
+			q.mu.Unlock()
+			nr, err := q.Queue.UpdateVisibility(ctx, id, receipt, 0)
+			q.mu.Lock()
+			if err == nil {
+				q.receiptGen[nr] = g
+				if g == q.gen[id] {
+					q.newest[id] = nr
+				}
+			} else {
+				delete(q.expired[id], g) // the call changed nothing
+			}
+			q.mu.Unlock()
+		}
+	}
+	ms, err := q.Queue.Get(ctx, n, vis)
+	if err != nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, m := range ms {
+		q.gen[m.ID] = m.DequeueCount
+		q.receiptGen[m.PopReceipt] = m.DequeueCount
+		q.newest[m.ID] = m.PopReceipt
+		q.stolen++
+	}
 }

@@ -69,8 +69,11 @@ type Listener struct {
 	idleTasks  atomic.Int32
 	pacing     atomic.Int32 // tasks waiting out the cadence after a partial get
 	inFlight   atomic.Int64
-	ewma       ewma
-	stats      counters
+	// liveContexts counts handler contexts not yet cancelled (see
+	// handlerContext).
+	liveContexts atomic.Int64
+	ewma         ewma
+	stats        counters
 }
 
 // New returns a listener that feeds messages of q to h. It validates the
@@ -558,6 +561,17 @@ func (l *Listener) newAbortContextLocked() {
 // handlerContext is a context for the handlers of one runner: a child of
 // the current abort context, so Abort and the end of the grace period
 // cancel it, and renewal may cancel it alone when a lease is lost.
+//
+// liveContexts counts the handler contexts made and not yet cancelled by
+// their owner, so that a test can see none is forgotten.
 func (l *Listener) handlerContext() (context.Context, context.CancelFunc) {
-	return context.WithCancel(*l.abortCtx.Load())
+	ctx, cancel := context.WithCancel(*l.abortCtx.Load())
+	l.liveContexts.Add(1)
+	var done atomic.Bool
+	return ctx, func() {
+		if done.CompareAndSwap(false, true) {
+			l.liveContexts.Add(-1)
+		}
+		cancel()
+	}
 }

@@ -57,17 +57,21 @@ func (l *Listener) taskMain(ctx context.Context, id int) error {
 // fewer tasks, or the loop is handed to another goroutine.
 func (t *task) loop() error {
 	l, ctx, log := t.l, t.ctx, t.log
-	counted := true // whether this goroutine still owns the task's place in l.active
+	// counted: this goroutine still owns the task's place in l.active (a
+	// stop by resize or by the idle rule gave it up already). handedOff:
+	// the loop went on in another goroutine, which now owns the task and
+	// whatever the task lends its inline batches. Every other way out
+	// ends what the task lends: its handler context would otherwise stay
+	// registered under the run's abort context until Wait.
+	counted, handedOff := true, false
 	defer func() {
+		if handedOff {
+			return
+		}
 		if counted {
 			l.taskEnded()
-			if t.hcancel != nil {
-				t.hcancel()
-			}
-			if t.watchdog != nil {
-				t.watchdog.timer.Stop()
-			}
 		}
+		t.endInline()
 	}()
 	for {
 		if ctx.Err() != nil {
@@ -209,10 +213,23 @@ func (t *task) loop() error {
 		if l.dispatch(t, ms) {
 			// A stalled inline batch handed the loop to a new goroutine,
 			// which now owns the task.
-			counted = false
+			handedOff = true
 			return nil
 		}
 	}
+}
+
+// endInline cancels the handler context and stops the watchdog the task
+// keeps for its inline batches. Only the goroutine that owns the loop
+// calls it, as the loop ends.
+func (t *task) endInline() {
+	if t.hcancel != nil {
+		t.hcancel()
+	}
+	if t.watchdog != nil {
+		t.watchdog.timer.Stop()
+	}
+	t.hctx, t.hcancel, t.watchdog = nil, nil, nil
 }
 
 // waitBelow blocks until no more than n of the task's messages are in

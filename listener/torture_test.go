@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -51,6 +52,7 @@ func TestTorture(t *testing.T) {
 		return
 	}
 	var sum listener.Stats
+	var stolen int
 	d := *tortureDuration
 	if testing.Short() {
 		d = min(d, 3*time.Second)
@@ -59,7 +61,8 @@ func TestTorture(t *testing.T) {
 	base := uint64(time.Now().UnixNano())
 	n := 0
 	for time.Now().Before(end) && !t.Failed() {
-		st := runTorture(t, base+uint64(n))
+		st, st2 := runTorture(t, base+uint64(n))
+		stolen += st2
 		n++
 		sum.Processed += st.Processed
 		sum.Failed += st.Failed
@@ -73,8 +76,8 @@ func TestTorture(t *testing.T) {
 		sum.ReceiptMismatches += st.ReceiptMismatches
 		sum.GetErrors += st.GetErrors
 	}
-	t.Logf("%d schedules in %s; in all: %d processed, %d failed (%d panics), %d deleted, %d poisoned, %d released, %d hidden, %d renewals, %d leases lost, %d stale deletes, %d failed gets",
-		n, d, sum.Processed, sum.Failed, sum.Panics, sum.Deleted, sum.Poisoned, sum.Released, sum.Hidden, sum.Renewed, sum.LeasesLost, sum.ReceiptMismatches, sum.GetErrors)
+	t.Logf("%d schedules in %s; in all: %d processed, %d failed (%d panics), %d deleted, %d poisoned, %d released, %d hidden, %d renewals, %d leases lost, %d stale deletes, %d failed gets, %d messages got by the competing consumer",
+		n, d, sum.Processed, sum.Failed, sum.Panics, sum.Deleted, sum.Poisoned, sum.Released, sum.Hidden, sum.Renewed, sum.LeasesLost, sum.ReceiptMismatches, sum.GetErrors, stolen)
 }
 
 // tortureRun is one schedule and what it observed.
@@ -178,7 +181,9 @@ func (r *tortureRun) handle(ctx context.Context, m *queue.Message) error {
 	return nil
 }
 
-func runTorture(t *testing.T, seed uint64) listener.Stats {
+// runTorture runs one schedule; it returns the listener's counters and
+// how many messages the competing consumer got.
+func runTorture(t *testing.T, seed uint64) (listener.Stats, int) {
 	t.Helper()
 	ignore := goleak.IgnoreCurrent()
 	rng := rand.New(rand.NewPCG(seed, 1))
@@ -240,7 +245,9 @@ func runTorture(t *testing.T, seed uint64) listener.Stats {
 		t.Errorf("torture schedule failed; replay it with\n\tgo test -race -run '^TestTorture$' ./listener/ -args -torture.seed=%d\noptions %+v\n%s",
 			seed, o, strings.Join(r.fails, "\n"))
 	}
-	return l.Stats()
+	r.q.mu.Lock()
+	defer r.q.mu.Unlock()
+	return l.Stats(), r.q.stolen
 }
 
 func (r *tortureRun) put(n int) {
@@ -285,6 +292,9 @@ func (r *tortureRun) stop(cancel context.CancelFunc, done chan error) bool {
 	if n := r.l.ActiveTasks(); n != 0 {
 		r.failf("ActiveTasks %d after Wait", n)
 	}
+	if st, _ := r.l.State(context.Background()); st.InFlight != 0 {
+		r.failf("%d messages counted in flight after Wait", st.InFlight)
+	}
 	return true
 }
 
@@ -296,6 +306,7 @@ func (r *tortureRun) drive() {
 	cancel, done := r.start(r.o.Tasks)
 	deadline := time.Now().Add(2 * time.Minute)
 	events := 5 + rng.IntN(30)
+	steals := rng.IntN(4) // more competing gets while the queue drains
 	for {
 		time.Sleep(time.Duration(1+rng.IntN(15)) * time.Millisecond)
 		if n := r.l.ActiveTasks(); n < 0 {
@@ -317,14 +328,38 @@ func (r *tortureRun) drive() {
 				cancel, done = r.start(1 + rng.IntN(4))
 			case x < 80:
 				r.put(1 + rng.IntN(20))
+			case x < 95:
+				// A competing consumer, which now and then ends a lease
+				// the listener holds first: leases are really lost.
+				r.steal()
 			}
 			continue
+		}
+		if steals > 0 && rng.IntN(8) == 0 {
+			steals--
+			r.steal()
 		}
 		n, err := r.raw.Count(context.Background())
 		if err != nil {
 			r.t.Fatal(err)
 		}
 		if n == 0 {
+			// Liveness: with the queue empty, every message the listener
+			// counted in flight settles. A count held by a runner that
+			// forgot it (the inline hand-off did) would hold a task's next
+			// get, and its slots, for good. The bound only tells a hang.
+			hang := time.Now().Add(waitBound)
+			for r.l.ActiveTasks() > 0 {
+				st, _ := r.l.State(context.Background())
+				if st.InFlight == 0 {
+					break
+				}
+				if time.Now().After(hang) {
+					r.failf("%d messages still counted in flight %s after the queue emptied", st.InFlight, waitBound)
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
 			break
 		}
 		if time.Now().After(deadline) {
@@ -376,4 +411,23 @@ func (r *tortureRun) check() {
 			r.failf("%s poisoned without a poison queue", b)
 		}
 	}
+}
+
+// steal runs the competing consumer: a raw get of a few messages with a
+// short visibility, after ending (half the time) the lease of a message
+// whose handler runs.
+func (r *tortureRun) steal() {
+	rng := r.rng
+	var held []string
+	if rng.IntN(2) == 0 {
+		r.mu.Lock()
+		for body, gs := range r.running {
+			if len(gs) > 0 {
+				held = append(held, r.idOf[body])
+			}
+		}
+		r.mu.Unlock()
+		slices.Sort(held) // map order is random; the seed replays the choice
+	}
+	r.q.steal(context.Background(), rng, 1+rng.IntN(4), time.Duration(1+rng.IntN(20))*time.Millisecond, held)
 }
