@@ -46,6 +46,11 @@ const (
 	SoakSampleEvery = 10 * time.Second
 	// SoakBodySize is the size of every message body.
 	SoakBodySize = 128
+	// SoakPoisonDrainEvery is how often the soak's operator empties the
+	// poison queue (counting what it finds), as a deployment does with its
+	// poison tools: without it the poison queue, and with it the file and
+	// SQLite's page cache, grow all hour by design.
+	SoakPoisonDrainEvery = time.Minute
 	// soakQueue is the queue's name.
 	soakQueue = "soak"
 )
@@ -169,6 +174,11 @@ func RunSoak(ctx context.Context, c SoakConfig) (*SoakResult, error) {
 	// written to the end now, so that their pages are resident from the
 	// start and do not show in the RSS series.
 	handled, permanent := newBitset(capacity), newBitset(capacity)
+	poisoned := make([]uint8, capacity) // copies of each message found in the poison queue
+	for i := range poisoned {
+		poisoned[i] = 0xff // resident now
+	}
+	clear(poisoned)
 	var accounted, failedOnce, slow, dups atomic.Int64
 
 	cfg := adaptq.DefaultConfig()
@@ -231,6 +241,15 @@ func RunSoak(ctx context.Context, c SoakConfig) (*SoakResult, error) {
 		return nil, fmt.Errorf("soak: worker: %w", err)
 	}
 	l, _ := w.Listener(soakQueue)
+	q, err := w.Queue(soakQueue)
+	if err != nil {
+		return nil, err
+	}
+	pq, err := q.Sibling(ctx, soakQueue+adaptq.PoisonSuffix)
+	if err != nil {
+		return nil, fmt.Errorf("soak: open the poison queue: %w", err)
+	}
+	defer pq.Close()
 
 	// The producer: SoakRate a second, paced against the clock, and a
 	// burst every SoakBurstEvery from the start on.
@@ -302,6 +321,27 @@ func RunSoak(ctx context.Context, c SoakConfig) (*SoakResult, error) {
 		}
 	}()
 
+	// The operator: empties the poison queue every SoakPoisonDrainEvery.
+	drainCtx, stopDrain := context.WithCancel(ctx)
+	defer stopDrain()
+	drainDone := make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(SoakPoisonDrainEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-drainCtx.Done():
+				drainDone <- nil
+				return
+			case <-tick.C:
+			}
+			if err := drainPoison(drainCtx, pq, poisoned, true); err != nil && drainCtx.Err() == nil {
+				drainDone <- err
+				return
+			}
+		}
+	}()
+
 	// The sampler.
 	sample := func() SoakSample {
 		s := SoakSample{
@@ -358,7 +398,12 @@ func RunSoak(ctx context.Context, c SoakConfig) (*SoakResult, error) {
 	}
 	res.Put = put.Load()
 
-	// Stop the worker, then read the poison queue.
+	// Stop the operator and the worker, then read what is left in the
+	// poison queue.
+	stopDrain()
+	if err := <-drainDone; err != nil {
+		return nil, fmt.Errorf("soak: empty the poison queue: %w", err)
+	}
 	st0 := time.Now()
 	stopWorker()
 	if err := <-runErr; err != nil {
@@ -376,8 +421,7 @@ func RunSoak(ctx context.Context, c SoakConfig) (*SoakResult, error) {
 		st, _ := l.State(context.Background()) // the local figures, whatever the count call says
 		res.Stats["tasks_started"] = int64(st.TotalTasks)
 	}
-	poisoned, err := readPoison(ctx, dbPath, capacity)
-	if err != nil {
+	if err := readPoison(ctx, dbPath, poisoned); err != nil {
 		return nil, err
 	}
 	res.Dups = dups.Load()
@@ -402,35 +446,57 @@ func RunSoak(ctx context.Context, c SoakConfig) (*SoakResult, error) {
 	return res, nil
 }
 
-// readPoison counts the copies of each sequence number in the poison
-// queue.
-func readPoison(ctx context.Context, dbPath string, capacity int) ([]uint8, error) {
+// readPoison adds the copies of each sequence number left in the poison
+// queue, read from the file after the worker stopped, to poisoned.
+func readPoison(ctx context.Context, dbPath string, poisoned []uint8) error {
 	db, err := sqlite.Open(dbPath)
 	if err != nil {
-		return nil, fmt.Errorf("soak: reopen: %w", err)
+		return fmt.Errorf("soak: reopen: %w", err)
 	}
 	defer db.Close()
 	q, err := db.Queue(soakQueue + adaptq.PoisonSuffix)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := make([]uint8, capacity)
+	if err := drainPoison(ctx, q, poisoned, false); err != nil {
+		return fmt.Errorf("soak: read the poison queue: %w", err)
+	}
+	return nil
+}
+
+// drainPoison gets every message of the poison queue q, adds one to
+// poisoned[seq] for each, and deletes them when del is set (a message is
+// counted once: a get hides it for an hour).
+func drainPoison(ctx context.Context, q *queue.Queue, poisoned []uint8, del bool) error {
 	for {
 		ms, err := q.Get(ctx, queue.MaxBatchSize, time.Hour)
 		if err != nil {
-			return nil, fmt.Errorf("soak: read the poison queue: %w", err)
+			return err
 		}
 		if len(ms) == 0 {
-			return out, nil
+			return nil
 		}
+		rs := make([]queue.Receipt, 0, len(ms))
 		for _, m := range ms {
-			if len(m.Body) >= 8 {
-				if seq := binary.BigEndian.Uint64(m.Body); seq < uint64(capacity) {
-					out[seq]++
-				}
+			if seq, ok := soakSeq(m); ok && seq < uint64(len(poisoned)) {
+				poisoned[seq]++
+			}
+			rs = append(rs, queue.Receipt{ID: m.ID, PopReceipt: m.PopReceipt})
+		}
+		if del {
+			if _, err := q.DeleteBatch(ctx, rs); err != nil {
+				return err
 			}
 		}
 	}
+}
+
+// soakSeq is the sequence number a poisoned message carries.
+func soakSeq(m *queue.Message) (uint64, bool) {
+	if len(m.Body) < 8 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(m.Body), true
 }
 
 func mb(b int64) float64 { return float64(b) / (1 << 20) }
