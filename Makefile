@@ -3,7 +3,7 @@
 
 GO ?= go
 
-.PHONY: test fuzz torture bench soak vet fmt
+.PHONY: test fuzz torture bench soak vet fmt screenshot
 
 # Azurite, the Azure Storage emulator the queue/azure tests run against,
 # pinned by tools/azurite/package-lock.json. npm ci runs again only when
@@ -22,7 +22,16 @@ $(FAUXQS): tools/fauxqs/package.json tools/fauxqs/package-lock.json
 	npm ci --prefix tools/fauxqs --no-audit --no-fund --loglevel=error
 	touch $@
 
-test: $(AZURITE) $(FAUXQS)
+# Chromium, the browser internal/statuspage's test drives (headless, with
+# chromedp): Debian's package, installed only when /usr/bin/chromium is
+# missing (the test skips without it, or fails under CI=true).
+CHROMIUM := /usr/bin/chromium
+
+$(CHROMIUM):
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: $(AZURITE) $(FAUXQS) $(CHROMIUM)
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 9m ./...
 	cd bench && $(GO) vet ./... && $(GO) test -race -count=1 ./...
@@ -63,3 +72,9 @@ fmt:
 # lost or handled twice.
 soak:
 	cd bench && $(GO) run ./cmd/soak -duration $(DURATION) -o soak -benchmarks ../BENCHMARKS.md
+
+# The README's picture of the status page (docs/status-page.png), taken by
+# the status page's browser test from a running worker with a poisoned
+# message.
+screenshot: $(CHROMIUM)
+	$(GO) test -count=1 -run '^TestStatusPageInABrowser$$' ./internal/statuspage/ -args -screenshot=$(CURDIR)/docs/status-page.png

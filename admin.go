@@ -189,6 +189,7 @@ func (w *Worker) startAdmin() (*adminServer, error) {
 		}
 		rw.WriteHeader(http.StatusAccepted)
 	})
+	w.serveStatusPage(mux, ln.Addr().String())
 	// Outermost first: the body limit, the Host check (DNS rebinding), the
 	// cross-origin check (a web page posting to loopback), the token.
 	h := limitBody(w.checkHost(ln.Addr().String(), http.NewCrossOriginProtection().Handler(w.authorize(mux))))
@@ -285,8 +286,9 @@ func localHost(host, listen string) bool {
 	return false
 }
 
-// authorize requires the configured token, if any, as a bearer token. The
-// health check stays open.
+// authorize requires the configured token, if any, as a bearer token, or a
+// browser's status page session (sessionAuthorize). The health check stays
+// open.
 func (w *Worker) authorize(next http.Handler) http.Handler {
 	token := w.cfg.Admin.Token
 	if token == "" {
@@ -295,6 +297,9 @@ func (w *Worker) authorize(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if r.URL.Path != HealthPath && (!ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1) {
+			if w.sessionAuthorize(rw, r, next) {
+				return
+			}
 			http.Error(rw, "unauthorized: send Authorization: Bearer <admin.token>", http.StatusUnauthorized)
 			return
 		}

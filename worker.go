@@ -17,6 +17,7 @@ import (
 
 	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/internal/clock"
+	"github.com/adaptq/adaptq/internal/statuspage"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/meter"
@@ -62,6 +63,9 @@ type Worker struct {
 	running  bool
 	admin    string        // address the admin endpoint listens on, once up
 	ready    chan struct{} // closed once Run has started everything
+	// sessions are the status page's logins, when the admin endpoint has a
+	// token (set before it serves).
+	sessions *statuspage.Sessions
 }
 
 // workerQueue is one configured queue at run time.

@@ -1,0 +1,206 @@
+package statuspage_test
+
+// The status page in a real browser: headless Chromium (Debian's chromium
+// package; `make test` installs it when /usr/bin/chromium is missing),
+// driven with chromedp against a running worker. Without Chromium the test
+// skips, naming what is missing, unless CI=true, where it fails.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"go.uber.org/zap"
+
+	"github.com/adaptq/adaptq"
+	"github.com/adaptq/adaptq/handler"
+	"github.com/adaptq/adaptq/internal/testutil"
+	"github.com/adaptq/adaptq/queue"
+)
+
+// screenshot, if set, is where TestStatusPageInABrowser saves a PNG of the
+// page with its poisoned message (the README's picture: make screenshot).
+var screenshot = flag.String("screenshot", "", "save a PNG of the status page to this file")
+
+// chromiumPaths are where Chromium is looked for, Debian's first.
+var chromiumPaths = []string{"/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome"}
+
+// findChromium returns Chromium's path, or skips the test (fails it under
+// CI=true) naming what is missing.
+func findChromium(t *testing.T) string {
+	t.Helper()
+	for _, p := range chromiumPaths {
+		if path, err := exec.LookPath(p); err == nil {
+			return path
+		}
+	}
+	msg := "no Chromium (looked for /usr/bin/chromium and chromium, chromium-browser, google-chrome on PATH): apt-get install -y chromium, or run make test, which installs it"
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// newBrowser starts a headless Chromium with a fresh profile for the test
+// and returns a context that drives one tab of it. The flags keep it from
+// reaching for the network on its own: this machine's closed network
+// refuses those connections, and a test must not depend on them.
+func newBrowser(t *testing.T) context.Context {
+	t.Helper()
+	path := findChromium(t)
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true), // root in a container has no user namespace for it
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("no-default-browser-check", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("mute-audio", true),
+		chromedp.WindowSize(1280, 800),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	tab, cancelTab := chromedp.NewContext(actx)
+	t.Cleanup(func() {
+		cancelTab()
+		cancelAlloc()
+	})
+	// The first run starts the browser and binds it to its context: that
+	// one has no deadline; the test's steps get a hang guard.
+	if err := chromedp.Do(tab); err != nil {
+		t.Fatalf("starting Chromium %s: %v", path, err)
+	}
+	ctx, cancelRun := context.WithTimeout(tab, testutil.HangGuard)
+	t.Cleanup(cancelRun)
+	return ctx
+}
+
+// browserToken is the admin token of the test's worker: the browser logs
+// in with it through the page's form.
+const browserToken = "browser-test-token"
+
+// statusWorker runs a worker with an admin endpoint (token browserToken)
+// and one queue, jobs, whose handler fails permanently for a body starting
+// with "poison" while *broken is true; it returns the worker and the page's
+// URL.
+func statusWorker(t *testing.T, broken *atomic.Bool, handled *testutil.SyncBuffer) (*adaptq.Worker, string) {
+	t.Helper()
+	cfg, err := adaptq.ParseConfig("browser.yaml", []byte(`
+admin: {address: "127.0.0.1:0", token: "`+browserToken+`"}
+queues:
+  - url: 'sqlite://`+filepath.Join(t.TempDir(), "q.db")+`?queue=jobs'
+    trigger: {enabled: true}
+    idle: {max: 200ms}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := adaptq.New(cfg, adaptq.WithLogger(zap.NewNop()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.MustHandle("jobs", func(_ context.Context, m *queue.Message) error {
+		if broken.Load() && strings.HasPrefix(string(m.Body), "poison") {
+			return handler.Permanent(errors.New(`downstream answered 422 <b>Unprocessable</b> for order 42`))
+		}
+		fmt.Fprintf(handled, "%s\n", m.Body)
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	select {
+	case <-w.Ready():
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	case <-time.After(testutil.HangGuard):
+		t.Fatal("the worker did not start")
+	}
+	return w, "http://" + w.AdminAddress() + adaptq.StatusPath
+}
+
+// TestStatusPageInABrowser logs in with the token through the page's form,
+// finds the queue's row and the poisoned message with its reason, clicks
+// requeue and sees the message back on its queue and off the poison queue.
+func TestStatusPageInABrowser(t *testing.T) {
+	var broken atomic.Bool
+	broken.Store(true)
+	var handled testutil.SyncBuffer
+	w, page := statusWorker(t, &broken, &handled)
+	ctx := newBrowser(t)
+
+	bg := context.Background()
+	for i := range 3 {
+		if _, err := w.Put(bg, "jobs", fmt.Appendf(nil, "order %d", i), queue.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, testutil.HangGuard, "the three good messages are handled", func() bool {
+		return strings.Count(handled.String(), "\n") == 3
+	})
+
+	// Without the cookie the page is the login form; a wrong token is
+	// refused, the right one logs in.
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(page),
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), "not-the-token"),
+		chromedp.Submit(chromedp.CSS("#token")),
+		chromedp.WaitVisible(chromedp.CSS("#login-failed")),
+		chromedp.SendKeys(chromedp.CSS("#token"), browserToken),
+		chromedp.Submit(chromedp.CSS("#token")),
+		chromedp.WaitVisible(chromedp.CSS("#queues")),
+	); err != nil {
+		t.Fatalf("logging in: %v", err)
+	}
+	row, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#queues tr[data-queue="jobs"]`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(row, "jobs") {
+		t.Fatalf("the queue's row reads %q", row)
+	}
+	processed, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#queues tr[data-queue="jobs"] .processed`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if processed != "3" {
+		t.Errorf("the row shows %q processed, want 3", processed)
+	}
+}
+
+func TestBrowserStarts(t *testing.T) {
+	ctx := newBrowser(t)
+	if err := chromedp.Do(ctx, chromedp.Navigate("data:text/html,<title>hi</title>")); err != nil {
+		t.Fatal(err)
+	}
+	title, err := chromedp.Run(ctx, chromedp.Title())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if title != "hi" {
+		t.Fatal(errors.New(title))
+	}
+}

@@ -1,0 +1,146 @@
+package statuspage
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+func TestSessionsExpireAndAreBoundToTheToken(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 22, 20, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	s := NewSessions("tok-1", "8089", clock)
+	c := s.Login()
+	if c.Name != "adaptq_admin_8089" || strings.Contains(c.Value, "tok-1") {
+		t.Fatalf("cookie %s", c)
+	}
+	req := func(c *http.Cookie) *http.Request {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.AddCookie(c)
+		return r
+	}
+	sess := s.Session(req(c))
+	if sess == "" {
+		t.Fatal("a fresh cookie is not a session")
+	}
+	if o := NewSessions("tok-2", "8089", clock); o.Session(req(c)) != "" {
+		t.Error("a cookie made with another token is a session")
+	}
+	if o := NewSessions("tok-1", "9000", clock); o.Session(req(c)) != "" {
+		t.Error("the cookie of another port's endpoint is a session")
+	}
+	tampered := *c
+	tampered.Value = "9" + c.Value // a later expiry, the same MAC
+	if s.Session(req(&tampered)) != "" {
+		t.Error("a cookie with its expiry changed is a session")
+	}
+
+	now = now.Add(SessionTTL - time.Second)
+	if s.Session(req(c)) == "" {
+		t.Error("the cookie expired before SessionTTL")
+	}
+	now = now.Add(time.Second)
+	if s.Session(req(c)) != "" {
+		t.Error("the cookie is a session after SessionTTL")
+	}
+
+	// The anti-forgery token belongs to the session.
+	post := func(csrf string) *http.Request {
+		r := httptest.NewRequest("POST", "/", strings.NewReader(url.Values{CSRFField: {csrf}}.Encode()))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		return r
+	}
+	if !s.CheckCSRF(post(s.CSRF(sess)), sess) {
+		t.Error("the session's own anti-forgery token is refused")
+	}
+	other := NewSessions("tok-1", "8089", func() time.Time { return now.Add(time.Hour) }).Login().Value
+	if s.CheckCSRF(post(s.CSRF(other)), sess) || s.CheckCSRF(post(""), sess) {
+		t.Error("another session's or an empty anti-forgery token is accepted")
+	}
+	h := httptest.NewRequest("POST", "/", nil)
+	h.Header.Set(CSRFHeader, s.CSRF(sess))
+	if !s.CheckCSRF(h, sess) {
+		t.Error("the anti-forgery token in its header is refused")
+	}
+}
+
+func TestPreviewIsBoundedAndPrintable(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		max  int
+		want string
+	}{
+		{"hello", 10, "hello"},
+		{"line1\nline2\ttab", 40, "line1 line2 tab"},
+		{"a\x00b\x1b[31mc", 40, "a\uFFFDb\uFFFD[31mc"},
+		{"\xff\xfeok", 40, "\uFFFD\uFFFDok"},
+		{"0123456789", 4, "0123…"},
+		{"ééé", 5, "éé…"}, // never half a rune
+	} {
+		got := Preview([]byte(tc.in), tc.max)
+		if got != tc.want {
+			t.Errorf("Preview(%q, %d) = %q, want %q", tc.in, tc.max, got, tc.want)
+		}
+		if !utf8.ValidString(got) {
+			t.Errorf("Preview(%q) is not UTF-8", tc.in)
+		}
+	}
+}
+
+func TestRenderEscapesWhatItShows(t *testing.T) {
+	t.Parallel()
+	const evil = `<script>alert(1)</script>"'&`
+	v := View{
+		Generated: time.Now(), CSRF: `x"><script>`,
+		Notice: evil,
+		Queues: []Queue{{
+			Name: "q</td><script>", DepthError: evil,
+			Rate: Figure{Text: "1.0/s"}, PickupLatency: Figure{Missing: evil}, MonthlyCost: Figure{Text: "$1.00"},
+			Poison: Poison{Name: "q-poison", Count: 1, Messages: []PoisonMessage{{
+				ID: `id"><img src=x>`, DequeueCount: 5, Reason: evil + strings.Repeat("r", 2*ReasonBytes),
+				FailedAt: time.Now().Add(-time.Minute), Body: []byte(evil + strings.Repeat("b", 2*PreviewBytes)),
+			}}},
+		}},
+	}
+	var b bytes.Buffer
+	if err := Render(&b, v); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	for _, bad := range []string{"<script", "<img", `x">`, `id">`} {
+		if strings.Contains(page, bad) {
+			t.Errorf("the page contains %q unescaped", bad)
+		}
+	}
+	if strings.Contains(page, strings.Repeat("r", ReasonBytes)) || strings.Contains(page, strings.Repeat("b", PreviewBytes)) {
+		t.Error("a reason or body is shown beyond its bound")
+	}
+	if !strings.Contains(page, "/status/queues/q%3C%2Ftd%3E%3Cscript%3E/requeue") {
+		t.Errorf("the requeue form's action does not escape the queue's name:\n%s", page)
+	}
+}
+
+func TestRenderEmptyStates(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	if err := Render(&b, View{Generated: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "No queues are configured.") {
+		t.Errorf("no empty state for no queues:\n%s", b.String())
+	}
+	b.Reset()
+	if err := Render(&b, View{Generated: time.Now(), Queues: []Queue{{Name: "jobs", Poison: Poison{Name: "jobs-poison"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "No poisoned messages.") {
+		t.Errorf("no empty state for an empty poison queue:\n%s", b.String())
+	}
+}

@@ -1,0 +1,139 @@
+package adaptq
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/adaptq/adaptq/internal/statuspage"
+)
+
+// The status page's paths on the admin endpoint: the page itself, the
+// login and logout of a browser when the endpoint has a token, and the
+// form the page's requeue buttons post to ({name} is the queue's name; the
+// form's id field names one poisoned message, all=1 every one).
+const (
+	StatusPath        = "/"
+	LoginPath         = "/login"
+	LogoutPath        = "/logout"
+	StatusRequeuePath = "/status/queues/{name}/requeue"
+)
+
+// serveStatusPage adds the status page's routes to mux. With a token, a
+// browser logs in once (POST LoginPath with the token) and then holds a
+// cookie that authorize accepts in place of the bearer token; see
+// sessionAuthorize.
+func (w *Worker) serveStatusPage(mux *http.ServeMux, listen string) {
+	if w.cfg.Admin.Token != "" {
+		_, port, _ := net.SplitHostPort(listen)
+		w.sessions = statuspage.NewSessions(w.cfg.Admin.Token, port, w.clock.Now)
+	}
+	mux.HandleFunc("GET "+StatusPath+"{$}", w.statusPage)
+	mux.HandleFunc("POST "+LoginPath, w.login)
+	mux.HandleFunc("POST "+LogoutPath, w.logout)
+}
+
+// statusPage renders the page.
+func (w *Worker) statusPage(rw http.ResponseWriter, r *http.Request) {
+	v := w.statusView(r.Context())
+	if s := w.sessions; s != nil {
+		if sess := s.Session(r); sess != "" {
+			v.LoggedIn, v.CSRF = true, s.CSRF(sess)
+		}
+	}
+	rw.Header().Set("Content-Type", "text/html; charset=utf-8")
+	rw.Header().Set("Cache-Control", "no-store")
+	// No script, no outside resource, no framing: the page is a document.
+	rw.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	rw.Header().Set("X-Content-Type-Options", "nosniff")
+	if err := statuspage.Render(rw, v); err != nil {
+		w.log.Error("adaptq: rendering the status page failed", zap.Error(err))
+		http.Error(rw, "the status page failed to render", http.StatusInternalServerError)
+	}
+}
+
+// statusView gathers the page's figures.
+func (w *Worker) statusView(ctx context.Context) statuspage.View {
+	st := w.Stats(ctx)
+	v := statuspage.View{Uptime: time.Duration(st.Uptime), PricePer10k: st.PricePer10k, Generated: w.clock.Now()}
+	for _, q := range st.Queues {
+		v.Queues = append(v.Queues, statuspage.Queue{
+			Name: q.Name, Depth: q.Depth, DepthError: q.DepthError, InFlight: q.InFlight,
+			ActiveTasks: q.ActiveTasks, IdleTasks: q.IdleTasks, TotalTasks: q.TotalTasks,
+			Processed: q.Processed, Failed: q.Failed,
+			CallsPerMessage: q.CallsPerMessage,
+			Rate:            statuspage.Figure{Missing: "not measured by this worker"},
+			PickupLatency:   statuspage.Figure{Missing: "not measured by this worker"},
+			MonthlyCost:     statuspage.Figure{Missing: "not measured by this worker"},
+		})
+	}
+	return v
+}
+
+// login checks the token a browser's login form sent and, if it is right,
+// gives the browser its session cookie.
+func (w *Worker) login(rw http.ResponseWriter, r *http.Request) {
+	s := w.sessions
+	if s == nil {
+		http.Error(rw, "this endpoint has no token: nothing to log in to", http.StatusNotFound)
+		return
+	}
+	if !s.CheckToken(r.PostFormValue("token")) {
+		w.log.Warn("adaptq: status page login with a wrong token", zap.String("remote", r.RemoteAddr))
+		rw.Header().Set("Content-Type", "text/html; charset=utf-8")
+		rw.WriteHeader(http.StatusUnauthorized)
+		_ = statuspage.RenderLogin(rw, LoginPath, true)
+		return
+	}
+	http.SetCookie(rw, s.Login())
+	http.Redirect(rw, r, StatusPath, http.StatusSeeOther)
+}
+
+// logout ends the browser's session.
+func (w *Worker) logout(rw http.ResponseWriter, r *http.Request) {
+	if s := w.sessions; s != nil {
+		http.SetCookie(rw, s.Logout())
+	}
+	http.Redirect(rw, r, StatusPath, http.StatusSeeOther)
+}
+
+// sessionAuthorize lets a browser without the bearer token through when it
+// can: to the login form's POST, and anywhere with a valid session cookie
+// (a state-changing request then also needs the session's anti-forgery
+// token). A browser with neither that asks for the page gets the login
+// form. It reports whether it answered the request; if not, authorize
+// refuses it.
+func (w *Worker) sessionAuthorize(rw http.ResponseWriter, r *http.Request, next http.Handler) bool {
+	s := w.sessions
+	if s == nil {
+		return false
+	}
+	if r.URL.Path == LoginPath && r.Method == http.MethodPost {
+		next.ServeHTTP(rw, r)
+		return true
+	}
+	if sess := s.Session(r); sess != "" {
+		if !safeMethod(r.Method) && !s.CheckCSRF(r, sess) {
+			http.Error(rw, "forbidden: the form's anti-forgery token is missing or wrong (reload the page)", http.StatusForbidden)
+			return true
+		}
+		next.ServeHTTP(rw, r)
+		return true
+	}
+	if r.URL.Path == StatusPath && safeMethod(r.Method) {
+		rw.Header().Set("Content-Type", "text/html; charset=utf-8")
+		rw.Header().Set("Cache-Control", "no-store")
+		rw.WriteHeader(http.StatusUnauthorized)
+		_ = statuspage.RenderLogin(rw, LoginPath, false)
+		return true
+	}
+	return false
+}
+
+// safeMethod: a request that changes nothing.
+func safeMethod(m string) bool {
+	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
+}

@@ -1,0 +1,179 @@
+package adaptq
+
+import (
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/adaptq/adaptq/internal/statuspage"
+)
+
+// pageRequest sends method path to the worker at addr with a form body (if
+// form is not nil) and the cookie and extra headers given, without
+// following redirects; it returns the response and its body.
+func pageRequest(t *testing.T, addr, method, path string, form url.Values, cookie *http.Cookie, headers ...string) (*http.Response, string) {
+	t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, "http://"+addr+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	if cookie != nil {
+		req.AddCookie(cookie)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
+}
+
+// sessionCookie returns the cookie a response sets, failing the test if it
+// sets none.
+func sessionCookie(t *testing.T, resp *http.Response) *http.Cookie {
+	t.Helper()
+	for _, c := range resp.Cookies() {
+		if strings.HasPrefix(c.Name, "adaptq_admin_") {
+			return c
+		}
+	}
+	t.Fatalf("%s: no session cookie in %q", resp.Status, resp.Header.Values("Set-Cookie"))
+	return nil
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+func TestStatusPageWithoutAToken(t *testing.T) {
+	t.Parallel()
+	addr := adminWorker(t, "")
+	resp, body := pageRequest(t, addr, "GET", StatusPath, nil, nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /: %s\n%s", resp.Status, body)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/html") {
+		t.Errorf("Content-Type %q", ct)
+	}
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") {
+		t.Errorf("Content-Security-Policy %q lets the page load outside resources", csp)
+	}
+	if !strings.Contains(body, `data-queue="admin-q"`) {
+		t.Errorf("the page has no row for admin-q:\n%s", body)
+	}
+	if strings.Contains(body, "<script") || strings.Contains(body, "src=") || strings.Contains(body, `rel="stylesheet"`) {
+		t.Errorf("the page loads a script or an outside resource:\n%s", body)
+	}
+	// No token, no login: nothing to log in to, and no anti-forgery field.
+	if resp, _ := pageRequest(t, addr, "POST", LoginPath, url.Values{"token": {"x"}}, nil); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("POST %s without a token configured: %s", LoginPath, resp.Status)
+	}
+	// Other paths are not the page.
+	if resp, _ := pageRequest(t, addr, "GET", "/nope", nil, nil); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /nope: %s", resp.Status)
+	}
+}
+
+func TestStatusPageLoginWithAToken(t *testing.T) {
+	t.Parallel()
+	const token = "page-s3cret-token"
+	addr := adminWorker(t, token)
+
+	// Without the token or a cookie: the login form, and nothing else.
+	resp, body := pageRequest(t, addr, "GET", StatusPath, nil, nil)
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, `name="token"`) {
+		t.Fatalf("GET / without a session: %s, want 401 with the login form\n%s", resp.Status, body)
+	}
+	if strings.Contains(body, "admin-q") {
+		t.Errorf("the login form shows the queues")
+	}
+	if resp, _ := pageRequest(t, addr, "GET", StatsPath, nil, nil); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("GET %s without a session: %s", StatsPath, resp.Status)
+	}
+
+	resp, body = pageRequest(t, addr, "POST", LoginPath, url.Values{"token": {"wrong"}}, nil)
+	if resp.StatusCode != http.StatusUnauthorized || len(resp.Cookies()) != 0 {
+		t.Fatalf("login with a wrong token: %s, cookies %v", resp.Status, resp.Cookies())
+	}
+	// A cross-site page cannot log a browser in (login CSRF).
+	if resp, _ := pageRequest(t, addr, "POST", LoginPath, url.Values{"token": {token}}, nil, "Sec-Fetch-Site", "cross-site"); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("cross-site login: %s, want 403", resp.Status)
+	}
+
+	resp, _ = pageRequest(t, addr, "POST", LoginPath, url.Values{"token": {token}}, nil, "Sec-Fetch-Site", "same-origin")
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != StatusPath {
+		t.Fatalf("login: %s to %q, want 303 to /", resp.Status, resp.Header.Get("Location"))
+	}
+	c := sessionCookie(t, resp)
+	if !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" || c.MaxAge <= 0 {
+		t.Errorf("session cookie %s: want HttpOnly, SameSite=Strict, Path=/ and a Max-Age", c)
+	}
+	if strings.Contains(c.Value, token) {
+		t.Fatalf("the cookie holds the token: %s", c)
+	}
+
+	resp, body = pageRequest(t, addr, "GET", StatusPath, nil, c)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `data-queue="admin-q"`) {
+		t.Fatalf("GET / with the cookie: %s\n%s", resp.Status, body)
+	}
+	if strings.Contains(body, token) {
+		t.Fatal("the page shows the token")
+	}
+	m := csrfField.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("the logged-in page has no anti-forgery field:\n%s", body)
+	}
+	csrf := m[1]
+	if resp, _ := pageRequest(t, addr, "GET", StatsPath, nil, c); resp.StatusCode != http.StatusOK {
+		t.Errorf("GET %s with the cookie: %s", StatsPath, resp.Status)
+	}
+
+	// A state-changing request with the cookie needs the page's
+	// anti-forgery token and the same origin.
+	for _, tc := range []struct {
+		name    string
+		form    url.Values
+		cookie  *http.Cookie
+		headers []string
+		want    int
+	}{
+		{"no cookie", url.Values{"csrf": {csrf}}, nil, nil, http.StatusUnauthorized},
+		{"forged cookie", url.Values{"csrf": {csrf}}, &http.Cookie{Name: c.Name, Value: "99999999999.forged"}, nil, http.StatusUnauthorized},
+		{"cookie, no anti-forgery token", url.Values{}, c, nil, http.StatusForbidden},
+		{"cookie, wrong anti-forgery token", url.Values{"csrf": {csrf + "x"}}, c, nil, http.StatusForbidden},
+		{"cross-origin", url.Values{"csrf": {csrf}}, c, []string{"Origin", "http://attacker.example", "Sec-Fetch-Site", "cross-site"}, http.StatusForbidden},
+		{"same origin, cookie and token", url.Values{"csrf": {csrf}}, c, []string{"Origin", "http://" + addr, "Sec-Fetch-Site", "same-origin"}, http.StatusSeeOther},
+	} {
+		resp, body := pageRequest(t, addr, "POST", LogoutPath, tc.form, tc.cookie, tc.headers...)
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s: POST %s: %s, want %d\n%s", tc.name, LogoutPath, resp.Status, tc.want, body)
+		}
+	}
+}
+
+func TestStatusPageCookieOfAnotherToken(t *testing.T) {
+	t.Parallel()
+	addr := adminWorker(t, "the-real-token")
+	_, port, _ := strings.Cut(addr, ":")
+	other := statuspage.NewSessions("another-token", port, time.Now).Login()
+	if resp, _ := pageRequest(t, addr, "GET", StatsPath, nil, other); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("GET %s with a cookie made with another token: %s", StatsPath, resp.Status)
+	}
+}
