@@ -2,6 +2,7 @@ package adaptq
 
 import (
 	"context"
+	"math"
 	"net"
 	"net/http"
 	"time"
@@ -60,11 +61,19 @@ func (w *Worker) statusView(ctx context.Context) statuspage.View {
 	st := w.Stats(ctx)
 	v := statuspage.View{Uptime: time.Duration(st.Uptime), PricePer10k: st.PricePer10k, Generated: w.clock.Now()}
 	for _, q := range st.Queues {
+		cpm := q.CallsPerMessage
+		if q.Deleted == 0 {
+			cpm = math.NaN() // not 0: no message has been through yet
+		}
+		var poisoned int64
+		if l, ok := w.Listener(q.Name); ok {
+			poisoned = l.Stats().Poisoned
+		}
 		v.Queues = append(v.Queues, statuspage.Queue{
 			Name: q.Name, Depth: q.Depth, DepthError: q.DepthError, InFlight: q.InFlight,
 			ActiveTasks: q.ActiveTasks, IdleTasks: q.IdleTasks, TotalTasks: q.TotalTasks,
-			Processed: q.Processed, Failed: q.Failed,
-			CallsPerMessage: q.CallsPerMessage,
+			Processed: q.Processed, Failed: q.Failed, Poisoned: poisoned,
+			CallsPerMessage: cpm,
 			Rate:            statuspage.Figure{Missing: "not measured by this worker"},
 			PickupLatency:   statuspage.Figure{Missing: "not measured by this worker"},
 			MonthlyCost:     statuspage.Figure{Missing: "not measured by this worker"},
