@@ -40,6 +40,7 @@ func (w *Worker) serveStatusPage(mux *http.ServeMux, listen string) {
 // statusPage renders the page.
 func (w *Worker) statusPage(rw http.ResponseWriter, r *http.Request) {
 	v := w.statusView(r.Context())
+	v.Paused = r.URL.Query().Get("refresh") == "off" // statuspage.PauseQuery
 	if s := w.sessions; s != nil {
 		if sess := s.Session(r); sess != "" {
 			v.LoggedIn, v.CSRF = true, s.CSRF(sess)

@@ -27,6 +27,9 @@ import (
 // counts every queue, one billed call each, and lists its poison queue).
 const Refresh = 5 * time.Second
 
+// PauseQuery is the page's URL query that stops it reloading itself.
+const PauseQuery = "refresh=off"
+
 // PreviewBytes bounds the preview of a poisoned message's body and
 // ReasonBytes its failure reason: they are untrusted and may be large.
 const (
@@ -47,6 +50,9 @@ type View struct {
 	CSRF     string
 	// Notice is a one-line outcome of the last action (a requeue).
 	Notice string
+	// Paused: the page does not reload itself (PauseQuery was asked for),
+	// so that a reader can read, or a click lands on the page it aimed at.
+	Paused bool
 	Queues []Queue
 }
 
