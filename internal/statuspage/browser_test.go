@@ -122,22 +122,7 @@ queues:
 		fmt.Fprintf(handled, "%s\n", m.Body)
 		return nil
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	select {
-	case <-w.Ready():
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	case <-time.After(testutil.HangGuard):
-		t.Fatal("the worker did not start")
-	}
+	testutil.RunInBackground(t, w)
 	return w, "http://" + w.AdminAddress() + adaptq.StatusPath
 }
 

@@ -4,6 +4,7 @@ package testutil
 
 import (
 	"bytes"
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -60,5 +61,37 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 		}
 		time.Sleep(pause)
 		pause = min(2*pause, 5*time.Millisecond)
+	}
+}
+
+// Runner is what RunInBackground runs: a worker (adaptq.Worker), which this
+// package cannot name without an import cycle.
+type Runner interface {
+	Run(ctx context.Context) error
+	Ready() <-chan struct{}
+}
+
+// RunInBackground runs r until the test ends, and returns once r is ready.
+// At the end of the test it cancels r's context and fails the test if Run
+// returned an error; a Run that fails before it is ready fails the test at
+// once.
+func RunInBackground(t testing.TB, r Runner) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	select {
+	case <-r.Ready():
+	case err := <-done:
+		done <- err // for the cleanup
+		t.Fatalf("Run: %v", err)
+	case <-time.After(HangGuard):
+		t.Fatal("did not start")
 	}
 }
