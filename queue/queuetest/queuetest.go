@@ -76,6 +76,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"InitialVisibilityDelay", testInitialDelay},
 		{"PeekChangesNothing", testPeek},
 		{"Count", testCount},
+		{"Depth", testDepth},
 		{"Clear", testClear},
 		{"Names", testNames},
 		{"BodySize", testBodySize},
@@ -671,6 +672,56 @@ func testCount(t *testing.T, e *env) {
 	}
 	if n := e.count(t, q); n != 3 {
 		t.Fatalf("Count after 2 deletes = %d, want 3", n)
+	}
+}
+
+// testDepth checks Queue.Depth: Count's total always, and where the
+// driver reads depth itself (driver.DepthReader) the visible and hidden
+// messages apart and the oldest one's insertion time. Expired messages
+// are not counted.
+func testDepth(t *testing.T, e *env) {
+	q := e.open(t, "depth")
+	depth := func() queue.Depth {
+		t.Helper()
+		d, err := q.Depth(e.ctx)
+		if err != nil {
+			t.Fatalf("Depth: %v", err)
+		}
+		return d
+	}
+	if d := depth(); d.Messages != 0 || d.Visible != 0 || d.InFlight != 0 || !d.Oldest.IsZero() {
+		t.Fatalf("Depth of an empty queue = %+v, want zero", d)
+	}
+	e.put(t, q, "expires", queue.PutOptions{TTL: unit})
+	e.advance(2 * unit)
+	for i := 0; i < 5; i++ {
+		e.put(t, q, "d", queue.PutOptions{})
+	}
+	ms := e.get(t, q, 2, 30*unit)
+	if len(ms) != 2 {
+		t.Fatalf("Get(2) returned %d messages", len(ms))
+	}
+	d := depth()
+	if e.f.ExactCount && d.Messages != 5 {
+		t.Fatalf("Depth with 2 of 5 hidden = %+v, want 5 messages", d)
+	}
+	if !d.Split {
+		t.Logf("the driver reads no split depth: Messages only (%d)", d.Messages)
+		return
+	}
+	if d.Visible != 3 || d.InFlight != 2 || d.Messages != d.Visible+d.InFlight {
+		t.Fatalf("Depth with 2 of 5 hidden = %+v, want 3 visible, 2 in flight", d)
+	}
+	if !d.Oldest.IsZero() && !e.near(d.Oldest, ms[0].InsertedAt) {
+		t.Fatalf("Depth.Oldest = %v, want the first message's insertion %v", d.Oldest, ms[0].InsertedAt)
+	}
+	for _, m := range ms {
+		if err := q.Delete(e.ctx, m.ID, m.PopReceipt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := depth(); d.Visible != 3 || d.InFlight != 0 {
+		t.Fatalf("Depth after 2 deletes = %+v, want 3 visible, none in flight", d)
 	}
 }
 
