@@ -38,4 +38,3 @@ func (q *driverQueue) Depth(ctx context.Context) (driver.Depth, error) {
 	}
 	return d, nil
 }
-
