@@ -455,6 +455,10 @@ func (l *Listener) State(ctx context.Context) (State, error) {
 	return s, nil
 }
 
+// LocalState reads the listener's state without calling the queue: Depth
+// is 0. Metrics read it at every scrape.
+func (l *Listener) LocalState() State { return l.localState() }
+
 func (l *Listener) localState() State {
 	l.mu.Lock()
 	active := l.active - l.stopTokens
