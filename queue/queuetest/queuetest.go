@@ -709,7 +709,9 @@ func testDepth(t *testing.T, e *env) {
 		t.Logf("the driver reads no split depth: Messages only (%d)", d.Messages)
 		return
 	}
-	if d.Visible != 3 || d.InFlight != 2 || d.Messages != d.Visible+d.InFlight {
+	// An approximate depth may count the expired message as visible until
+	// the backend sweeps it.
+	if d.InFlight != 2 || d.Messages != d.Visible+d.InFlight || d.Visible < 3 || (e.f.ExactCount && d.Visible != 3) {
 		t.Fatalf("Depth with 2 of 5 hidden = %+v, want 3 visible, 2 in flight", d)
 	}
 	if !d.Oldest.IsZero() && !e.near(d.Oldest, ms[0].InsertedAt) {
@@ -720,7 +722,7 @@ func testDepth(t *testing.T, e *env) {
 			t.Fatal(err)
 		}
 	}
-	if d := depth(); d.Visible != 3 || d.InFlight != 0 {
+	if d := depth(); d.Visible < 3 || (e.f.ExactCount && d.Visible != 3) || d.InFlight != 0 {
 		t.Fatalf("Depth after 2 deletes = %+v, want 3 visible, none in flight", d)
 	}
 }
