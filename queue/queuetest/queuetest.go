@@ -697,9 +697,14 @@ func testDepth(t *testing.T, e *env) {
 	for i := 0; i < 5; i++ {
 		e.put(t, q, "d", queue.PutOptions{})
 	}
-	ms := e.get(t, q, 2, 30*unit)
+	// A distributed backend may return fewer than asked: get until two
+	// are held.
+	var ms []*queue.Message
+	for try := 0; len(ms) < 2 && try < 20; try++ {
+		ms = append(ms, e.get(t, q, 2-len(ms), 30*unit)...)
+	}
 	if len(ms) != 2 {
-		t.Fatalf("Get(2) returned %d messages", len(ms))
+		t.Fatalf("Gets returned %d messages, want 2", len(ms))
 	}
 	d := depth()
 	if e.f.ExactCount && d.Messages != 5 {
@@ -714,8 +719,13 @@ func testDepth(t *testing.T, e *env) {
 	if d.InFlight != 2 || d.Messages != d.Visible+d.InFlight || d.Visible < 3 || (e.f.ExactCount && d.Visible != 3) {
 		t.Fatalf("Depth with 2 of 5 hidden = %+v, want 3 visible, 2 in flight", d)
 	}
-	if !d.Oldest.IsZero() && !e.near(d.Oldest, ms[0].InsertedAt) {
-		t.Fatalf("Depth.Oldest = %v, want the first message's insertion %v", d.Oldest, ms[0].InsertedAt)
+	// The five were put at once (in virtual time, at one instant).
+	first := ms[0].InsertedAt
+	if ms[1].InsertedAt.Before(first) {
+		first = ms[1].InsertedAt
+	}
+	if !d.Oldest.IsZero() && !e.near(d.Oldest, first) {
+		t.Fatalf("Depth.Oldest = %v, want the first message's insertion %v", d.Oldest, first)
 	}
 	for _, m := range ms {
 		if err := q.Delete(e.ctx, m.ID, m.PopReceipt); err != nil {
