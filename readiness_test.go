@@ -161,6 +161,9 @@ queues:
 	// and stays ready.
 	for i := 0; i < 60; i++ {
 		fake.Advance(time.Minute)
+		waitUntil(t, "the idle task polls within its safety interval", func() bool {
+			return fake.Now().Sub(l.Stats().LastGet) <= 10*time.Minute
+		})
 		if code, body := readyz(t, addr); code != http.StatusOK {
 			t.Fatalf("idle for %d min: %d %q", i+1, code, body)
 		}
