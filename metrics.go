@@ -100,7 +100,9 @@ func (m *metrics) observe(name string, c clock.Clock) handler.Middleware {
 }
 
 // depthCache reads a queue's depth at most once per interval, when asked
-// (a scrape): the last reading, its time and whether it failed.
+// (a scrape), and keeps the last successful reading and its time. A failed
+// read is retried after the interval too (the meter counts it as a count
+// call's error); the metrics then show the last good reading.
 type depthCache struct {
 	q     *queue.Queue
 	clock clock.Clock
@@ -110,7 +112,6 @@ type depthCache struct {
 	tried  time.Time // the last read, successful or not
 	d      queue.Depth
 	readAt time.Time // when d was read; zero before the first success
-	err    error
 }
 
 func newDepthCache(q *queue.Queue, c clock.Clock) *depthCache {
@@ -132,7 +133,6 @@ func (c *depthCache) get() (d queue.Depth, readAt time.Time, ok bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), depthReadTimeout)
 		nd, err := c.q.Depth(ctx)
 		cancel()
-		c.err = err
 		if err == nil {
 			c.d, c.readAt = nd, now
 		}
