@@ -176,6 +176,16 @@ func (w *Worker) startAdmin() (*adminServer, error) {
 		rw.Header().Set("Content-Type", "text/plain")
 		_, _ = rw.Write([]byte("ok\n"))
 	})
+	mux.HandleFunc("GET "+ReadyPath, func(rw http.ResponseWriter, _ *http.Request) {
+		ready, lines := w.Readiness()
+		rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		rw.Header().Set("Cache-Control", "no-store")
+		if !ready {
+			rw.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_, _ = io.WriteString(rw, strings.Join(lines, "\n")+"\n")
+	})
+	mux.Handle("GET "+MetricsPath, w.metrics.handler())
 	mux.HandleFunc("GET "+StatsPath, func(rw http.ResponseWriter, r *http.Request) {
 		rw.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(rw)
@@ -246,14 +256,14 @@ func limitBody(next http.Handler) http.Handler {
 // checkHost refuses, when no token is configured, a request whose Host is
 // neither the listening address nor a loopback name: a web page that
 // rebinds its own name to 127.0.0.1 then cannot read or drive the
-// endpoint. With a token the token decides. The health check stays open
-// (a probe names the machine's address).
+// endpoint. With a token the token decides. The probes (health and
+// readiness) stay open: a kubelet names the pod's address.
 func (w *Worker) checkHost(listen string, next http.Handler) http.Handler {
 	if w.cfg.Admin.Token != "" {
 		return next
 	}
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != HealthPath && !localHost(r.Host, listen) {
+		if !probePath(r.URL.Path) && !localHost(r.Host, listen) {
 			http.Error(rw, "forbidden: Host is not this endpoint's address (set admin.token to serve other names)", http.StatusForbidden)
 			return
 		}
@@ -287,8 +297,9 @@ func localHost(host, listen string) bool {
 }
 
 // authorize requires the configured token, if any, as a bearer token, or a
-// browser's status page session (sessionAuthorize). The health check stays
-// open.
+// browser's status page session (sessionAuthorize). The probes (health and
+// readiness) stay open; /metrics needs the token (Prometheus sends it with
+// bearer_token / authorization in its scrape config).
 func (w *Worker) authorize(next http.Handler) http.Handler {
 	token := w.cfg.Admin.Token
 	if token == "" {
@@ -296,7 +307,7 @@ func (w *Worker) authorize(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if r.URL.Path != HealthPath && (!ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1) {
+		if !probePath(r.URL.Path) && (!ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1) {
 			if w.sessionAuthorize(rw, r, next) {
 				return
 			}
@@ -306,6 +317,11 @@ func (w *Worker) authorize(next http.Handler) http.Handler {
 		next.ServeHTTP(rw, r)
 	})
 }
+
+// probePath reports whether path is a probe's, open without the token and
+// from any Host: a probe reads only whether the worker is alive or ready
+// (and, for readiness, each queue's state, with no URL or secret).
+func probePath(path string) bool { return path == HealthPath || path == ReadyPath }
 
 // TriggerTimeout bounds a producer's trigger request: a trigger is a hint,
 // and a producer must not wait on a worker that is busy or gone.

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -66,6 +67,11 @@ type Worker struct {
 	// sessions are the status page's logins, when the admin endpoint has a
 	// token (set before it serves).
 	sessions *statuspage.Sessions
+	// draining is set when Run's context ends: readiness then fails.
+	draining atomic.Bool
+
+	metrics   *metrics // the worker's own Prometheus registry
+	queueOpts []queue.Option
 }
 
 // workerQueue is one configured queue at run time.
@@ -77,6 +83,7 @@ type workerQueue struct {
 	meter  *meter.Meter
 	l      *listener.Listener
 	agent  *scaling.Agent
+	depth  *depthCache // the depth metrics show, read at an interval
 }
 
 // Option configures a Worker.
@@ -101,6 +108,12 @@ func WithExecOutput(stdout, stderr io.Writer) Option {
 // simulator).
 func withClock(c clock.Clock) Option { return func(w *Worker) { w.clock = c } }
 
+// withQueueOptions opens every queue with opts besides the meter (tests
+// inject faults with queue.WithWrapper).
+func withQueueOptions(opts ...queue.Option) Option {
+	return func(w *Worker) { w.queueOpts = append(w.queueOpts, opts...) }
+}
+
 // New returns a worker for cfg. The configuration is validated again here,
 // so one built in code gets the same checks as one loaded from YAML.
 func New(cfg Config, opts ...Option) (*Worker, error) {
@@ -112,6 +125,7 @@ func New(cfg Config, opts ...Option) (*Worker, error) {
 	for _, o := range opts {
 		o(w)
 	}
+	w.metrics = newMetrics(w)
 	if w.log == nil {
 		l, err := NewLogger(cfg.Log)
 		if err != nil {
@@ -206,6 +220,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.running = true
 	w.started = w.clock.Now()
 	w.mu.Unlock()
+	w.draining.Store(false)
+	stopDraining := context.AfterFunc(ctx, func() { w.draining.Store(true) })
+	defer stopDraining()
 	defer func() {
 		w.mu.Lock()
 		w.running = false
@@ -316,7 +333,7 @@ func (w *Worker) build(ctx context.Context) (qs []*workerQueue, err error) {
 	for i, qc := range w.cfg.Queues {
 		at := fmt.Sprintf("queues[%d]", i)
 		m := meter.New(w.cfg.PricePer10k)
-		raw, err := queue.Open(ctx, qc.URL, queue.WithObserver(m))
+		raw, err := queue.Open(ctx, qc.URL, append([]queue.Option{queue.WithObserver(m)}, w.queueOpts...)...)
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("%s.url: %v", at, err))
 			causes = append(causes, err)
@@ -342,7 +359,7 @@ func (w *Worker) build(ctx context.Context) (qs []*workerQueue, err error) {
 			problems = append(problems, fmt.Sprintf("%s (%s).poison_queue: %q is the queue itself", at, qc.Name, qc.PoisonQueue))
 			continue
 		}
-		wq := &workerQueue{cfg: qc, name: qc.Name, q: raw, meter: m}
+		wq := &workerQueue{cfg: qc, name: qc.Name, q: raw, meter: m, depth: newDepthCache(raw, w.clock)}
 		qs = append(qs, wq)
 		if wq.poison, err = raw.Sibling(ctx, qc.PoisonQueue); err != nil {
 			problems = append(problems, fmt.Sprintf("%s (%s).poison_queue: %v", at, qc.Name, err))
@@ -491,7 +508,8 @@ func (w *Worker) handlerFor(qc QueueConfig) (handler.Func, error) {
 func (w *Worker) assemble(wq *workerQueue, h handler.Func) error {
 	qc := wq.cfg
 	log := w.log.With(zap.String("queue", wq.name))
-	mws := append([]handler.Middleware(nil), w.mws...)
+	// Metrics first: the histograms time the whole chain.
+	mws := append([]handler.Middleware{w.metrics.observe(wq.name, w.clock)}, w.mws...)
 	if qc.HandlerTimeout > 0 {
 		mws = append(mws, handler.Timeout(qc.HandlerTimeout))
 	}

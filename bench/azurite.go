@@ -34,7 +34,7 @@ const (
 	// the hand-written loop's rate at the same concurrency.
 	AzureHandWrittenTarget = 0.95
 	// AzureNaiveTarget: the listener drains at least this many times as
-	// fast as seed 004's naive loop.
+	// fast as the naive loop of “Queues in Windows Azure Storage”.
 	AzureNaiveTarget = 2.0
 )
 
@@ -59,7 +59,7 @@ type azureConsumer struct {
 }
 
 var (
-	azureNaive = azureConsumer{"naive", "naive loop (seed 004): 1 worker, get 1 → no-op → delete, sleep 1 s when empty", naiveDrain}
+	azureNaive = azureConsumer{"naive", "naive loop (“Queues in Windows Azure Storage”): 1 worker, get 1 → no-op → delete, sleep 1 s when empty", naiveDrain}
 	azureHand  = azureConsumer{"handwritten", fmt.Sprintf("hand-written loop: %d goroutines, get 32 → no-op → 32 deletes in parallel", azureWorkers), handWrittenDrain}
 	azureLis   = azureConsumer{"listener", fmt.Sprintf("listener: %d tasks, get 32, concurrency %d", azureWorkers, azureListenerConcurrency), listenerDrainAzure}
 )
@@ -69,7 +69,7 @@ var (
 // fetched at the new-batch threshold, 48).
 const azureListenerConcurrency = 2 * azureWorkers * queue.MaxBatchSize
 
-// naiveDrain is seed 004's worker loop: get one message, process it,
+// naiveDrain is the worker loop of “Queues in Windows Azure Storage”: get one message, process it,
 // delete it, and sleep a second when the queue is empty. It returns at the
 // first empty get, where the seed's loop would sleep and poll again.
 func naiveDrain(ctx context.Context, q *queue.Queue, n int) (time.Duration, error) {
@@ -343,7 +343,7 @@ func azurite(ctx context.Context, e *Env, s *Section) error {
 	s.how("adaptq's Azure driver (`queue/azure`) against Azurite %s, the Azure Storage emulator, started as the driver's "+
 		"tests start it (`azuritetest`: one Node process per service on a free loopback port, its data on /dev/shm where "+
 		"there is one); %d-byte messages, a no-op handler. Three consumers drain the same backlog of %s messages, each from "+
-		"a queue of its own, put by %d producers just before each drain (not timed): seed 004's **naive loop** (one "+
+		"a queue of its own, put by %d producers just before each drain (not timed): the **naive loop** of “Queues in Windows Azure Storage” (one "+
 		"worker: get 1, handle, delete; it sleeps 1 s when the queue is empty, which a drain never reaches), the "+
 		"**hand-written loop** a careful programmer writes (%d goroutines, each getting 32, handling them inline and "+
 		"deleting the 32 in parallel, as Azure has no batch delete) and the **listener** at the same concurrency (%d tasks "+

@@ -36,7 +36,7 @@ var figures = map[string][]string{
 		"64 KiB: adaptq bytes written per message drained",
 	},
 	"azurite": {
-		"Put, 16 producers", "naive loop (seed 004)", "hand-written loop: 16 goroutines", "listener: 16 tasks",
+		"Put, 16 producers", "naive loop (“Queues in Windows Azure Storage”)", "hand-written loop: 16 goroutines", "listener: 16 tasks",
 		"listener ÷ hand-written loop", "listener ÷ naive loop", "listener's calls per message on Azure",
 		"30ms per request: hand-written loop", "30ms per request: listener:", "30ms per request: listener ÷ hand-written loop",
 	},

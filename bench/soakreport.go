@@ -106,8 +106,9 @@ func (r *SoakResult) WriteSoakMarkdown(w io.Writer, svgName, csvName string) err
 		"%d messages a second plus a burst of %d every %s; %.1f %% of handlers slow (%s–%s), %.1f %% failing on their first run only, %.1f %% failing permanently (poisoned). ",
 		soakQueue, SoakRate, SoakBurst, SoakBurstEvery, SoakSlowPerMille/10.0, SoakSlowMin, SoakSlowMax, SoakFailOncePerMille/10.0, SoakPermanentPerMille/10.0)
 	fmt.Fprintf(&b, "The producer runs in the worker's process (as a handler that passes work on would); its books are allocated before the start. "+
+		"An operator empties the poison queue every %s, counting what it finds, as a deployment does with its poison tools (a poison queue kept forever grows the file, and SQLite's page cache with it, by design). "+
 		"Sampled every %s; slopes are least-squares lines through the samples from %s (warm-up) to the end of the load, and a series is called flat when the drift the slope predicts over that window is within twice the scatter around the line or within 2 %% of its mean.\n\n",
-		SoakSampleEvery, c.Warmup)
+		SoakPoisonDrainEvery, SoakSampleEvery, c.Warmup)
 
 	ok := r.Lost == 0 && r.Dups == 0 && r.PoisonedWrongly == 0 && r.PoisonDups == 0
 	b.WriteString("| Accounting | |\n|---|---|\n")

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -63,7 +64,7 @@ func scalingWithWork(ctx context.Context, e *Env, s *Section) error {
 	var cells []workCell
 	for _, cost := range workCosts {
 		for _, k := range workConcurrency {
-			c, err := runWorkCell(ctx, cost, k, warm, w, e.Sizes.WorkBacklog)
+			c, err := runWorkCellRetrying(ctx, cost, k, warm, w, e.Sizes.WorkBacklog)
 			if err != nil {
 				return fmt.Errorf("cost %s, concurrency %d: %w", cost, k, err)
 			}
@@ -186,6 +187,23 @@ func usString(d time.Duration) string {
 	return fmt.Sprintf("%.2f µs", float64(d)/float64(time.Microsecond))
 }
 
+// errBacklogOut: the listener drained the whole backlog before the warm-up
+// ended (a free handler on a fast machine), so the cell measured nothing.
+var errBacklogOut = errors.New("the backlog ran out during the warm-up")
+
+// runWorkCellRetrying runs the cell again with a backlog four times larger
+// each time the backlog ran out during the warm-up, up to 64 times
+// maxBacklog: how fast the machine is must not decide whether the cell can
+// be measured.
+func runWorkCellRetrying(ctx context.Context, cost time.Duration, k int, warm, window time.Duration, maxBacklog int) (workCell, error) {
+	for b := maxBacklog; ; b *= 4 {
+		c, err := runWorkCell(ctx, cost, k, warm, window, b)
+		if !errors.Is(err, errBacklogOut) || b >= 64*maxBacklog {
+			return c, err
+		}
+	}
+}
+
 func runWorkCell(ctx context.Context, cost time.Duration, k int, warm, window time.Duration, maxBacklog int) (workCell, error) {
 	c := workCell{cost: cost, concurrency: k}
 	exp := c.expected()
@@ -235,20 +253,22 @@ func runWorkCell(ctx context.Context, cost time.Duration, k int, warm, window ti
 	sampled := make(chan struct{})
 	go func() { defer close(sampled); g.sample(2*time.Millisecond, stopSampling) }()
 
-	waitUntil := func(d time.Duration) {
+	waitUntil := func(d time.Duration, limit int64) {
 		end := time.Now().Add(d)
-		for time.Now().Before(end) && l.Drained() < int64(backlog) && ctx.Err() == nil {
+		for time.Now().Before(end) && l.Drained() < limit && ctx.Err() == nil {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	waitUntil(warm)
+	// The warm-up ends early once half the backlog is drained, so that a
+	// fast machine (or a tiny run) keeps the other half for the window.
+	waitUntil(warm, int64(backlog)/2)
 	g.reset()
 	sleptSum.Store(0)
 	sleeps.Store(0)
 	d0, t0 := l.Drained(), time.Now()
 	cpu0, _ := cpuTime()
 	m0 := readMachineCPU()
-	waitUntil(window)
+	waitUntil(window, int64(backlog))
 	d1, t1 := l.Drained(), time.Now()
 	cpu1, _ := cpuTime()
 	m1 := readMachineCPU()
@@ -259,7 +279,7 @@ func runWorkCell(ctx context.Context, cost time.Duration, k int, warm, window ti
 		return c, err
 	}
 	if d0 >= int64(backlog) {
-		return c, fmt.Errorf("the backlog of %d ran out during the warm-up", backlog)
+		return c, fmt.Errorf("%w (%d messages)", errBacklogOut, backlog)
 	}
 	el := t1.Sub(t0)
 	c.rate = float64(d1-d0) / el.Seconds()

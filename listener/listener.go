@@ -397,6 +397,11 @@ type Stats struct {
 	// renewals that found the message taken or gone (the handler's context
 	// was cancelled).
 	Poisoned, LeasesLost int64
+	// LastGet is when a get last succeeded (empty or not), LastGetError
+	// when one last failed and LastGetErr its error, by the listener's
+	// clock; zero before the first. Readiness compares them.
+	LastGet, LastGetError time.Time
+	LastGetErr            error
 }
 
 type counters struct {
@@ -406,12 +411,23 @@ type counters struct {
 	released, renewed, hidden, workDetected     atomic.Int64
 	poisoned, leasesLost                        atomic.Int64
 	triggers                                    atomic.Int64
+	// lastGet and lastGetError are Unix nanoseconds of the listener's
+	// clock (0: never); lastGetErr is the newest get error.
+	lastGet, lastGetError atomic.Int64
+	lastGetErr            atomic.Pointer[error]
+}
+
+func unixNanos(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
 
 // Stats reads the counters without calling the queue.
 func (l *Listener) Stats() Stats {
 	c := &l.stats
-	return Stats{
+	s := Stats{
 		Processed: c.processed.Load(), Failed: c.failed.Load(), Panics: c.panics.Load(),
 		Deleted: c.deleted.Load(), ReceiptMismatches: c.mismatches.Load(), NotFound: c.notFound.Load(),
 		DeleteErrors: c.deleteErrors.Load(),
@@ -419,7 +435,12 @@ func (l *Listener) Stats() Stats {
 		Released: c.released.Load(), Renewed: c.renewed.Load(), Hidden: c.hidden.Load(),
 		WorkDetected: c.workDetected.Load(),
 		Poisoned:     c.poisoned.Load(), LeasesLost: c.leasesLost.Load(), Triggers: c.triggers.Load(),
+		LastGet: unixNanos(c.lastGet.Load()), LastGetError: unixNanos(c.lastGetError.Load()),
 	}
+	if p := c.lastGetErr.Load(); p != nil {
+		s.LastGetErr = *p
+	}
+	return s
 }
 
 // State reads the listener's state and the queue's depth (one billed
@@ -433,6 +454,10 @@ func (l *Listener) State(ctx context.Context) (State, error) {
 	s.Depth = d
 	return s, nil
 }
+
+// LocalState reads the listener's state without calling the queue: Depth
+// is 0. Metrics read it at every scrape.
+func (l *Listener) LocalState() State { return l.localState() }
 
 func (l *Listener) localState() State {
 	l.mu.Lock()

@@ -137,6 +137,7 @@ func (t *task) loop() error {
 			}
 			continue
 		}
+		l.stats.lastGet.Store(l.o.Clock.Now().UnixNano())
 		if t.errBackoff != nil {
 			t.errBackoff.Reset()
 		}
@@ -284,6 +285,8 @@ func (l *Listener) newErrorBackoff() *backoff.ExponentialBackOff {
 // longer.
 func (l *Listener) getFailed(log *zap.Logger, err error, b *backoff.ExponentialBackOff) time.Duration {
 	l.stats.getErrors.Add(1)
+	l.stats.lastGetErr.Store(&err)
+	l.stats.lastGetError.Store(l.o.Clock.Now().UnixNano())
 	wait := b.NextBackOff()
 	if ra, ok := queue.RetryAfter(err); ok && ra > wait {
 		wait = ra

@@ -343,3 +343,25 @@ func DefaultClassify(err error) (transient bool, retryAfter time.Duration) {
 	}
 	return false, retryAfter
 }
+
+// DepthReader is a capability a driver may have beyond Queue (found with a
+// type assertion, as VisibilityBatcher is): telling the visible messages
+// from those in flight, and how old the oldest is, in one cheap call. The
+// portable queue's Depth uses it, else falls back to Count. A wrapper that
+// embeds the driver hides it.
+type DepthReader interface {
+	Depth(ctx context.Context) (Depth, error)
+}
+
+// Depth is a queue's depth as a DepthReader reads it: exact or approximate
+// as Features.ExactCount says. Expired messages are not counted.
+type Depth struct {
+	// Visible messages a Get would return now.
+	Visible int
+	// InFlight messages are hidden: got and not yet deleted, or put with an
+	// initial visibility delay that has not run out.
+	InFlight int
+	// Oldest is when the oldest message (visible or not) was put; zero for
+	// an empty queue or a backend that cannot tell cheaply.
+	Oldest time.Time
+}

@@ -493,6 +493,34 @@ func (q *memQueue) Count(context.Context) (int, error) {
 	return len(st.byID), nil
 }
 
+var _ driver.DepthReader = (*memQueue)(nil)
+
+// Depth counts the unexpired messages, visible and hidden, and finds the
+// oldest: one walk of the queue under its lock.
+func (q *memQueue) Depth(context.Context) (driver.Depth, error) {
+	now := q.now()
+	st := q.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var d driver.Depth
+	oldest := int64(math.MaxInt64)
+	for _, e := range st.heap {
+		if e.expires <= now {
+			continue
+		}
+		if e.visibleAt <= now {
+			d.Visible++
+		} else {
+			d.InFlight++
+		}
+		oldest = min(oldest, e.inserted)
+	}
+	if oldest != math.MaxInt64 {
+		d.Oldest = time.Unix(0, oldest)
+	}
+	return d, nil
+}
+
 // Clear deletes every message.
 func (q *memQueue) Clear(context.Context) error {
 	st := q.st

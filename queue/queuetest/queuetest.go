@@ -76,6 +76,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"InitialVisibilityDelay", testInitialDelay},
 		{"PeekChangesNothing", testPeek},
 		{"Count", testCount},
+		{"Depth", testDepth},
 		{"Clear", testClear},
 		{"Names", testNames},
 		{"BodySize", testBodySize},
@@ -671,6 +672,68 @@ func testCount(t *testing.T, e *env) {
 	}
 	if n := e.count(t, q); n != 3 {
 		t.Fatalf("Count after 2 deletes = %d, want 3", n)
+	}
+}
+
+// testDepth checks Queue.Depth: Count's total always, and where the
+// driver reads depth itself (driver.DepthReader) the visible and hidden
+// messages apart and the oldest one's insertion time. Expired messages
+// are not counted.
+func testDepth(t *testing.T, e *env) {
+	q := e.open(t, "depth")
+	depth := func() queue.Depth {
+		t.Helper()
+		d, err := q.Depth(e.ctx)
+		if err != nil {
+			t.Fatalf("Depth: %v", err)
+		}
+		return d
+	}
+	if d := depth(); d.Messages != 0 || d.Visible != 0 || d.InFlight != 0 || !d.Oldest.IsZero() {
+		t.Fatalf("Depth of an empty queue = %+v, want zero", d)
+	}
+	e.put(t, q, "expires", queue.PutOptions{TTL: unit})
+	e.advance(2 * unit)
+	for i := 0; i < 5; i++ {
+		e.put(t, q, "d", queue.PutOptions{})
+	}
+	// A distributed backend may return fewer than asked: get until two
+	// are held.
+	var ms []*queue.Message
+	for try := 0; len(ms) < 2 && try < 20; try++ {
+		ms = append(ms, e.get(t, q, 2-len(ms), 30*unit)...)
+	}
+	if len(ms) != 2 {
+		t.Fatalf("Gets returned %d messages, want 2", len(ms))
+	}
+	d := depth()
+	if e.f.ExactCount && d.Messages != 5 {
+		t.Fatalf("Depth with 2 of 5 hidden = %+v, want 5 messages", d)
+	}
+	if !d.Split {
+		t.Logf("the driver reads no split depth: Messages only (%d)", d.Messages)
+		return
+	}
+	// An approximate depth may count the expired message as visible until
+	// the backend sweeps it.
+	if d.InFlight != 2 || d.Messages != d.Visible+d.InFlight || d.Visible < 3 || (e.f.ExactCount && d.Visible != 3) {
+		t.Fatalf("Depth with 2 of 5 hidden = %+v, want 3 visible, 2 in flight", d)
+	}
+	// The five were put at once (in virtual time, at one instant).
+	first := ms[0].InsertedAt
+	if ms[1].InsertedAt.Before(first) {
+		first = ms[1].InsertedAt
+	}
+	if !d.Oldest.IsZero() && !e.near(d.Oldest, first) {
+		t.Fatalf("Depth.Oldest = %v, want the first message's insertion %v", d.Oldest, first)
+	}
+	for _, m := range ms {
+		if err := q.Delete(e.ctx, m.ID, m.PopReceipt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := depth(); d.Visible < 3 || (e.f.ExactCount && d.Visible != 3) || d.InFlight != 0 {
+		t.Fatalf("Depth after 2 deletes = %+v, want 3 visible, none in flight", d)
 	}
 }
 

@@ -489,6 +489,24 @@ func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d t
 // ApproximateNumberOfMessagesDelayed: visible and hidden messages, and
 // expired ones until a Get drops them.
 func (q *Queue) Count(ctx context.Context) (int, error) {
+	visible, hidden, err := q.counts(ctx)
+	return visible + hidden, err
+}
+
+var _ driver.DepthReader = (*Queue)(nil)
+
+// Depth is Count's one GetQueueAttributes call, its numbers apart
+// (driver.DepthReader): ApproximateNumberOfMessages are visible,
+// …NotVisible and …Delayed in flight. SQS tells the oldest message's age
+// only to CloudWatch.
+func (q *Queue) Depth(ctx context.Context) (driver.Depth, error) {
+	visible, hidden, err := q.counts(ctx)
+	return driver.Depth{Visible: visible, InFlight: hidden}, err
+}
+
+// counts reads the queue's approximate visible and hidden (not visible or
+// delayed) messages in one billed call.
+func (q *Queue) counts(ctx context.Context) (visible, hidden int, err error) {
 	rctx, cancel := q.c.ctx(ctx, 0)
 	defer cancel()
 	names := []types.QueueAttributeName{
@@ -498,16 +516,20 @@ func (q *Queue) Count(ctx context.Context) (int, error) {
 	}
 	out, err := q.c.api.GetQueueAttributes(rctx, &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(q.url), AttributeNames: names})
 	if err != nil {
-		return 0, classify(rctx, "GetQueueAttributes", q.name, err)
+		return 0, 0, classify(rctx, "GetQueueAttributes", q.name, err)
 	}
-	n := 0
-	for _, a := range names {
+	for i, a := range names {
 		v, err := strconv.Atoi(out.Attributes[string(a)])
-		if err == nil {
-			n += v
+		if err != nil {
+			continue
+		}
+		if i == 0 {
+			visible += v
+		} else {
+			hidden += v
 		}
 	}
-	return n, nil
+	return visible, hidden, nil
 }
 
 // Clear is SQS's PurgeQueue. SQS allows one a minute per queue (a second
