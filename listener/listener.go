@@ -397,6 +397,14 @@ type Stats struct {
 	// renewals that found the message taken or gone (the handler's context
 	// was cancelled).
 	Poisoned, LeasesLost int64
+	// PickupLatency sums, over the PickedUp messages, the time from a
+	// message's put (its InsertedAt) to the get that fetched it. Only first
+	// deliveries (DequeueCount 1) count: for a redelivery the end of its
+	// previous visibility timeout is not known, and the time since the put
+	// would count the failed runs. A put with an initial visibility delay
+	// counts the delay too; a backend clock ahead of the worker's counts 0.
+	PickupLatency time.Duration
+	PickedUp      int64
 }
 
 type counters struct {
@@ -406,6 +414,7 @@ type counters struct {
 	released, renewed, hidden, workDetected     atomic.Int64
 	poisoned, leasesLost                        atomic.Int64
 	triggers                                    atomic.Int64
+	pickupNanos, pickedUp                       atomic.Int64
 }
 
 // Stats reads the counters without calling the queue.
@@ -419,6 +428,7 @@ func (l *Listener) Stats() Stats {
 		Released: c.released.Load(), Renewed: c.renewed.Load(), Hidden: c.hidden.Load(),
 		WorkDetected: c.workDetected.Load(),
 		Poisoned:     c.poisoned.Load(), LeasesLost: c.leasesLost.Load(), Triggers: c.triggers.Load(),
+		PickupLatency: time.Duration(c.pickupNanos.Load()), PickedUp: c.pickedUp.Load(),
 	}
 }
 
