@@ -135,12 +135,19 @@ queues:
 	if !rep.Worker.Running || q.Name != "orders" || q.Processed != 5 || q.TotalCalls == 0 || q.Calls["get"] == 0 || q.ActiveTasks < 1 {
 		t.Errorf("worker stats %+v", q)
 	}
+	// The worker has run for seconds: its windows cover the whole run, and
+	// nothing is extrapolated from it.
+	if m := q.LastMinute; m.Full || m.Deleted != 5 || m.PickedUp != 5 || m.MonthlyCost != nil || q.MonthlyCost != nil || q.IdleCallsPerHour != nil {
+		t.Errorf("last minute %+v, monthly %v, idle %v", m, q.MonthlyCost, q.IdleCallsPerHour)
+	}
 
 	r := mustCLI(t, "", "stats", "-c", cfg)
 	if d := depthTable(r.stdout)["orders"]; d != "0" {
 		t.Errorf("depth of orders %q, want 0:\n%s", d, r.stdout)
 	}
-	for _, want := range []string{"worker at " + w.AdminAddress(), "5 processed, 0 failed, 5 deleted", "calls      get ", "in all", "per message", "empty gets an hour", "a month at this rate"} {
+	for _, want := range []string{"worker at " + w.AdminAddress(), "5 processed, 0 failed, 5 deleted", "calls      get ", "in all", "per message",
+		"last min   over the ", "run so far (less than 1m0s): 5 processed (", "last hour  over the ",
+		"a month at the current rate: not known before the worker has run 1m0s"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("stats lacks %q:\n%s", want, r.stdout)
 		}
