@@ -188,6 +188,7 @@ func (w *Worker) startAdmin() (*adminServer, error) {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(w.Stats(r.Context()))
 	})
+	mux.HandleFunc("GET "+ScalingPath, w.serveScaling)
 	mux.HandleFunc("POST "+TriggerPath, func(rw http.ResponseWriter, r *http.Request) {
 		if err := w.Trigger(r.PathValue("name")); err != nil {
 			http.Error(rw, err.Error(), http.StatusNotFound)
