@@ -293,8 +293,9 @@ func printWindow(w io.Writer, label string, win adaptq.Window) {
 	if win.PickedUp > 0 {
 		pickup = fmt.Sprintf(", pickup latency %s", time.Duration(win.PickupLatency).Round(time.Millisecond))
 	}
-	fmt.Fprintf(w, "  %-9s  %s: %d processed (%.2f/s)%s; %d calls (%s), %s, %d empty gets; $%s\n",
-		label, covers, win.Processed, win.Rate, pickup, win.TotalCalls, callsByKind(win.Calls), perMessage, win.EmptyGets, dollars(win.Cost))
+	fmt.Fprintf(w, "  %-9s  %s: %d processed (%.2f/s)%s\n", label, covers, win.Processed, win.Rate, pickup)
+	fmt.Fprintf(w, "             %d calls (%s), %s, %d empty gets, $%s\n",
+		win.TotalCalls, callsByKind(win.Calls), perMessage, win.EmptyGets, dollars(win.Cost))
 }
 
 // monthly says what the queue costs a month at the current rate, and from

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -201,5 +202,28 @@ queues:
 	r = mustCLI(t, "", "enqueue", "-c", cfg, "--delay", "1m", "later")
 	if strings.Contains(r.stdout, "trigger") {
 		t.Errorf("a delayed put pulled the trigger: %q", r.stdout)
+	}
+}
+
+// Once a window covers a minute, stats gives the month's cost at its rate
+// and names the window: the last hour once the worker has run an hour.
+func TestStatsNamesTheWindowOfTheMonthlyCost(t *testing.T) {
+	t.Parallel()
+	monthly, idle := 0.0086, 12.0
+	for _, tc := range []struct {
+		hourFull bool
+		want     string
+	}{
+		{false, "$0.0086 a month at the rate of the last minute, 12 empty gets an hour"},
+		{true, "$0.0086 a month at the rate of the last hour, 12 empty gets an hour"},
+	} {
+		q := adaptq.QueueStats{Name: "orders", MonthlyCost: &monthly, IdleCallsPerHour: &idle}
+		q.LastMinute = adaptq.Window{Span: adaptq.Duration(time.Minute), Elapsed: adaptq.Duration(time.Minute), Full: true, EmptyGets: 1}
+		q.LastHour = adaptq.Window{Span: adaptq.Duration(time.Hour), Elapsed: adaptq.Duration(20 * time.Minute), Full: tc.hourFull}
+		var b strings.Builder
+		printStats(&b, statsReport{Worker: &workerReport{Address: "x", Running: true, Stats: &adaptq.Stats{Queues: []adaptq.QueueStats{q}}}})
+		if !strings.Contains(b.String(), tc.want) || !strings.Contains(b.String(), "last min   over 1m0s: ") {
+			t.Errorf("hour full %v: stats lacks %q:\n%s", tc.hourFull, tc.want, b.String())
+		}
 	}
 }
