@@ -76,13 +76,8 @@ type QueueStats struct {
 	Renewed           int64 `json:"renewed"`
 	Released          int64 `json:"released"`
 
-	// Calls are billed backend calls by kind since start; Cost prices them;
-	// CallsPerMessage is calls per deleted message (0 before the first).
-	Calls           map[string]int64 `json:"calls"`
-	TotalCalls      int64            `json:"total_calls"`
-	CallErrors      int64            `json:"call_errors"`
-	Cost            float64          `json:"cost"`
-	CallsPerMessage float64          `json:"calls_per_message"`
+	// The backend calls since start.
+	CallFigures
 
 	// LastMinute and LastHour are the queue's activity over those windows
 	// (see Window): what it costs now, not since start.
@@ -95,6 +90,25 @@ type QueueStats struct {
 	// minute, which is too short to extrapolate from.
 	MonthlyCost      *float64 `json:"monthly_cost"`
 	IdleCallsPerHour *float64 `json:"idle_calls_per_hour"`
+}
+
+// CallFigures are billed backend calls, as the cost meter counts them:
+// by kind, in all, failed, and their price; CallsPerMessage is calls per
+// message deleted (0 before the first).
+type CallFigures struct {
+	Calls           map[string]int64 `json:"calls"`
+	TotalCalls      int64            `json:"total_calls"`
+	CallErrors      int64            `json:"call_errors"`
+	Cost            float64          `json:"cost"`
+	CallsPerMessage float64          `json:"calls_per_message"`
+}
+
+func callFigures(m meter.Snapshot) CallFigures {
+	f := CallFigures{Calls: m.Map(), TotalCalls: m.Total(), CallErrors: m.TotalErrors(), Cost: m.Cost()}
+	if c := m.CallsPerMessage(); !math.IsNaN(c) {
+		f.CallsPerMessage = c
+	}
+	return f
 }
 
 // Duration is a time.Duration that reads and writes as a Go duration
@@ -142,11 +156,8 @@ func queueStats(name string, st listener.State, m meter.Snapshot, win QueueWindo
 		HandlerTime: Duration(st.HandlerTime),
 		Processed:   st.Processed, Failed: st.Failed, Deleted: st.Deleted, ReceiptMismatches: st.ReceiptMismatches,
 		GetErrors: st.GetErrors, Renewed: st.Renewed, Released: st.Released,
-		Calls: m.Map(), TotalCalls: m.Total(), CallErrors: m.TotalErrors(), Cost: m.Cost(),
-		LastMinute: win.LastMinute, LastHour: win.LastHour,
-	}
-	if c := m.CallsPerMessage(); !math.IsNaN(c) {
-		q.CallsPerMessage = c
+		CallFigures: callFigures(m),
+		LastMinute:  win.LastMinute, LastHour: win.LastHour,
 	}
 	cur := win.Current()
 	q.MonthlyCost, q.IdleCallsPerHour = cur.MonthlyCost, cur.EmptyGetsPerHour

@@ -2,7 +2,6 @@ package adaptq
 
 import (
 	"context"
-	"math"
 	"sync"
 	"time"
 
@@ -51,16 +50,10 @@ type Window struct {
 	Rate      float64 `json:"rate"`
 	DrainRate float64 `json:"drain_rate"`
 
-	// Calls are the billed backend calls by kind, EmptyGets the gets that
-	// found nothing (the cost of idling).
-	Calls      map[string]int64 `json:"calls"`
-	TotalCalls int64            `json:"total_calls"`
-	CallErrors int64            `json:"call_errors"`
-	EmptyGets  int64            `json:"empty_gets"`
-	// CallsPerMessage is calls per message deleted (0 if none was).
-	CallsPerMessage float64 `json:"calls_per_message"`
-	// Cost prices the window's calls.
-	Cost float64 `json:"cost"`
+	// The backend calls in the window; EmptyGets are the gets that found
+	// nothing (the cost of idling).
+	CallFigures
+	EmptyGets int64 `json:"empty_gets"`
 	// MonthlyCost is Cost scaled to a 30-day month and EmptyGetsPerHour
 	// the empty gets scaled to an hour; both are null when the window
 	// covers less than MinExtrapolation.
@@ -206,16 +199,12 @@ func window(span time.Duration, from, to counterSample) Window {
 		Span: Duration(span), Elapsed: Duration(el), Full: el >= span,
 		Processed: b.Processed - a.Processed, Failed: b.Failed - a.Failed,
 		Deleted: b.Deleted - a.Deleted, Poisoned: b.Poisoned - a.Poisoned,
-		Calls: m.Map(), TotalCalls: m.Total(), CallErrors: m.TotalErrors(),
-		EmptyGets: m.Calls[meter.GetEmpty], Cost: m.Cost(),
+		CallFigures: callFigures(m), EmptyGets: m.Calls[meter.GetEmpty],
 		PickedUp: b.PickedUp - a.PickedUp,
 	}
 	if secs := el.Seconds(); secs > 0 {
 		w.Rate = float64(w.Processed) / secs
 		w.DrainRate = float64(w.Deleted) / secs
-	}
-	if c := m.CallsPerMessage(); !math.IsNaN(c) {
-		w.CallsPerMessage = c
 	}
 	if el >= MinExtrapolation {
 		monthly := w.Cost * float64(meter.HoursPerMonth) / el.Hours()
