@@ -102,7 +102,7 @@ func TestKEDAExampleReadsTheScalingSignal(t *testing.T) {
 
 	// A worker with the example's token and 450 messages waiting, held:
 	// 100 an instance asks for 5.
-	const qurl = "memory://keda-example"
+	qurl := "memory://" + uniqueQueue("keda-example")
 	putN(t, qurl, 450)
 	w := gatedWorker(t, `
 admin: {address: "127.0.0.1:0", token: "`+token+`"}

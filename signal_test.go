@@ -2,6 +2,7 @@ package adaptq
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,12 @@ import (
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/scaling"
 )
+
+var queueSeq atomic.Int64
+
+// uniqueQueue names a memory queue no other test run in this process uses
+// (memory queues live as long as the process: go test -count=N).
+func uniqueQueue(prefix string) string { return fmt.Sprintf("%s-%d", prefix, queueSeq.Add(1)) }
 
 // gatedWorker runs a worker on yaml whose handler "work" lets the first
 // pass messages through and holds every later one until the test ends, so
@@ -45,7 +52,8 @@ func gatedWorker(t *testing.T, yaml string, c clock.Clock, pass int64) *Worker {
 // drain within the 20 s target with ceil(700 / (10 × 20)) = 4 instances.
 func TestScalingSignalUsesTheMeasuredDrainRate(t *testing.T) {
 	t.Parallel()
-	const url = "memory://scaling-rate"
+	name := uniqueQueue("scaling-rate")
+	url := "memory://" + name
 	putN(t, url, 1000)
 	fake := clock.NewFake(time.Time{})
 	w := gatedWorker(t, `
@@ -55,7 +63,7 @@ queues:
     handler: work
     instances: {target_drain_time: 20s, messages_per_instance: 100, max: 50}
 `, fake, 300)
-	l, _ := w.Listener("scaling-rate")
+	l, _ := w.Listener(name)
 	// Deletes are flushed in batches, on the worker's clock.
 	waitUntil(t, "300 messages deleted", func() bool {
 		if l.Stats().Deleted == 300 {
@@ -77,7 +85,7 @@ queues:
 		t.Fatalf("signal of %d queues: %+v", len(s.Queues), s)
 	}
 	q := s.Queues[0]
-	if q.Name != "scaling-rate" || q.Depth != 700 || time.Duration(q.DrainWindow) != 30*time.Second || q.DrainRate != 10 || !q.Busy {
+	if q.Name != name || q.Depth != 700 || time.Duration(q.DrainWindow) != 30*time.Second || q.DrainRate != 10 || !q.Busy {
 		t.Errorf("measured: %+v", q)
 	}
 	if q.DesiredInstances != 4 || q.Basis != scaling.BasisDrainRate || s.DesiredInstances != 4 {
@@ -93,7 +101,7 @@ queues:
 // figure is the most any queue asks for. An empty queue asks for min.
 func TestScalingSignalFallsBackToMessagesPerInstance(t *testing.T) {
 	t.Parallel()
-	const url = "memory://scaling-fallback"
+	url := "memory://" + uniqueQueue("scaling-fallback")
 	putN(t, url, 1000)
 	w := gatedWorker(t, `
 admin: {address: "127.0.0.1:0"}
@@ -101,7 +109,7 @@ queues:
   - url: `+url+`
     handler: work
     instances: {messages_per_instance: 100, max: 8}
-  - url: memory://scaling-empty
+  - url: memory://`+uniqueQueue("scaling-empty")+`
     handler: work
     instances: {min: 2}
 `, clock.Real, 0)

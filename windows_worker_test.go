@@ -61,7 +61,8 @@ func putN(t *testing.T, url string, n int) {
 // gets (one per 5-minute safety interval).
 func TestStatsWindowsReplayTheDrainThenIdleRepro(t *testing.T) {
 	t.Parallel()
-	const url = "memory://windows-repro"
+	name := uniqueQueue("windows-repro")
+	url := "memory://" + name
 	const messages = 3000
 	cfg := testConfig(t, `
 admin: {address: "127.0.0.1:0"}
@@ -82,7 +83,7 @@ queues:
 	}
 	w.MustHandle("work", func(context.Context, *queue.Message) error { return nil })
 	runWorker(t, w)
-	l, _ := w.Listener("windows-repro")
+	l, _ := w.Listener(name)
 	addr := w.AdminAddress()
 	stats := func() QueueStats {
 		var s Stats
