@@ -1,6 +1,7 @@
 package scaling_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -59,4 +60,18 @@ func TestInstancesValidateNamesTheField(t *testing.T) {
 	if err := (scaling.Instances{MessagesPerInstance: 1, Min: 0, Max: 0}).Validate(); err != nil {
 		t.Errorf("min 0, no max: %v", err)
 	}
+}
+
+// A worker instance that deleted 10 messages a second over the last minute
+// sees 5,000 waiting: to drain them within a minute takes 9 instances.
+// Before any rate is measured, 500 messages an instance asks for 10.
+func ExampleInstances_Desired() {
+	p := scaling.Instances{TargetDrainTime: time.Minute, MessagesPerInstance: 500, Min: 1, Max: 20}
+	fmt.Println(p.Desired(5000, 10))
+	fmt.Println(p.Desired(5000, 0))
+	fmt.Println(p.Desired(0, 10))
+	// Output:
+	// 9 drain_rate
+	// 10 messages_per_instance
+	// 1 empty
 }
