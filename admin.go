@@ -76,18 +76,39 @@ type QueueStats struct {
 	Renewed           int64 `json:"renewed"`
 	Released          int64 `json:"released"`
 
-	// Calls are billed backend calls by kind; Cost prices them; CallsPer
-	// Message is calls per deleted message (0 before the first).
+	// The backend calls since start.
+	CallFigures
+
+	// LastMinute and LastHour are the queue's activity over those windows
+	// (see Window): what it costs now, not since start.
+	LastMinute Window `json:"last_minute"`
+	LastHour   Window `json:"last_hour"`
+	// MonthlyCost is the cost of a 30-day month at the current rate, and
+	// IdleCallsPerHour the empty gets an hour at it (what the queue costs
+	// while there is nothing to do): from the last hour once the worker
+	// has run an hour, from the last minute before; null during the first
+	// minute, which is too short to extrapolate from.
+	MonthlyCost      *float64 `json:"monthly_cost"`
+	IdleCallsPerHour *float64 `json:"idle_calls_per_hour"`
+}
+
+// CallFigures are billed backend calls, as the cost meter counts them:
+// by kind, in all, failed, and their price; CallsPerMessage is calls per
+// message deleted (0 before the first).
+type CallFigures struct {
 	Calls           map[string]int64 `json:"calls"`
 	TotalCalls      int64            `json:"total_calls"`
 	CallErrors      int64            `json:"call_errors"`
 	Cost            float64          `json:"cost"`
 	CallsPerMessage float64          `json:"calls_per_message"`
-	// MonthlyCost extrapolates the calls since start to a 30-day month.
-	MonthlyCost float64 `json:"monthly_cost"`
-	// IdleCallsPerHour is empty gets per hour since start: what the queue
-	// costs while there is nothing to do.
-	IdleCallsPerHour float64 `json:"idle_calls_per_hour"`
+}
+
+func callFigures(m meter.Snapshot) CallFigures {
+	f := CallFigures{Calls: m.Map(), TotalCalls: m.Total(), CallErrors: m.TotalErrors(), Cost: m.Cost()}
+	if c := m.CallsPerMessage(); !math.IsNaN(c) {
+		f.CallsPerMessage = c
+	}
+	return f
 }
 
 // Duration is a time.Duration that reads and writes as a Go duration
@@ -108,7 +129,8 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return err
 }
 
-// Stats reads every queue's state, depth (one billed Count each) and meter.
+// Stats reads every queue's state, depth (one billed Count each), meter
+// and windows.
 func (w *Worker) Stats(ctx context.Context) Stats {
 	w.mu.Lock()
 	qs := append([]*workerQueue(nil), w.queues...)
@@ -117,7 +139,8 @@ func (w *Worker) Stats(ctx context.Context) Stats {
 	s := Stats{Uptime: Duration(up), PricePer10k: w.cfg.PricePer10k}
 	for _, wq := range qs {
 		st, err := wq.l.State(ctx)
-		qs := queueStats(wq.name, st, wq.meter.Snapshot(), up)
+		minute, hour := wq.win.windows(w.clock.Now())
+		qs := queueStats(wq.name, st, wq.meter.Snapshot(), QueueWindows{Name: wq.name, LastMinute: minute, LastHour: hour})
 		if err != nil {
 			qs.DepthError = err.Error()
 		}
@@ -126,24 +149,18 @@ func (w *Worker) Stats(ctx context.Context) Stats {
 	return s
 }
 
-func queueStats(name string, st listener.State, m meter.Snapshot, up time.Duration) QueueStats {
+func queueStats(name string, st listener.State, m meter.Snapshot, win QueueWindows) QueueStats {
 	q := QueueStats{
 		Name: name, Depth: st.Depth,
 		ActiveTasks: st.ActiveTasks, TotalTasks: st.TotalTasks, IdleTasks: st.IdleTasks, InFlight: st.InFlight,
 		HandlerTime: Duration(st.HandlerTime),
 		Processed:   st.Processed, Failed: st.Failed, Deleted: st.Deleted, ReceiptMismatches: st.ReceiptMismatches,
 		GetErrors: st.GetErrors, Renewed: st.Renewed, Released: st.Released,
-		Calls: m.Map(), TotalCalls: m.Total(), CallErrors: m.TotalErrors(), Cost: m.Cost(),
+		CallFigures: callFigures(m),
+		LastMinute:  win.LastMinute, LastHour: win.LastHour,
 	}
-	if c := m.CallsPerMessage(); !math.IsNaN(c) {
-		q.CallsPerMessage = c
-	}
-	if c := m.MonthlyCost(up); !math.IsNaN(c) && !math.IsInf(c, 0) {
-		q.MonthlyCost = c
-	}
-	if h := up.Hours(); h > 0 {
-		q.IdleCallsPerHour = float64(m.Calls[meter.GetEmpty]) / h
-	}
+	cur := win.Current()
+	q.MonthlyCost, q.IdleCallsPerHour = cur.MonthlyCost, cur.EmptyGetsPerHour
 	return q
 }
 
@@ -192,6 +209,7 @@ func (w *Worker) startAdmin() (*adminServer, error) {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(w.Stats(r.Context()))
 	})
+	mux.HandleFunc("GET "+ScalingPath, w.serveScaling)
 	mux.HandleFunc("POST "+TriggerPath, func(rw http.ResponseWriter, r *http.Request) {
 		if err := w.Trigger(r.PathValue("name")); err != nil {
 			http.Error(rw, err.Error(), http.StatusNotFound)

@@ -107,6 +107,24 @@ type QueueConfig struct {
 	PoisonQueue     string `yaml:"poison_queue"`
 	// Trigger lets producers wake the queue's idle listeners.
 	Trigger TriggerConfig `yaml:"trigger"`
+	// Instances is the policy of the scaling signal (GET /v1/scaling): how
+	// many worker instances the queue needs.
+	Instances InstancesConfig `yaml:"instances"`
+}
+
+// InstancesConfig is the policy of the instance-count signal an autoscaler
+// reads (GET /v1/scaling, KEDA's metrics-api scaler): enough instances
+// that the backlog drains within target_drain_time at the drain rate one
+// instance measured over the last minute, or, before a rate is measured,
+// one instance per messages_per_instance waiting; clamped to min..max
+// (max 0: no limit). messages_per_instance 0 means pool.max ×
+// pool.messages_per_task: the backlog at which one instance's
+// proportional pool is full.
+type InstancesConfig struct {
+	TargetDrainTime     time.Duration `yaml:"target_drain_time"`
+	MessagesPerInstance int           `yaml:"messages_per_instance"`
+	Min                 int           `yaml:"min"`
+	Max                 int           `yaml:"max"`
 }
 
 // TriggerConfig is a queue's push trigger (the Best Practices article): producers signal
@@ -192,6 +210,7 @@ func DefaultQueueConfig() QueueConfig {
 		},
 		MaxDequeueCount: DefaultMaxDequeueCount,
 		Trigger:         TriggerConfig{SafetyInterval: listener.DefaultSafetyInterval},
+		Instances:       InstancesConfig{TargetDrainTime: scaling.DefaultTargetDrainTime, Min: scaling.DefaultMinInstances},
 	}
 }
 
@@ -846,6 +865,21 @@ func (q *QueueConfig) validate(at string) []string {
 	if q.MaxDequeueCount < 1 {
 		add("max_dequeue_count", "%d is below 1", q.MaxDequeueCount)
 	}
+	in := q.Instances
+	if in.TargetDrainTime <= 0 {
+		add("instances.target_drain_time", "%s is not positive", in.TargetDrainTime)
+	}
+	if in.MessagesPerInstance < 0 {
+		add("instances.messages_per_instance", "%d is negative (0: pool.max × pool.messages_per_task)", in.MessagesPerInstance)
+	}
+	if in.Min < 0 {
+		add("instances.min", "%d is negative", in.Min)
+	}
+	if in.Max < 0 {
+		add("instances.max", "%d is negative (0: no limit)", in.Max)
+	} else if in.Max > 0 && in.Max < in.Min {
+		add("instances.max", "%d is below instances.min %d", in.Max, in.Min)
+	}
 	if q.PoisonQueue != "" {
 		if err := queue.ValidateName(q.PoisonQueue); err != nil {
 			add("poison_queue", "%v", strings.TrimPrefix(err.Error(), "queue: "))
@@ -913,3 +947,14 @@ func checkHandlerSpec(spec string) error {
 }
 
 var errNoHandler = errors.New("no handler registered")
+
+// instances is the queue's instance-count policy, messages_per_instance
+// derived from the pool if unset.
+func (q QueueConfig) instances() scaling.Instances {
+	c := q.Instances
+	per := c.MessagesPerInstance
+	if per == 0 {
+		per = max(q.Pool.Max, 1) * max(q.Pool.MessagesPerTask, 1)
+	}
+	return scaling.Instances{TargetDrainTime: c.TargetDrainTime, MessagesPerInstance: per, Min: c.Min, Max: c.Max}
+}

@@ -133,6 +133,11 @@ func TestBadConfigsNameTheField(t *testing.T) {
 		{"negative latency target", "queues: [{url: 'memory://a1b', latency_target: -1ms}]", nil, "queues[0].latency_target: -1ms is negative"},
 		{"idle.max below the derived idle.min", "queues: [{url: 'memory://a1b', latency_target: 10s, idle: {max: 2s}}]", nil, "queues[0].idle.max: 2s is below idle.min 5s (latency_target/2)"},
 		{"empty value", "queues: [{url: 'memory://a1b', batch_size: }]", nil, "queues[0].batch_size: has no value"},
+		{"instances drain time", "queues: [{url: 'memory://a1b', instances: {target_drain_time: 0s}}]", nil, "queues[0].instances.target_drain_time: 0s is not positive"},
+		{"instances order", "queues: [{url: 'memory://a1b', instances: {min: 5, max: 3}}]", nil, "queues[0].instances.max: 3 is below instances.min 5"},
+		{"instances negative min", "queues: [{url: 'memory://a1b', instances: {min: -1}}]", nil, "queues[0].instances.min: -1 is negative"},
+		{"instances per instance", "queues: [{url: 'memory://a1b', instances: {messages_per_instance: -10}}]", nil, "queues[0].instances.messages_per_instance: -10 is negative"},
+		{"env instances max", goodQueue, []string{"ADAPTQ_QUEUES_0_INSTANCES_MAX=-2"}, "ADAPTQ_QUEUES_0_INSTANCES_MAX (queues[0].instances.max): -2 is negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

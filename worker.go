@@ -83,7 +83,8 @@ type workerQueue struct {
 	meter  *meter.Meter
 	l      *listener.Listener
 	agent  *scaling.Agent
-	depth  *depthCache // the depth metrics show, read at an interval
+	depth  *depthCache   // the depth metrics show, read at an interval
+	win    *queueWindows // samples of the counters, for the last minute and hour
 }
 
 // Option configures a Worker.
@@ -260,6 +261,13 @@ func (w *Worker) Run(ctx context.Context) error {
 			wq.close(w.log)
 		}
 	}()
+	startedAt := w.clock.Now()
+	for _, wq := range qs {
+		wq.win = newQueueWindows(func() counterSample {
+			return counterSample{meter: wq.meter.Snapshot(), stats: wq.l.Stats()}
+		})
+		wq.win.sample(startedAt)
+	}
 	w.mu.Lock()
 	w.queues = qs
 	w.mu.Unlock()
@@ -273,6 +281,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Listeners run until ctx ends and then drain; agents stop with them.
 	agentsCtx, stopAgents := context.WithCancel(context.WithoutCancel(ctx))
 	agents, _ := errgroup.WithContext(agentsCtx)
+	agents.Go(func() error { tickWindows(agentsCtx, w.clock, qs); return nil })
 	for _, wq := range qs {
 		agents.Go(func() error { return wq.agent.Run(agentsCtx) })
 		// A queue that already holds work at start-up is busy from its first

@@ -402,6 +402,14 @@ type Stats struct {
 	// clock; zero before the first. Readiness compares them.
 	LastGet, LastGetError time.Time
 	LastGetErr            error
+	// PickupLatency sums, over the PickedUp messages, the time from a
+	// message's put (its InsertedAt) to the get that fetched it. Only first
+	// deliveries (DequeueCount 1) count: for a redelivery the end of its
+	// previous visibility timeout is not known, and the time since the put
+	// would count the failed runs. A put with an initial visibility delay
+	// counts the delay too; a backend clock ahead of the worker's counts 0.
+	PickupLatency time.Duration
+	PickedUp      int64
 }
 
 type counters struct {
@@ -415,6 +423,7 @@ type counters struct {
 	// clock (0: never); lastGetErr is the newest get error.
 	lastGet, lastGetError atomic.Int64
 	lastGetErr            atomic.Pointer[error]
+	pickupNanos, pickedUp atomic.Int64
 }
 
 func unixNanos(ns int64) time.Time {
@@ -436,6 +445,7 @@ func (l *Listener) Stats() Stats {
 		WorkDetected: c.workDetected.Load(),
 		Poisoned:     c.poisoned.Load(), LeasesLost: c.leasesLost.Load(), Triggers: c.triggers.Load(),
 		LastGet: unixNanos(c.lastGet.Load()), LastGetError: unixNanos(c.lastGetError.Load()),
+		PickupLatency: time.Duration(c.pickupNanos.Load()), PickedUp: c.pickedUp.Load(),
 	}
 	if p := c.lastGetErr.Load(); p != nil {
 		s.LastGetErr = *p

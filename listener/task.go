@@ -196,6 +196,7 @@ func (t *task) loop() error {
 			}
 			continue
 		}
+		l.countPickups(ms)
 		if ctx.Err() != nil {
 			// Shutdown began while the get was on its way: hand the
 			// messages straight back.
@@ -330,4 +331,25 @@ func (l *Listener) release(id, receipt string) {
 		return
 	}
 	l.stats.released.Add(1)
+}
+
+// countPickups adds the pickup latency of the first deliveries in ms, just
+// fetched, to the listener's counters (Stats.PickupLatency).
+func (l *Listener) countPickups(ms []*queue.Message) {
+	now := l.o.Clock.Now()
+	var sum time.Duration
+	var n int64
+	for _, m := range ms {
+		if m.DequeueCount != 1 || m.InsertedAt.IsZero() {
+			continue
+		}
+		n++
+		if d := now.Sub(m.InsertedAt); d > 0 {
+			sum += d
+		}
+	}
+	if n > 0 {
+		l.stats.pickupNanos.Add(int64(sum))
+		l.stats.pickedUp.Add(n)
+	}
 }

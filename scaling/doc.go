@@ -19,6 +19,10 @@
 //     to the policy's answer, then keeps sampling while the queue is busy.
 //     Step is one such sample, for callers that drive the agent in virtual
 //     time (the simulator, internal/sim).
+//   - The article's dynamic scaling agent, across processes: Instances
+//     answers how many worker instances a backlog needs, from the drain
+//     rate one instance measured, for an autoscaler outside the process
+//     (the worker serves it at GET /v1/scaling; configs/keda reads it).
 //
 // The agent grows the pool and trims it while work remains. Shrinking to
 // one task when the queue stays empty is the QueueEmpty stop rule's job;

@@ -37,8 +37,11 @@ func newStatsCmd(e env) *cobra.Command {
 its poison queue, or of the one --queue or --url names. Then, if the worker is
 running, read its admin endpoint (admin.address, with admin.token as a bearer
 token) and show for each queue: dequeue tasks, messages processed, failed and
-deleted, backend calls by kind, calls per message, empty gets an hour (the cost
-of idling), and the cost of the calls, so far and extrapolated to a month.`,
+deleted, and over the last minute and the last hour (or the time the worker has
+run, if shorter): messages, rate, pickup latency, backend calls by kind, calls
+per message, empty gets (the cost of idling) and cost; then the cost since start
+and a month at the current rate (from the last hour once the worker has run an
+hour, from the last minute before; never from less than a minute).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd, e) },
 	}
@@ -268,10 +271,48 @@ func printStats(w io.Writer, r statsReport) {
 			perMessage = "no message deleted yet"
 		}
 		fmt.Fprintf(w, "             %d in all, %s\n", q.TotalCalls, perMessage)
-		fmt.Fprintf(w, "  idle       %.0f empty gets an hour\n", q.IdleCallsPerHour)
-		fmt.Fprintf(w, "  cost       $%s so far, $%s a month at this rate (extrapolated from %s)\n",
-			dollars(q.Cost), dollars(q.MonthlyCost), time.Duration(s.Uptime).Round(time.Second))
+		printWindow(w, "last min", q.LastMinute)
+		printWindow(w, "last hour", q.LastHour)
+		fmt.Fprintf(w, "  cost       $%s since start; %s\n", dollars(q.Cost), monthly(q))
 	}
+}
+
+// printWindow shows one window of a queue: what it covers, its messages,
+// calls and cost.
+func printWindow(w io.Writer, label string, win adaptq.Window) {
+	span := time.Duration(win.Span)
+	covers := "over " + span.String()
+	if !win.Full {
+		covers = fmt.Sprintf("over the %s run so far (less than %s)", time.Duration(win.Elapsed).Round(time.Second), span)
+	}
+	perMessage := "no message deleted"
+	if win.CallsPerMessage > 0 {
+		perMessage = fmt.Sprintf("%.2f per message", win.CallsPerMessage)
+	}
+	pickup := ""
+	if win.PickedUp > 0 {
+		pickup = fmt.Sprintf(", pickup latency %s", time.Duration(win.PickupLatency).Round(time.Millisecond))
+	}
+	fmt.Fprintf(w, "  %-9s  %s: %d processed (%.2f/s)%s\n", label, covers, win.Processed, win.Rate, pickup)
+	fmt.Fprintf(w, "             %d calls (%s), %s, %d empty gets, $%s\n",
+		win.TotalCalls, callsByKind(win.Calls), perMessage, win.EmptyGets, dollars(win.Cost))
+}
+
+// monthly says what the queue costs a month at the current rate, and from
+// which window, or why that is not known yet.
+func monthly(q adaptq.QueueStats) string {
+	if q.MonthlyCost == nil {
+		return fmt.Sprintf("a month at the current rate: not known before the worker has run %s", adaptq.MinExtrapolation)
+	}
+	from := "last minute"
+	if q.LastHour.Full {
+		from = "last hour"
+	}
+	idle := ""
+	if q.IdleCallsPerHour != nil {
+		idle = fmt.Sprintf(", %.0f empty gets an hour", *q.IdleCallsPerHour)
+	}
+	return fmt.Sprintf("$%s a month at the rate of the %s%s", dollars(*q.MonthlyCost), from, idle)
 }
 
 // callsByKind lists the kinds with calls, in the meter's order.

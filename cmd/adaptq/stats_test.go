@@ -6,6 +6,7 @@ import (
 	"maps"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -135,12 +136,19 @@ queues:
 	if !rep.Worker.Running || q.Name != "orders" || q.Processed != 5 || q.TotalCalls == 0 || q.Calls["get"] == 0 || q.ActiveTasks < 1 {
 		t.Errorf("worker stats %+v", q)
 	}
+	// The worker has run for seconds: its windows cover the whole run, and
+	// nothing is extrapolated from it.
+	if m := q.LastMinute; m.Full || m.Deleted != 5 || m.PickedUp != 5 || m.MonthlyCost != nil || q.MonthlyCost != nil || q.IdleCallsPerHour != nil {
+		t.Errorf("last minute %+v, monthly %v, idle %v", m, q.MonthlyCost, q.IdleCallsPerHour)
+	}
 
 	r := mustCLI(t, "", "stats", "-c", cfg)
 	if d := depthTable(r.stdout)["orders"]; d != "0" {
 		t.Errorf("depth of orders %q, want 0:\n%s", d, r.stdout)
 	}
-	for _, want := range []string{"worker at " + w.AdminAddress(), "5 processed, 0 failed, 5 deleted", "calls      get ", "in all", "per message", "empty gets an hour", "a month at this rate"} {
+	for _, want := range []string{"worker at " + w.AdminAddress(), "5 processed, 0 failed, 5 deleted", "calls      get ", "in all", "per message",
+		"last min   over the ", "run so far (less than 1m0s): 5 processed (", "last hour  over the ",
+		"a month at the current rate: not known before the worker has run 1m0s"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("stats lacks %q:\n%s", want, r.stdout)
 		}
@@ -194,5 +202,28 @@ queues:
 	r = mustCLI(t, "", "enqueue", "-c", cfg, "--delay", "1m", "later")
 	if strings.Contains(r.stdout, "trigger") {
 		t.Errorf("a delayed put pulled the trigger: %q", r.stdout)
+	}
+}
+
+// Once a window covers a minute, stats gives the month's cost at its rate
+// and names the window: the last hour once the worker has run an hour.
+func TestStatsNamesTheWindowOfTheMonthlyCost(t *testing.T) {
+	t.Parallel()
+	monthly, idle := 0.0086, 12.0
+	for _, tc := range []struct {
+		hourFull bool
+		want     string
+	}{
+		{false, "$0.0086 a month at the rate of the last minute, 12 empty gets an hour"},
+		{true, "$0.0086 a month at the rate of the last hour, 12 empty gets an hour"},
+	} {
+		q := adaptq.QueueStats{Name: "orders", MonthlyCost: &monthly, IdleCallsPerHour: &idle}
+		q.LastMinute = adaptq.Window{Span: adaptq.Duration(time.Minute), Elapsed: adaptq.Duration(time.Minute), Full: true, EmptyGets: 1}
+		q.LastHour = adaptq.Window{Span: adaptq.Duration(time.Hour), Elapsed: adaptq.Duration(20 * time.Minute), Full: tc.hourFull}
+		var b strings.Builder
+		printStats(&b, statsReport{Worker: &workerReport{Address: "x", Running: true, Stats: &adaptq.Stats{Queues: []adaptq.QueueStats{q}}}})
+		if !strings.Contains(b.String(), tc.want) || !strings.Contains(b.String(), "last min   over 1m0s: ") {
+			t.Errorf("hour full %v: stats lacks %q:\n%s", tc.hourFull, tc.want, b.String())
+		}
 	}
 }

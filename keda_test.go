@@ -1,0 +1,137 @@
+package adaptq
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/tidwall/gjson"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/adaptq/adaptq/internal/clock"
+)
+
+const kedaExample = "configs/keda/scaledobject.yaml"
+
+// kedaDoc is the part of a Kubernetes object the test reads.
+type kedaDoc struct {
+	Kind     string `yaml:"kind"`
+	Metadata struct {
+		Name string `yaml:"name"`
+	} `yaml:"metadata"`
+	StringData map[string]string `yaml:"stringData"`
+	Spec       struct {
+		MinReplicaCount int `yaml:"minReplicaCount"`
+		SecretTargetRef []struct {
+			Parameter, Name, Key string
+		} `yaml:"secretTargetRef"`
+		Triggers []struct {
+			Type              string            `yaml:"type"`
+			MetricType        string            `yaml:"metricType"`
+			Metadata          map[string]string `yaml:"metadata"`
+			AuthenticationRef struct {
+				Name string `yaml:"name"`
+			} `yaml:"authenticationRef"`
+		} `yaml:"triggers"`
+	} `yaml:"spec"`
+}
+
+func loadKEDAExample(t *testing.T) map[string]kedaDoc {
+	t.Helper()
+	data, err := os.ReadFile(kedaExample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string]kedaDoc{}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var d kedaDoc
+		if err := dec.Decode(&d); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("%s: %v", kedaExample, err)
+		}
+		docs[d.Kind] = d
+	}
+	return docs
+}
+
+// The KEDA example's metrics-api trigger, fed a real answer of a running
+// worker: its url names the scaling signal, its valueLocation (GJSON, as
+// KEDA reads it) finds the worker's desired instances, and KEDA's
+// AverageValue rule, ceil(value / targetValue), gives that many replicas.
+// The bearer token comes from the Secret through the TriggerAuthentication.
+func TestKEDAExampleReadsTheScalingSignal(t *testing.T) {
+	t.Parallel()
+	docs := loadKEDAExample(t)
+	so, ok := docs["ScaledObject"]
+	if !ok || len(so.Spec.Triggers) != 1 {
+		t.Fatalf("%s: no ScaledObject with one trigger: %+v", kedaExample, so)
+	}
+	tr := so.Spec.Triggers[0]
+	md := tr.Metadata
+	if tr.Type != "metrics-api" || tr.MetricType != "AverageValue" || md["authMode"] != "bearer" || md["format"] != "json" {
+		t.Fatalf("trigger %+v: want a metrics-api trigger, AverageValue, json, bearer auth", tr)
+	}
+	if so.Spec.MinReplicaCount < 1 {
+		t.Errorf("minReplicaCount %d: the workers serve the signal, at least one must run", so.Spec.MinReplicaCount)
+	}
+	auth, secret := docs["TriggerAuthentication"], docs["Secret"]
+	if auth.Metadata.Name != tr.AuthenticationRef.Name || len(auth.Spec.SecretTargetRef) != 1 {
+		t.Fatalf("authenticationRef %q does not name the TriggerAuthentication %+v", tr.AuthenticationRef.Name, auth)
+	}
+	ref := auth.Spec.SecretTargetRef[0]
+	token, ok := secret.StringData[ref.Key]
+	if ref.Parameter != "token" || ref.Name != secret.Metadata.Name || !ok {
+		t.Fatalf("secretTargetRef %+v does not give the bearer token from the Secret %+v", ref, secret)
+	}
+	u, err := url.Parse(md["url"])
+	if err != nil || u.Path != ScalingPath {
+		t.Fatalf("url %q is not the scaling signal %s", md["url"], ScalingPath)
+	}
+	target, err := strconv.ParseFloat(md["targetValue"], 64)
+	if err != nil || target <= 0 {
+		t.Fatalf("targetValue %q: %v", md["targetValue"], err)
+	}
+
+	// A worker with the example's token and 450 messages waiting, held:
+	// 100 an instance asks for 5.
+	qurl := "memory://" + uniqueQueue("keda-example")
+	putN(t, qurl, 450)
+	w := gatedWorker(t, `
+admin: {address: "127.0.0.1:0", token: "`+token+`"}
+queues:
+  - url: `+qurl+`
+    handler: work
+    instances: {messages_per_instance: 100}
+`, clock.Real, 0)
+	req, err := http.NewRequest(http.MethodGet, "http://"+w.AdminAddress()+u.Path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token) // what authMode bearer sends
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s %v\n%s", u.Path, resp.Status, err, body)
+	}
+	// KEDA's JSON format: a number, or a string it parses as a Quantity.
+	// The signal gives a number.
+	v := gjson.GetBytes(body, md["valueLocation"])
+	if v.Type != gjson.Number {
+		t.Fatalf("valueLocation %q finds %s in\n%s", md["valueLocation"], v.Type, body)
+	}
+	if replicas := int(math.Ceil(v.Num / target)); replicas != 5 {
+		t.Errorf("KEDA would ask for %d replicas (value %v, target %v), want 5:\n%s", replicas, v.Num, target, body)
+	}
+}
