@@ -75,10 +75,13 @@ func (w *Worker) statusView(ctx context.Context) statuspage.View {
 			ActiveTasks: q.ActiveTasks, IdleTasks: q.IdleTasks, TotalTasks: q.TotalTasks,
 			Processed: q.Processed, Failed: q.Failed, Poisoned: poisoned,
 			CallsPerMessage: cpm,
-			Rate:            statuspage.Figure{Missing: "not measured by this worker"},
-			PickupLatency:   statuspage.Figure{Missing: "not measured by this worker"},
-			MonthlyCost:     statuspage.Figure{Missing: "not measured by this worker"},
+			Rate:            statuspage.Figure{Text: statuspage.FormatRate(q.LastMinute.Rate)},
+			PickupLatency:   pickupFigure(q.LastMinute),
+			MonthlyCost:     statuspage.Figure{Missing: "the worker has run less than a minute: too short to scale to a month"},
 		})
+		if c := q.MonthlyCost; c != nil {
+			v.Queues[len(v.Queues)-1].MonthlyCost = statuspage.Figure{Text: statuspage.FormatMoney(*c)}
+		}
 	}
 	return v
 }
@@ -146,4 +149,13 @@ func (w *Worker) sessionAuthorize(rw http.ResponseWriter, r *http.Request, next 
 // safeMethod: a request that changes nothing.
 func safeMethod(m string) bool {
 	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
+}
+
+// pickupFigure is the mean pickup latency of the messages first got in w,
+// or why there is none.
+func pickupFigure(w Window) statuspage.Figure {
+	if w.PickedUp == 0 {
+		return statuspage.Figure{Missing: "no message was picked up in the last minute"}
+	}
+	return statuspage.Figure{Text: statuspage.FormatDuration(time.Duration(w.PickupLatency))}
 }

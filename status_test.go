@@ -1,6 +1,8 @@
 package adaptq
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -9,7 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+
+	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/internal/statuspage"
+	"github.com/adaptq/adaptq/queue"
 )
 
 // pageRequest sends method path to the worker at addr with a form body (if
@@ -175,5 +181,69 @@ func TestStatusPageCookieOfAnotherToken(t *testing.T) {
 	other := statuspage.NewSessions("another-token", port, time.Now).Login()
 	if resp, _ := pageRequest(t, addr, "GET", StatsPath, nil, other); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("GET %s with a cookie made with another token: %s", StatsPath, resp.Status)
+	}
+}
+
+// cell returns the text of the cell of class class in the page's row of
+// queue name (markup stripped).
+func cell(t *testing.T, page, name, class string) string {
+	t.Helper()
+	row := regexp.MustCompile(`(?s)<tr data-queue="` + regexp.QuoteMeta(name) + `">(.*?)</tr>`).FindStringSubmatch(page)
+	if row == nil {
+		t.Fatalf("no row for %s in the page:\n%s", name, page)
+	}
+	c := regexp.MustCompile(`(?s)<td class="n ` + class + `">(.*?)</td>`).FindStringSubmatch(row[1])
+	if c == nil {
+		t.Fatalf("no %s cell in the row of %s:\n%s", class, name, row[1])
+	}
+	return strings.TrimSpace(regexp.MustCompile(`<[^>]*>`).ReplaceAllString(c[1], ""))
+}
+
+// The page's windowed figures, in virtual time: after a drain the rate and
+// the pickup latency show, the monthly cost not while the worker has run
+// less than a minute (nothing is extrapolated from seconds); later it does.
+func TestStatusPageFigures(t *testing.T) {
+	t.Parallel()
+	name := uniqueQueue("page-figures")
+	const messages = 20
+	cfg := testConfig(t, `
+admin: {address: "127.0.0.1:0"}
+queues: [{url: 'memory://`+name+`', handler: work}]
+`)
+	putN(t, "memory://"+name, messages)
+	fake := clock.NewFake(time.Now())
+	w, err := New(cfg, WithLogger(zap.NewNop()), withClock(fake))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.MustHandle("work", func(context.Context, *queue.Message) error { return nil })
+	runWorker(t, w)
+	l, _ := w.Listener(name)
+	waitUntil(t, "the worker drains the queue", func() bool {
+		if l.Stats().Deleted == messages {
+			return true
+		}
+		fake.Advance(10 * time.Millisecond)
+		return false
+	})
+	fake.Advance(time.Second) // a rate needs time to be over
+	addr := w.AdminAddress()
+	_, page := pageRequest(t, addr, "GET", StatusPath, nil, nil)
+	if got := cell(t, page, name, "processed"); got != fmt.Sprint(messages) {
+		t.Errorf("processed %q, want %d", got, messages)
+	}
+	for _, class := range []string{"rate", "pickup", "calls"} {
+		if got := cell(t, page, name, class); got == "n/a" || got == "—" || got == "0/s" {
+			t.Errorf("%s is %q after a drain of %d messages", class, got, messages)
+		}
+	}
+	if got := cell(t, page, name, "cost"); got != "n/a" {
+		t.Errorf("the monthly cost is %q before the worker has run a minute (extrapolated from seconds)", got)
+	}
+
+	fake.Advance(2 * time.Minute)
+	_, page = pageRequest(t, addr, "GET", StatusPath, nil, nil)
+	if got := cell(t, page, name, "cost"); !strings.HasPrefix(got, "$") {
+		t.Errorf("the monthly cost is %q after two minutes", got)
 	}
 }

@@ -201,6 +201,21 @@ func FormatDuration(d time.Duration) string {
 	}
 }
 
+// FormatRate shows messages a second as a reader takes them in: "12.3/s",
+// or "4.0/min" below one a second, "0/s" for none.
+func FormatRate(perSecond float64) string {
+	switch {
+	case math.IsNaN(perSecond) || perSecond < 0:
+		return "—"
+	case perSecond == 0:
+		return "0/s"
+	case perSecond < 1:
+		return fmt.Sprintf("%.1f/min", perSecond*60)
+	default:
+		return fmt.Sprintf("%.1f/s", perSecond)
+	}
+}
+
 // FormatMoney shows dollars with the precision small sums need: "$0.0042",
 // "$2.38", "$457.20".
 func FormatMoney(v float64) string {

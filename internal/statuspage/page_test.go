@@ -144,3 +144,23 @@ func TestRenderEmptyStates(t *testing.T) {
 		t.Errorf("no empty state for an empty poison queue:\n%s", b.String())
 	}
 }
+
+func TestFormats(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ got, want string }{
+		{FormatRate(0), "0/s"},
+		{FormatRate(0.05), "3.0/min"},
+		{FormatRate(12.34), "12.3/s"},
+		{FormatMoney(0), "$0.00"},
+		{FormatMoney(0.00042), "$0.0004"},
+		{FormatMoney(457.2), "$457.20"},
+		{FormatDuration(850 * time.Millisecond), "850ms"},
+		{FormatDuration(12300 * time.Millisecond), "12.3s"},
+		{FormatDuration(4*time.Minute + 5*time.Second), "4m05s"},
+		{FormatDuration(3*time.Hour + 20*time.Minute), "3h20m"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
+	}
+}
