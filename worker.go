@@ -62,6 +62,11 @@ type Worker struct {
 	running  bool
 	admin    string        // address the admin endpoint listens on, once up
 	ready    chan struct{} // closed once Run has started everything
+
+	// poisonMu serialises the poison tools (PoisonList …): two scans of
+	// one poison queue at once would each see only what the other does
+	// not hold.
+	poisonMu sync.Mutex
 }
 
 // workerQueue is one configured queue at run time.
