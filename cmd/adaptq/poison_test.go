@@ -15,16 +15,22 @@ import (
 	"github.com/adaptq/adaptq/queue/poison"
 )
 
+// openTest opens the queue at rawURL until the test ends.
+func openTest(t *testing.T, rawURL string) (context.Context, *queue.Queue) {
+	t.Helper()
+	q, err := queue.Open(context.Background(), rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	return context.Background(), q
+}
+
 // putPoison puts n enveloped poison messages of queue "orders" (original
 // ids orig-0 …, bodies body-0 …) to the poison queue at rawURL.
 func putPoison(t *testing.T, rawURL string, n int) {
 	t.Helper()
-	ctx := context.Background()
-	q, err := queue.Open(ctx, rawURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
+	ctx, q := openTest(t, rawURL)
 	at := time.Date(2026, 11, 22, 20, 0, 0, 0, time.UTC)
 	for i := range n {
 		b, err := poison.Encode(poison.Message{
@@ -43,12 +49,7 @@ func putPoison(t *testing.T, rawURL string, n int) {
 // bodiesOf drains the queue at rawURL and returns its bodies, sorted.
 func bodiesOf(t *testing.T, rawURL string) []string {
 	t.Helper()
-	ctx := context.Background()
-	q, err := queue.Open(ctx, rawURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
+	ctx, q := openTest(t, rawURL)
 	var out []string
 	for {
 		ms, err := q.Get(ctx, 32, time.Hour)

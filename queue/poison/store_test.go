@@ -216,13 +216,7 @@ func TestRequeueByIDPutsTheOriginalBodyBackThenDeletes(t *testing.T) {
 	backends(t, func(t *testing.T, home, pq *queue.Queue) {
 		ctx := context.Background()
 		ids := poisonN(t, pq, 40)
-		dest := func(name string) (*queue.Queue, error) {
-			if name != "" && name != "orders" {
-				return nil, fmt.Errorf("unknown queue %q", name)
-			}
-			return home, nil
-		}
-		res, err := poison.Requeue(ctx, pq, dest, poison.Selection{IDs: []string{ids[2], "orig-38", ids[39], "nope"}})
+		res, err := poison.Requeue(ctx, pq, onlyOrders(home), poison.Selection{IDs: []string{ids[2], "orig-38", ids[39], "nope"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -261,13 +255,7 @@ func TestRequeueAllSkipsDuplicatesAndKeepsWhatItCannotPut(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		dest := func(name string) (*queue.Queue, error) {
-			if name != "" && name != "orders" {
-				return nil, fmt.Errorf("no queue %q here", name)
-			}
-			return home, nil
-		}
-		res, err := poison.Requeue(ctx, pq, dest, poison.Selection{All: true})
+		res, err := poison.Requeue(ctx, pq, onlyOrders(home), poison.Selection{All: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -287,6 +275,17 @@ func TestRequeueAllSkipsDuplicatesAndKeepsWhatItCannotPut(t *testing.T) {
 			t.Errorf("left in the poison queue: %q, want only the other queue's message", left)
 		}
 	})
+}
+
+// onlyOrders sends messages of "orders" (and bare ones) back to home and
+// refuses any other queue.
+func onlyOrders(home *queue.Queue) poison.Dest {
+	return func(name string) (*queue.Queue, error) {
+		if name != "" && name != "orders" {
+			return nil, fmt.Errorf("no queue %q here", name)
+		}
+		return home, nil
+	}
 }
 
 func mustEncode(t *testing.T, m poison.Message) []byte {
