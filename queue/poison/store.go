@@ -152,7 +152,8 @@ func Find(ctx context.Context, pq *queue.Queue, id string) (Message, error) {
 	}
 	var found *Message
 	_, err := scan(ctx, pq, func(pm *queue.Message) (bool, bool) {
-		if m, ok := match([]*queue.Message{pm}, id); ok {
+		// The first match by original id, unless the poison id matches.
+		if m, ok := match([]*queue.Message{pm}, id); ok && (found == nil || m.PoisonID == id) {
 			found = &m
 		}
 		return false, found != nil && found.PoisonID == id
@@ -381,7 +382,7 @@ func scan(ctx context.Context, pq *queue.Queue, visit func(*queue.Message) (take
 			return false, nil
 		}
 		fresh := 0
-		for _, pm := range ms {
+		for k, pm := range ms {
 			if i, ok := at[pm.ID]; ok {
 				// Seen already: its hiding ran out during a long scan.
 				held[i].PopReceipt = pm.PopReceipt
@@ -395,11 +396,13 @@ func scan(ctx context.Context, pq *queue.Queue, visit func(*queue.Message) (take
 			}
 			if stop {
 				// The rest of this batch is held too, unvisited.
-				for _, rest := range ms {
-					if _, ok := at[rest.ID]; !ok && rest != pm {
-						at[rest.ID] = len(held)
-						held = append(held, queue.Receipt{ID: rest.ID, PopReceipt: rest.PopReceipt})
+				for _, rest := range ms[k+1:] {
+					if i, ok := at[rest.ID]; ok {
+						held[i].PopReceipt = rest.PopReceipt
+						continue
 					}
+					at[rest.ID] = len(held)
+					held = append(held, queue.Receipt{ID: rest.ID, PopReceipt: rest.PopReceipt})
 				}
 				return false, nil
 			}

@@ -12,12 +12,15 @@ import (
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/memory"
 	"github.com/adaptq/adaptq/queue/poison"
+	"github.com/adaptq/adaptq/queue/postgres"
+	"github.com/adaptq/adaptq/queue/postgres/pgtest"
 	"github.com/adaptq/adaptq/queue/sqlite"
 )
 
 // backends runs f against a queue "orders" and its poison queue on each
-// embedded backend: the tools use only the portable API, so they must
-// behave the same on all.
+// embedded backend and on the machine's PostgreSQL (skipped without one):
+// the tools use only the portable API, so they must behave the same on
+// all.
 func backends(t *testing.T, f func(t *testing.T, home, pq *queue.Queue)) {
 	t.Helper()
 	open := map[string]func(t *testing.T) (home, pq *queue.Queue){
@@ -44,6 +47,23 @@ func backends(t *testing.T, f func(t *testing.T, home, pq *queue.Queue)) {
 				t.Fatal(err)
 			}
 			pq, err := db.Queue("orders-poison")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return home, pq
+		},
+		"postgres": func(t *testing.T) (*queue.Queue, *queue.Queue) {
+			ctx := context.Background()
+			db, err := postgres.Open(ctx, pgtest.URL(t), postgres.WithSchema(pgtest.Schema(t)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = db.Close() })
+			home, err := db.Queue(ctx, "orders")
+			if err != nil {
+				t.Fatal(err)
+			}
+			pq, err := db.Queue(ctx, "orders-poison")
 			if err != nil {
 				t.Fatal(err)
 			}
