@@ -16,6 +16,7 @@ import (
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/driver"
+	"github.com/adaptq/adaptq/queue/memory"
 	"github.com/adaptq/adaptq/queue/poison"
 
 	"github.com/adaptq/adaptq/internal/testutil"
@@ -322,4 +323,38 @@ func TestRetryAfterFromAHandlerHidesTheMessage(t *testing.T) {
 	}
 	f.clock.Advance(15 * time.Second)
 	eventually(t, "it runs again after the hint", func() bool { return runs.Load() == 2 })
+}
+
+// A body that leaves no room for the envelope within the backend's limit
+// is poisoned bare, as before the envelope: never lost, never refused.
+func TestPoisonOfABodyAtTheLimitFallsBackToTheBareBody(t *testing.T) {
+	c := clock.NewFake(clock.Epoch)
+	store := memory.NewStore(memory.WithClock(c), memory.WithMaxBodySize(64))
+	q, err := store.Queue("work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pq, err := store.Queue("work-poison")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := func(context.Context, *queue.Message) error { return handler.Permanent(errors.New("bad")) }
+	l, err := listener.New(q, h, listener.Options{Poison: pq, Clock: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, clock: c, store: store, raw: q, q: q, l: l}
+	body := bytes.Repeat([]byte{0xfe}, 64)
+	if _, err := q.Put(context.Background(), body, queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.start()
+	eventually(t, "the message is poisoned", func() bool { return l.Stats().Poisoned == 1 })
+	ms, err := pq.Peek(context.Background(), 32)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("poison queue holds %d (%v)", len(ms), err)
+	}
+	if pm := poison.Decode(ms[0]); pm.Enveloped || !bytes.Equal(pm.Body, body) {
+		t.Fatalf("poisoned %+v: want the bare body", pm)
+	}
 }
