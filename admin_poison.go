@@ -69,6 +69,17 @@ func (w *Worker) PoisonList(ctx context.Context, queueName, after string, limit 
 	return PoisonPage{Queue: wq.name, PoisonQueue: wq.poison.Name(), Page: p}, err
 }
 
+// PoisonPeek returns up to n (1..32) messages of the named queue's poison
+// queue, most recently poisoned first, without bodies, with one peek that
+// hides nothing: for a page that refreshes itself. See poison.Peek.
+func (w *Worker) PoisonPeek(ctx context.Context, queueName string, n int) ([]poison.Message, error) {
+	wq, err := w.poisonOf(queueName)
+	if err != nil {
+		return nil, err
+	}
+	return poison.Peek(ctx, wq.poison, n)
+}
+
 // PoisonMessage returns the message of the named queue's poison queue whose
 // poison id, or else original id, is id, with its body.
 func (w *Worker) PoisonMessage(ctx context.Context, queueName, id string) (poison.Message, error) {

@@ -132,6 +132,9 @@ func TestPoisonToolsThroughTheAdminEndpoint(t *testing.T) {
 	if len(seen) != n {
 		t.Fatalf("the listing showed %d of %d", len(seen), n)
 	}
+	if peeked, err := w.PoisonPeek(ctx, "jobs", 5); err != nil || len(peeked) != 5 || !ids[peeked[0].ID] {
+		t.Errorf("PoisonPeek: %d, %v", len(peeked), err)
+	}
 	var one, pid string
 	for one, pid = range seen {
 		break

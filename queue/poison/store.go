@@ -107,6 +107,26 @@ func List(ctx context.Context, pq *queue.Queue, after string, limit int) (Page, 
 	return page, nil
 }
 
+// Peek returns up to n (1..pq's peek limit, at most 32) visible messages of
+// pq without their bodies, most recently poisoned first, with one Peek: no
+// message is hidden or counted, so a page that refreshes itself can call
+// it as often as it likes. On a queue of more than n messages they are the
+// ones the backend shows first (the oldest visible), not the newest; List
+// reads them all. A backend that cannot peek returns queue.ErrUnsupported.
+func Peek(ctx context.Context, pq *queue.Queue, n int) ([]Message, error) {
+	ms, err := pq.Peek(ctx, n)
+	if err != nil {
+		return nil, fmt.Errorf("poison: peek %s: %w", pq.Name(), err)
+	}
+	out := make([]Message, len(ms))
+	for i, pm := range ms {
+		out[i] = Decode(pm)
+		out[i].Body = nil
+	}
+	slices.SortFunc(out, func(a, b Message) int { return keyOf(b).compare(keyOf(a)) })
+	return out, nil
+}
+
 // readAll reads every visible message of pq (up to MaxScan): with one Peek
 // when the queue shows fewer than a full peek, else with a scan.
 func readAll(ctx context.Context, pq *queue.Queue) ([]Message, bool, error) {

@@ -200,6 +200,15 @@ func TestListOfAFewMessagesPeeksAndPagesStayStable(t *testing.T) {
 				t.Errorf("message %s has dequeue count %d after a listing of a few", m.ID, m.DequeueCount)
 			}
 		}
+		peeked, err := poison.Peek(ctx, pq, 5)
+		if err != nil || len(peeked) != 5 {
+			t.Fatalf("Peek 5: %d, %v", len(peeked), err)
+		}
+		for i, m := range peeked {
+			if m.Body != nil || m.Size == 0 || (i > 0 && m.PoisonedAt.After(peeked[i-1].PoisonedAt)) {
+				t.Errorf("peeked %d: %+v (want no body, newest first)", i, m)
+			}
+		}
 		if _, err := poison.List(ctx, pq, "not a cursor!", 0); !errors.Is(err, queue.ErrInvalidArgument) {
 			t.Errorf("bad cursor: %v", err)
 		}
