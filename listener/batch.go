@@ -422,6 +422,7 @@ func (b *batch) poison(i int, reason string, cause error) bool {
 		l.log.Error("listener: putting a message to the poison queue failed; it stays in the queue", append(fields, zap.NamedError("put_error", err))...)
 		return false
 	}
+	l.failures.forget(m.ID)
 	derr := l.q.Delete(l.opCtx, m.ID, b.newestReceipt(i))
 	fields = append(fields, zap.String("poison_id", id))
 	if derr != nil {
@@ -442,7 +443,7 @@ func (b *batch) poison(i int, reason string, cause error) bool {
 func (l *Listener) poisonRecord(m *queue.Message, cause error) poison.Message {
 	r := poison.Message{ID: m.ID, Queue: l.q.Name(), DequeueCount: m.DequeueCount, FailedAt: l.o.Clock.Now(),
 		InsertedAt: m.InsertedAt, ExpiresAt: m.ExpiresAt, Body: m.Body}
-	last, known := l.failures.take(m.ID)
+	last, known := l.failures.last(m.ID)
 	switch {
 	case cause == nil:
 		r.Rule, r.Reason = poison.RuleOverMaxDequeue, last

@@ -40,11 +40,17 @@ func (f *lastFailures) remember(id string, err error) {
 	f.m[id] = s
 }
 
-// take returns and forgets message id's last failure.
-func (f *lastFailures) take(id string) (string, bool) {
+// last returns message id's last failure.
+func (f *lastFailures) last(id string) (string, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s, ok := f.m[id]
-	delete(f.m, id)
 	return s, ok
+}
+
+// forget drops message id's last failure: it left its queue.
+func (f *lastFailures) forget(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.m, id)
 }

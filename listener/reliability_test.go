@@ -182,14 +182,14 @@ func TestPoisonPutFailureLosesNothing(t *testing.T) {
 	}
 }
 
-// failingFirstPut makes the first Put fail.
-type failingFirstPut struct {
+// failingFirstPuts makes the first two Puts fail, and counts them all.
+type failingFirstPuts struct {
 	driver.Queue
-	failed *atomic.Bool
+	puts *atomic.Int32
 }
 
-func (q failingFirstPut) Put(ctx context.Context, body []byte, o driver.PutOptions) (string, error) {
-	if !q.failed.Swap(true) {
+func (q failingFirstPuts) Put(ctx context.Context, body []byte, o driver.PutOptions) (string, error) {
+	if q.puts.Add(1) <= 2 {
 		return "", queue.Transient(errors.New("poison queue unavailable"), 0)
 	}
 	return q.Queue.Put(ctx, body, o)
@@ -197,33 +197,36 @@ func (q failingFirstPut) Put(ctx context.Context, body []byte, o driver.PutOptio
 
 // A message whose move to the poison queue failed comes back above the
 // maximum and is poisoned unrun: with the reason it last failed here, not
-// an unknown one.
+// an unknown one, even when that move fails once more.
 func TestPoisonedUnrunKeepsTheLastFailureReason(t *testing.T) {
 	var runs atomic.Int32
 	h := func(context.Context, *queue.Message) error {
 		return fmt.Errorf("downstream said 503 (run %d)", runs.Add(1))
 	}
 	const vis = 10 * time.Second
-	var failed atomic.Bool
+	var puts atomic.Int32
 	f, pq := poisonFixture(t, h, listener.Options{MaxDequeueCount: 2, VisibilityTimeout: vis, Idle: poisonIdle},
-		func(q driver.Queue) driver.Queue { return failingFirstPut{q, &failed} })
+		func(q driver.Queue) driver.Queue { return failingFirstPuts{q, &puts} })
 	id := f.put(1)[0]
 	f.start()
-	for i := 1; i <= 2; i++ {
-		eventually(t, "the next run", func() bool { return runs.Load() == int32(i) })
+	eventually(t, "the first run", func() bool { return runs.Load() == 1 })
+	// Run 2 fails at the maximum: its move fails (put 1). At dequeue count
+	// 3 it is moved unrun, and that fails too (put 2); at 4 it moves.
+	for want := int32(1); want <= 3; want++ {
 		f.settle()
 		f.clock.Advance(vis + time.Second)
+		eventually(t, fmt.Sprintf("poison put %d", want), func() bool { return puts.Load() == want })
 	}
 	eventually(t, "the message is poisoned", func() bool { return f.l.Stats().Poisoned == 1 })
-	if got := runs.Load(); got != 2 || !failed.Load() {
-		t.Fatalf("ran %d times (first poison put failed: %v), want 2", got, failed.Load())
+	if got := runs.Load(); got != 2 {
+		t.Fatalf("ran %d times, want 2", got)
 	}
 	ms, err := pq.Peek(context.Background(), 32)
 	if err != nil || len(ms) != 1 {
 		t.Fatalf("poison queue holds %d (%v)", len(ms), err)
 	}
-	if pm := poison.Decode(ms[0]); pm.ID != id || pm.DequeueCount != 3 || pm.Rule != poison.RuleOverMaxDequeue || pm.Reason != "downstream said 503 (run 2)" {
-		t.Fatalf("poisoned %+v: want dequeue count 3 and the second run's error", pm)
+	if pm := poison.Decode(ms[0]); pm.ID != id || pm.DequeueCount != 4 || pm.Rule != poison.RuleOverMaxDequeue || pm.Reason != "downstream said 503 (run 2)" {
+		t.Fatalf("poisoned %+v: want dequeue count 4 and the second run's error", pm)
 	}
 }
 
