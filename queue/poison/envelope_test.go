@@ -145,3 +145,27 @@ func TestMessageJSONRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// Any body and reason round-trip: the body byte for byte, the reason
+// cleaned and cut; any poison message decodes without failing.
+func FuzzEnvelope(f *testing.F) {
+	f.Add([]byte("hello"), "exit status 3")
+	f.Add([]byte{0, 0xff, '\n'}, "line\nline\r\x00")
+	f.Add([]byte(poison.Magic+`{"id":"x","size":1}`+"\nx"), "")
+	f.Fuzz(func(t *testing.T, body []byte, reason string) {
+		bare := poison.Decode(&queue.Message{ID: "p", Body: body})
+		if !bare.Enveloped && !bytes.Equal(bare.Body, body) {
+			t.Fatalf("a bare body %q decoded as %q", body, bare.Body)
+		}
+		in := sample(body)
+		in.Reason = reason
+		b, err := poison.Encode(in, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := poison.Decode(&queue.Message{ID: "p", Body: b})
+		if !out.Enveloped || !bytes.Equal(out.Body, body) || out.ID != in.ID || len(out.Reason) > poison.MaxReason || !utf8.ValidString(out.Reason) {
+			t.Fatalf("Encode/Decode of %q, reason %q: %+v", body, reason, out)
+		}
+	})
+}
