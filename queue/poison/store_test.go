@@ -23,57 +23,41 @@ import (
 // all.
 func backends(t *testing.T, f func(t *testing.T, home, pq *queue.Queue)) {
 	t.Helper()
-	open := map[string]func(t *testing.T) (home, pq *queue.Queue){
-		"memory": func(t *testing.T) (*queue.Queue, *queue.Queue) {
+	// Each opener returns how to open a queue of a fresh instance.
+	open := map[string]func(t *testing.T) func(name string) (*queue.Queue, error){
+		"memory": func(*testing.T) func(string) (*queue.Queue, error) {
 			s := memory.NewStore()
-			home, err := s.Queue("orders")
-			if err != nil {
-				t.Fatal(err)
-			}
-			pq, err := s.Queue("orders-poison")
-			if err != nil {
-				t.Fatal(err)
-			}
-			return home, pq
+			return func(name string) (*queue.Queue, error) { return s.Queue(name) }
 		},
-		"sqlite": func(t *testing.T) (*queue.Queue, *queue.Queue) {
+		"sqlite": func(t *testing.T) func(string) (*queue.Queue, error) {
 			db, err := sqlite.Open(filepath.Join(t.TempDir(), "q.db"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = db.Close() })
-			home, err := db.Queue("orders")
-			if err != nil {
-				t.Fatal(err)
-			}
-			pq, err := db.Queue("orders-poison")
-			if err != nil {
-				t.Fatal(err)
-			}
-			return home, pq
+			return func(name string) (*queue.Queue, error) { return db.Queue(name) }
 		},
-		"postgres": func(t *testing.T) (*queue.Queue, *queue.Queue) {
-			ctx := context.Background()
-			db, err := postgres.Open(ctx, pgtest.URL(t), postgres.WithSchema(pgtest.Schema(t)))
+		"postgres": func(t *testing.T) func(string) (*queue.Queue, error) {
+			db, err := postgres.Open(context.Background(), pgtest.URL(t), postgres.WithSchema(pgtest.Schema(t)))
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = db.Close() })
-			home, err := db.Queue(ctx, "orders")
-			if err != nil {
-				t.Fatal(err)
-			}
-			pq, err := db.Queue(ctx, "orders-poison")
-			if err != nil {
-				t.Fatal(err)
-			}
-			return home, pq
+			return func(name string) (*queue.Queue, error) { return db.Queue(context.Background(), name) }
 		},
 	}
 	for name, o := range open {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			home, pq := o(t)
+			q := o(t)
+			home, err := q("orders")
+			if err != nil {
+				t.Fatal(err)
+			}
+			pq, err := q("orders-poison")
+			if err != nil {
+				t.Fatal(err)
+			}
 			f(t, home, pq)
 		})
 	}
