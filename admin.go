@@ -217,6 +217,7 @@ func (w *Worker) startAdmin() (*adminServer, error) {
 		}
 		rw.WriteHeader(http.StatusAccepted)
 	})
+	w.poisonRoutes(mux)
 	// Outermost first: the body limit, the Host check (DNS rebinding), the
 	// cross-origin check (a web page posting to loopback), the token.
 	h := limitBody(w.checkHost(ln.Addr().String(), http.NewCrossOriginProtection().Handler(w.authorize(mux))))
