@@ -44,6 +44,7 @@ FUZZTIME ?= 1m
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz '^FuzzMatchesMemory$$' -fuzztime $(FUZZTIME) ./queue/sqlite/
+	$(GO) test -run '^$$' -fuzz '^FuzzEnvelope$$' -fuzztime $(FUZZTIME) ./queue/poison/
 
 # The listener's torture test alone, under -race, for DURATION (it runs
 # 20 s within `make test`). A failure prints the seed that replays it.

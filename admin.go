@@ -217,6 +217,7 @@ func (w *Worker) startAdmin() (*adminServer, error) {
 		}
 		rw.WriteHeader(http.StatusAccepted)
 	})
+	w.poisonRoutes(mux)
 	w.serveStatusPage(mux, ln.Addr().String())
 	// Outermost first: the body limit, the Host check (DNS rebinding), the
 	// cross-origin check (a web page posting to loopback), the token.

@@ -72,6 +72,11 @@ type Worker struct {
 
 	metrics   *metrics // the worker's own Prometheus registry
 	queueOpts []queue.Option
+
+	// poisonMu serialises the poison tools (PoisonList …): two scans of
+	// one poison queue at once would each see only what the other does
+	// not hold.
+	poisonMu sync.Mutex
 }
 
 // workerQueue is one configured queue at run time.

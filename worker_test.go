@@ -21,6 +21,7 @@ import (
 	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/poison"
 )
 
 func testConfig(t *testing.T, yaml string) Config {
@@ -299,17 +300,47 @@ queues:
 	if _, err := w.Put(ctx, "other", []byte("{"), queue.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poison, err := queue.Open(ctx, "sqlite://"+strings.TrimPrefix(strings.Split(cfg.Queues[0].URL, "?")[0], "sqlite://")+"?queue=jobs-poison")
+	pq, err := queue.Open(ctx, "sqlite://"+strings.TrimPrefix(strings.Split(cfg.Queues[0].URL, "?")[0], "sqlite://")+"?queue=jobs-poison")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer poison.Close()
+	defer pq.Close()
 	waitUntil(t, "both reach the shared poison queue", func() bool {
-		n, _ := poison.Count(ctx)
+		n, _ := pq.Count(ctx)
 		return n == 2
 	})
 	if n, _ := runs.Load("j"); *n.(*int) != 2 {
 		t.Errorf("the job ran %d times before poisoning, want max_dequeue_count 2", *n.(*int))
+	}
+	// Each poison message says where it came from and why.
+	p, err := w.PoisonList(ctx, "jobs", "", 0)
+	if err != nil || len(p.Messages) != 2 {
+		t.Fatalf("PoisonList: %+v, %v", p, err)
+	}
+	for _, m := range p.Messages {
+		switch m.Queue {
+		case "jobs":
+			if m.DequeueCount != 2 || m.Rule != poison.RuleMaxDequeue || m.Reason != "fails" {
+				t.Errorf("jobs' poison message %+v: want dequeue count 2 and the handler's error", m)
+			}
+		case "other":
+			if m.DequeueCount != 1 || m.Rule != poison.RulePermanent || !strings.Contains(m.Reason, "bad body") {
+				t.Errorf("other's poison message %+v: want dequeue count 1 and the permanent error", m)
+			}
+		default:
+			t.Errorf("poison message %+v from no configured queue", m)
+		}
+	}
+	// Requeue from a shared poison queue sends each back where it came from.
+	from := map[string]string{p.Messages[0].ID: p.Messages[0].Queue, p.Messages[1].ID: p.Messages[1].Queue}
+	res, err := w.PoisonRequeue(ctx, "jobs", poison.Selection{All: true})
+	if err != nil || len(res.Done) != 2 || len(res.Failed) != 0 {
+		t.Fatalf("PoisonRequeue: %+v, %v", res, err)
+	}
+	for _, d := range res.Done {
+		if d.Queue != from[d.ID] {
+			t.Errorf("%s went back to %q, want %q", d.ID, d.Queue, from[d.ID])
+		}
 	}
 }
 

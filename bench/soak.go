@@ -21,6 +21,7 @@ import (
 	"github.com/adaptq/adaptq"
 	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/poison"
 	"github.com/adaptq/adaptq/queue/sqlite"
 )
 
@@ -491,12 +492,15 @@ func drainPoison(ctx context.Context, q *queue.Queue, poisoned []uint8, del bool
 	}
 }
 
-// soakSeq is the sequence number a poisoned message carries.
+// soakSeq is the sequence number a poisoned message carries: the first 8
+// bytes of the original body, inside the poison envelope (or the bare body
+// an older version poisoned).
 func soakSeq(m *queue.Message) (uint64, bool) {
-	if len(m.Body) < 8 {
+	body := poison.Decode(m).Body
+	if len(body) < 8 {
 		return 0, false
 	}
-	return binary.BigEndian.Uint64(m.Body), true
+	return binary.BigEndian.Uint64(body), true
 }
 
 func mb(b int64) float64 { return float64(b) / (1 << 20) }

@@ -3,6 +3,7 @@ package listener
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/poison"
 )
 
 // Dispatch tuning. A handler faster than sequentialBelow on average costs
@@ -307,6 +309,7 @@ func (b *batch) run(inline bool, ctx context.Context, cancel context.CancelFunc)
 				// run under that context.
 				if err != nil {
 					l.stats.failed.Add(1)
+					l.rememberFailure(m.ID, err)
 				}
 				cancel()
 				ctx, cancel = l.handlerContext()
@@ -370,6 +373,7 @@ func (b *batch) failed(i int, err error) {
 			}
 		}
 	}
+	l.rememberFailure(m.ID, err)
 	if l.draining.Load() && !handler.IsPermanent(err) {
 		// Shutting down (the grace period ended, or the handler gave up on
 		// its own): hand the message to another worker now rather than
@@ -406,11 +410,19 @@ func (b *batch) poison(i int, reason string, cause error) bool {
 	if cause != nil {
 		fields = append(fields, zap.Error(cause))
 	}
-	id, err := l.o.Poison.Put(l.opCtx, m.Body, queue.PutOptions{TTL: queue.NoExpiry})
+	body, err := poison.Encode(l.poisonRecord(m, cause), l.o.Poison.MaxBodySize())
+	if err != nil {
+		// The body alone nearly fills the limit: keep the message, without
+		// its metadata, as before the envelope existed.
+		l.log.Warn("listener: the poison envelope does not fit; putting the bare body", append(fields, zap.NamedError("envelope_error", err))...)
+		body = m.Body
+	}
+	id, err := l.o.Poison.Put(l.opCtx, body, queue.PutOptions{TTL: queue.NoExpiry})
 	if err != nil {
 		l.log.Error("listener: putting a message to the poison queue failed; it stays in the queue", append(fields, zap.NamedError("put_error", err))...)
 		return false
 	}
+	l.failures.forget(m.ID)
 	derr := l.q.Delete(l.opCtx, m.ID, b.newestReceipt(i))
 	fields = append(fields, zap.String("poison_id", id))
 	if derr != nil {
@@ -423,6 +435,34 @@ func (b *batch) poison(i int, reason string, cause error) bool {
 		l.log.Error("listener: message moved to the poison queue", fields...)
 	}
 	return true
+}
+
+// poisonRecord is what the poison envelope keeps of m: its identity, and
+// its last failure, cause (the run that failed now), or else the failure
+// this listener remembers from its last run here.
+func (l *Listener) poisonRecord(m *queue.Message, cause error) poison.Message {
+	r := poison.Message{ID: m.ID, Queue: l.q.Name(), DequeueCount: m.DequeueCount, FailedAt: l.o.Clock.Now(),
+		InsertedAt: m.InsertedAt, ExpiresAt: m.ExpiresAt, Body: m.Body}
+	last, known := l.failures.last(m.ID)
+	switch {
+	case cause == nil:
+		r.Rule, r.Reason = poison.RuleOverMaxDequeue, last
+		if !known {
+			r.Reason = fmt.Sprintf("dequeue count %d is above the maximum %d: earlier runs ended without a verdict (a crash, a lost lease, another worker)", m.DequeueCount, l.o.MaxDequeueCount)
+		}
+	case handler.IsPermanent(cause):
+		r.Rule, r.Reason = poison.RulePermanent, cause.Error()
+	default:
+		r.Rule, r.Reason = poison.RuleMaxDequeue, cause.Error()
+	}
+	return r
+}
+
+// rememberFailure records a failed message's error for its poisoning.
+func (l *Listener) rememberFailure(id string, err error) {
+	if l.o.Poison != nil {
+		l.failures.remember(id, err)
+	}
 }
 
 // releaseUnstarted hands a claimed but unstarted message back at shutdown.

@@ -74,6 +74,7 @@ type Listener struct {
 	liveContexts atomic.Int64
 	ewma         ewma
 	stats        counters
+	failures     lastFailures // last errors of failed messages, for their poisoning
 }
 
 // New returns a listener that feeds messages of q to h. It validates the

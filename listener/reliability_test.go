@@ -4,15 +4,20 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/adaptq/adaptq/handler"
+	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/driver"
+	"github.com/adaptq/adaptq/queue/memory"
+	"github.com/adaptq/adaptq/queue/poison"
 
 	"github.com/adaptq/adaptq/internal/testutil"
 )
@@ -48,9 +53,10 @@ func TestAlwaysFailingMessageIsPoisonedAfterMaxDequeueCount(t *testing.T) {
 		return errors.New("always fails")
 	}
 	const vis = 10 * time.Second
-	f, poison := poisonFixture(t, h, listener.Options{MaxDequeueCount: 3, VisibilityTimeout: vis, Idle: poisonIdle}, nil)
+	f, pq := poisonFixture(t, h, listener.Options{MaxDequeueCount: 3, VisibilityTimeout: vis, Idle: poisonIdle}, nil)
 	body := []byte{0x00, 0xff, 'p', 'o', 'i', 's', 'o', 'n', 0x7f}
-	if _, err := f.raw.Put(context.Background(), body, queue.PutOptions{}); err != nil {
+	id, err := f.raw.Put(context.Background(), body, queue.PutOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	f.start()
@@ -69,12 +75,19 @@ func TestAlwaysFailingMessageIsPoisonedAfterMaxDequeueCount(t *testing.T) {
 	if d := f.depth(); d != 0 {
 		t.Fatalf("the queue still holds %d", d)
 	}
-	ms, err := poison.Peek(context.Background(), 32)
+	ms, err := pq.Peek(context.Background(), 32)
 	if err != nil || len(ms) != 1 {
 		t.Fatalf("poison queue holds %d (%v), want 1", len(ms), err)
 	}
-	if !bytes.Equal(ms[0].Body, body) {
-		t.Fatalf("poisoned body %q, want %q byte for byte", ms[0].Body, body)
+	pm := poison.Decode(ms[0])
+	if !bytes.Equal(pm.Body, body) {
+		t.Fatalf("poisoned body %q, want %q byte for byte", pm.Body, body)
+	}
+	// The envelope keeps what the poison queue's own message cannot: the
+	// original's id and dequeue count, the last failure and its time.
+	if !pm.Enveloped || pm.ID != id || pm.Queue != "work" || pm.DequeueCount != 3 || pm.Rule != poison.RuleMaxDequeue ||
+		pm.Reason != "always fails" || !pm.FailedAt.Equal(f.clock.Now().Add(-(vis + time.Second))) || !pm.InsertedAt.Equal(clock.Epoch) {
+		t.Fatalf("poisoned %+v: want id %s, dequeue count 3, the third failure's reason and time", pm, id)
 	}
 }
 
@@ -85,7 +98,7 @@ var poisonIdle = scalingIdle(time.Second)
 func TestCrashLoopingMessageIsPoisonedWithoutRunning(t *testing.T) {
 	var runs atomic.Int32
 	h := func(context.Context, *queue.Message) error { runs.Add(1); return nil }
-	f, poison := poisonFixture(t, h, listener.Options{MaxDequeueCount: 5, VisibilityTimeout: 10 * time.Second}, nil)
+	f, pq := poisonFixture(t, h, listener.Options{MaxDequeueCount: 5, VisibilityTimeout: 10 * time.Second}, nil)
 	ctx := context.Background()
 	if _, err := f.raw.Put(ctx, []byte("crasher"), queue.PutOptions{}); err != nil {
 		t.Fatal(err)
@@ -102,8 +115,12 @@ func TestCrashLoopingMessageIsPoisonedWithoutRunning(t *testing.T) {
 	if got := runs.Load(); got != 0 {
 		t.Fatalf("a crash-looping message ran %d times, want 0", got)
 	}
-	if n, _ := poison.Count(ctx); n != 1 {
-		t.Fatalf("poison queue holds %d", n)
+	ms, err := pq.Peek(ctx, 32)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("poison queue holds %d (%v)", len(ms), err)
+	}
+	if pm := poison.Decode(ms[0]); pm.DequeueCount != 6 || pm.Rule != poison.RuleOverMaxDequeue || !strings.Contains(pm.Reason, "above the maximum 5") {
+		t.Fatalf("poisoned %+v: want dequeue count 6, poisoned unrun, and why", pm)
 	}
 	if d := f.depth(); d != 0 {
 		t.Fatalf("queue holds %d", d)
@@ -120,7 +137,7 @@ func TestPermanentFailureIsPoisonedAtOnce(t *testing.T) {
 		}
 		return err
 	}
-	f, poison := poisonFixture(t, counted, listener.Options{}, nil)
+	f, pq := poisonFixture(t, counted, listener.Options{}, nil)
 	if _, err := f.raw.Put(context.Background(), []byte("{not json"), queue.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -129,9 +146,12 @@ func TestPermanentFailureIsPoisonedAtOnce(t *testing.T) {
 	if got := runs.Load(); got != 1 {
 		t.Fatalf("a body that cannot decode ran %d times, want 1", got)
 	}
-	ms, _ := poison.Peek(context.Background(), 1)
-	if len(ms) != 1 || string(ms[0].Body) != "{not json" {
+	ms, _ := pq.Peek(context.Background(), 1)
+	if len(ms) != 1 {
 		t.Fatalf("poison queue: %v", ms)
+	}
+	if pm := poison.Decode(ms[0]); string(pm.Body) != "{not json" || pm.DequeueCount != 1 || pm.Rule != poison.RulePermanent || !strings.Contains(pm.Reason, "decode JSON body") {
+		t.Fatalf("poisoned %+v: want the body, dequeue count 1 and the decode error", pm)
 	}
 }
 
@@ -144,7 +164,7 @@ func (failingPuts) Put(context.Context, []byte, driver.PutOptions) (string, erro
 
 func TestPoisonPutFailureLosesNothing(t *testing.T) {
 	h := func(context.Context, *queue.Message) error { return handler.Permanent(errors.New("bad")) }
-	f, poison := poisonFixture(t, h, listener.Options{VisibilityTimeout: 10 * time.Second}, func(q driver.Queue) driver.Queue { return failingPuts{q} })
+	f, pq := poisonFixture(t, h, listener.Options{VisibilityTimeout: 10 * time.Second}, func(q driver.Queue) driver.Queue { return failingPuts{q} })
 	if _, err := f.raw.Put(context.Background(), []byte("keep me"), queue.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -154,11 +174,59 @@ func TestPoisonPutFailureLosesNothing(t *testing.T) {
 	if d := f.depth(); d != 1 {
 		t.Fatalf("depth %d: the message must stay when the poison queue refuses it", d)
 	}
-	if n, _ := poison.Count(context.Background()); n != 0 {
+	if n, _ := pq.Count(context.Background()); n != 0 {
 		t.Fatalf("poison holds %d", n)
 	}
 	if f.l.Stats().Poisoned != 0 {
 		t.Fatal("counted as poisoned")
+	}
+}
+
+// failingFirstPuts makes the first two Puts fail, and counts them all.
+type failingFirstPuts struct {
+	driver.Queue
+	puts *atomic.Int32
+}
+
+func (q failingFirstPuts) Put(ctx context.Context, body []byte, o driver.PutOptions) (string, error) {
+	if q.puts.Add(1) <= 2 {
+		return "", queue.Transient(errors.New("poison queue unavailable"), 0)
+	}
+	return q.Queue.Put(ctx, body, o)
+}
+
+// A message whose move to the poison queue failed comes back above the
+// maximum and is poisoned unrun: with the reason it last failed here, not
+// an unknown one, even when that move fails once more.
+func TestPoisonedUnrunKeepsTheLastFailureReason(t *testing.T) {
+	var runs atomic.Int32
+	h := func(context.Context, *queue.Message) error {
+		return fmt.Errorf("downstream said 503 (run %d)", runs.Add(1))
+	}
+	const vis = 10 * time.Second
+	var puts atomic.Int32
+	f, pq := poisonFixture(t, h, listener.Options{MaxDequeueCount: 2, VisibilityTimeout: vis, Idle: poisonIdle},
+		func(q driver.Queue) driver.Queue { return failingFirstPuts{q, &puts} })
+	id := f.put(1)[0]
+	f.start()
+	eventually(t, "the first run", func() bool { return runs.Load() == 1 })
+	// Run 2 fails at the maximum: its move fails (put 1). At dequeue count
+	// 3 it is moved unrun, and that fails too (put 2); at 4 it moves.
+	for want := int32(1); want <= 3; want++ {
+		f.settle()
+		f.clock.Advance(vis + time.Second)
+		eventually(t, fmt.Sprintf("poison put %d", want), func() bool { return puts.Load() == want })
+	}
+	eventually(t, "the message is poisoned", func() bool { return f.l.Stats().Poisoned == 1 })
+	if got := runs.Load(); got != 2 {
+		t.Fatalf("ran %d times, want 2", got)
+	}
+	ms, err := pq.Peek(context.Background(), 32)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("poison queue holds %d (%v)", len(ms), err)
+	}
+	if pm := poison.Decode(ms[0]); pm.ID != id || pm.DequeueCount != 4 || pm.Rule != poison.RuleOverMaxDequeue || pm.Reason != "downstream said 503 (run 2)" {
+		t.Fatalf("poisoned %+v: want dequeue count 4 and the second run's error", pm)
 	}
 }
 
@@ -195,6 +263,9 @@ func TestLostLeaseCancelsTheHandler(t *testing.T) {
 	if cancelled[0] != ids[0] {
 		t.Fatalf("cancelled %s", cancelled[0])
 	}
+	// Renewal counts the lost lease just after it cancels the handler,
+	// which may have returned by then.
+	eventually(t, "the lost lease is counted", func() bool { return f.l.Stats().LeasesLost == 1 })
 	if s := f.l.Stats(); s.LeasesLost != 1 || s.Renewed != 0 {
 		t.Fatalf("stats %+v: want one lost lease and no renewal", s)
 	}
@@ -258,4 +329,38 @@ func TestRetryAfterFromAHandlerHidesTheMessage(t *testing.T) {
 	}
 	f.clock.Advance(15 * time.Second)
 	eventually(t, "it runs again after the hint", func() bool { return runs.Load() == 2 })
+}
+
+// A body that leaves no room for the envelope within the backend's limit
+// is poisoned bare, as before the envelope: never lost, never refused.
+func TestPoisonOfABodyAtTheLimitFallsBackToTheBareBody(t *testing.T) {
+	c := clock.NewFake(clock.Epoch)
+	store := memory.NewStore(memory.WithClock(c), memory.WithMaxBodySize(64))
+	q, err := store.Queue("work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pq, err := store.Queue("work-poison")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := func(context.Context, *queue.Message) error { return handler.Permanent(errors.New("bad")) }
+	l, err := listener.New(q, h, listener.Options{Poison: pq, Clock: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, clock: c, store: store, raw: q, q: q, l: l}
+	body := bytes.Repeat([]byte{0xfe}, 64)
+	if _, err := q.Put(context.Background(), body, queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.start()
+	eventually(t, "the message is poisoned", func() bool { return l.Stats().Poisoned == 1 })
+	ms, err := pq.Peek(context.Background(), 32)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("poison queue holds %d (%v)", len(ms), err)
+	}
+	if pm := poison.Decode(ms[0]); pm.Enveloped || !bytes.Equal(pm.Body, body) {
+		t.Fatalf("poisoned %+v: want the bare body", pm)
+	}
 }

@@ -6,6 +6,7 @@
 //	adaptq peek    --queue orders -n 5                   # look without taking
 //	adaptq stats                                         # depths, and the running worker's counters and costs
 //	adaptq purge   --queue orders --yes                  # delete every message
+//	adaptq poison  list|show|requeue|purge --queue orders # the poison messages: why they failed, put them back
 //	adaptq version
 //
 // Every command that works on queues reads the worker's config (--config,
@@ -127,7 +128,7 @@ Exit codes: 0 success, 1 runtime failure, 2 bad usage, input or configuration.`,
 		SilenceUsage:  true,
 		Args:          noArgs,
 		RunE: func(*cobra.Command, []string) error {
-			return usageError{errors.New("no command given (commands: run, enqueue, peek, stats, purge, simulate, version)")}
+			return usageError{errors.New("no command given (commands: run, enqueue, peek, stats, purge, poison, simulate, version)")}
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
@@ -144,6 +145,7 @@ Exit codes: 0 success, 1 runtime failure, 2 bad usage, input or configuration.`,
 		newSimulateCmd(e),
 		newVersionCmd(e),
 		newMigrateCmd(e),
+		newPoisonCmd(e),
 	)
 	return root
 }
@@ -156,7 +158,7 @@ func noArgs(cmd *cobra.Command, args []string) error {
 			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
 				hint = fmt.Sprintf("; did you mean %q?", s[0])
 			}
-			return usageErrorf("unknown command %q%s (commands: run, enqueue, peek, stats, purge, simulate, version)", args[0], hint)
+			return usageErrorf("unknown command %q%s (commands: run, enqueue, peek, stats, purge, poison, simulate, version)", args[0], hint)
 		}
 		return usageErrorf("%s takes no arguments, got %q", cmd.CommandPath(), args[0])
 	}

@@ -112,15 +112,21 @@ func printMessage(w io.Writer, m *queue.Message) {
 	}
 	fmt.Fprintf(w, "id %s  dequeued %d  inserted %s  expires %s  size %d B\n",
 		m.ID, m.DequeueCount, m.InsertedAt.UTC().Format(time.RFC3339), expires, len(m.Body))
-	if !printable(m.Body) {
-		fmt.Fprintf(w, "  base64: %s\n", base64.StdEncoding.EncodeToString(m.Body))
+	printBody(w, m.Body)
+}
+
+// printBody prints a body indented, as text if it is printable, else as
+// base64 after the marker "base64:".
+func printBody(w io.Writer, body []byte) {
+	if !printable(body) {
+		fmt.Fprintf(w, "  base64: %s\n", base64.StdEncoding.EncodeToString(body))
 		return
 	}
-	if len(m.Body) == 0 {
+	if len(body) == 0 {
 		fmt.Fprintln(w, "  (empty)")
 		return
 	}
-	for _, line := range strings.Split(strings.TrimSuffix(string(m.Body), "\n"), "\n") {
+	for _, line := range strings.Split(strings.TrimSuffix(string(body), "\n"), "\n") {
 		fmt.Fprintf(w, "  %s\n", strings.TrimSuffix(line, "\r"))
 	}
 }

@@ -193,8 +193,19 @@ func TestExecExample(t *testing.T) {
 	if len(stats.Queues) != 1 || stats.Queues[0].Name != "payments" || stats.Queues[0].Depth != 0 || stats.Queues[0].Poison.Depth != 1 {
 		t.Errorf("after the run: %+v, want payments empty and the malformed message in payments-poison", stats.Queues)
 	}
+	var page struct {
+		Messages []struct {
+			PoisonID string `json:"poison_id"`
+			Rule     string
+			Reason   string
+		}
+	}
+	if err := json.Unmarshal(adaptq("", "poison", "list", "--config", config, "--queue", "payments", "--json"), &page); err != nil ||
+		len(page.Messages) != 1 || page.Messages[0].Rule != "permanent" || !strings.Contains(page.Messages[0].Reason, "malformed payment") {
+		t.Fatalf("payments-poison holds %+v (%v), want the malformed message and why", page, err)
+	}
 	var poisoned struct{ Body string }
-	if err := json.Unmarshal(adaptq("", "peek", "--config", config, "--queue", "payments-poison", "--json"), &poisoned); err != nil || poisoned.Body != "not a payment" {
+	if err := json.Unmarshal(adaptq("", "poison", "show", "--config", config, "--queue", "payments", "--json", page.Messages[0].PoisonID), &poisoned); err != nil || poisoned.Body != "not a payment" {
 		t.Errorf("payments-poison holds %+v (%v), want the malformed message", poisoned, err)
 	}
 }

@@ -1,0 +1,171 @@
+package poison_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/poison"
+)
+
+func sample(body []byte) poison.Message {
+	t0 := time.Date(2026, 11, 22, 20, 0, 0, 0, time.UTC)
+	return poison.Message{
+		ID: "msg-42", Queue: "orders", DequeueCount: 5, Rule: poison.RuleMaxDequeue,
+		Reason: "exit status 3: downstream said <503>", FailedAt: t0.Add(time.Minute),
+		InsertedAt: t0, ExpiresAt: t0.Add(7 * 24 * time.Hour), Body: body,
+	}
+}
+
+func TestEnvelopeRoundTripKeepsEveryFieldAndTheBodyByteExact(t *testing.T) {
+	t.Parallel()
+	for _, body := range [][]byte{
+		[]byte("hello"),
+		{},
+		{0, 1, 2, 0xff, '\n', '\r', 0}, // binary, with newlines
+		[]byte("adaptq-poison/1 {\"id\":\"x\"}\nnested"), // looks like an envelope itself
+		bytes.Repeat([]byte("é\n"), 1000),
+	} {
+		in := sample(body)
+		b, err := poison.Encode(in, queue.DefaultMaxBodySize)
+		if err != nil {
+			t.Fatalf("Encode(%q): %v", body, err)
+		}
+		if !bytes.HasPrefix(b, []byte(poison.Magic)) {
+			t.Fatalf("envelope %q does not start with the magic", b)
+		}
+		out := poison.Decode(&queue.Message{ID: "p-1", Body: b, InsertedAt: in.FailedAt})
+		if !out.Enveloped || out.PoisonID != "p-1" || !out.PoisonedAt.Equal(in.FailedAt) {
+			t.Fatalf("Decode: enveloped %v, poison id %q, poisoned at %v", out.Enveloped, out.PoisonID, out.PoisonedAt)
+		}
+		if !bytes.Equal(out.Body, body) || out.Size != len(body) {
+			t.Errorf("body %q (size %d), want %q", out.Body, out.Size, body)
+		}
+		if out.ID != in.ID || out.Queue != in.Queue || out.DequeueCount != in.DequeueCount || out.Rule != in.Rule || out.Reason != in.Reason ||
+			!out.FailedAt.Equal(in.FailedAt) || !out.InsertedAt.Equal(in.InsertedAt) || !out.ExpiresAt.Equal(in.ExpiresAt) {
+			t.Errorf("metadata %+v, want %+v", out, in)
+		}
+	}
+}
+
+func TestEnvelopeHeaderIsOneLineOfText(t *testing.T) {
+	t.Parallel()
+	in := sample([]byte{0xff})
+	in.Reason = "line one\nline two\r\x00\x1b[31m\xff\uFFFE"
+	b, err := poison.Encode(in, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _, _ := bytes.Cut(b, []byte{'\n'})
+	if !utf8.Valid(line) || bytes.ContainsAny(line, "\r\x00\x1b") || strings.ContainsRune(string(line), '\uFFFE') {
+		t.Errorf("header %q is not clean text", line)
+	}
+	out := poison.Decode(&queue.Message{ID: "p", Body: b})
+	if !strings.HasPrefix(out.Reason, "line one line two") || !bytes.Equal(out.Body, []byte{0xff}) {
+		t.Errorf("reason %q, body %q", out.Reason, out.Body)
+	}
+}
+
+func TestEnvelopeCutsTheReasonToItsBoundAndToTheBodyLimit(t *testing.T) {
+	t.Parallel()
+	in := sample([]byte("body"))
+	in.Reason = strings.Repeat("ü", 3000) // 6,000 bytes
+	b, err := poison.Encode(in, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := poison.Decode(&queue.Message{ID: "p", Body: b})
+	if len(out.Reason) > poison.MaxReason || !strings.HasSuffix(out.Reason, "…") || !utf8.ValidString(out.Reason) {
+		t.Errorf("reason of %d bytes (valid %v), want at most %d ending in …", len(out.Reason), utf8.ValidString(out.Reason), poison.MaxReason)
+	}
+
+	// A body that nearly fills the limit: the reason gives way, the body
+	// does not.
+	in.Reason = strings.Repeat(`"quoted" `, 100)
+	in.Body = bytes.Repeat([]byte("x"), 1000)
+	b, err = poison.Encode(in, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := len(b) - 200
+	b, err = poison.Encode(in, limit)
+	if err != nil {
+		t.Fatalf("Encode with a limit %d: %v", limit, err)
+	}
+	out = poison.Decode(&queue.Message{ID: "p", Body: b})
+	if len(b) > limit || !out.Enveloped || !bytes.Equal(out.Body, in.Body) || len(out.Reason) >= len(in.Reason) || out.Reason == "" {
+		t.Errorf("envelope of %d bytes for a limit of %d: enveloped %v, reason %d bytes", len(b), limit, out.Enveloped, len(out.Reason))
+	}
+
+	// Not even the header fits: ErrTooLarge, for the caller to fall back on.
+	if _, err := poison.Encode(in, len(in.Body)+10); !errors.Is(err, poison.ErrTooLarge) || !errors.Is(err, queue.ErrTooLarge) {
+		t.Errorf("Encode with no room for the header: %v, want ErrTooLarge", err)
+	}
+}
+
+func TestDecodeReadsABareBodyAsUnknownMetadata(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	good, _ := poison.Encode(sample([]byte("abc")), 0)
+	for _, body := range [][]byte{
+		[]byte("an old poison message"),
+		{0, 0, 0, 0, 0, 0, 0, 7},                                  // the soak's sequence number
+		[]byte(poison.Magic + "not json\nbody"),                   // magic, no header
+		[]byte(poison.Magic + `{"id":"x","size":99}` + "\nshort"), // size does not match
+		good[:len(good)-1],                                        // cut short
+	} {
+		m := poison.Decode(&queue.Message{ID: "p-9", Body: body, InsertedAt: at})
+		if m.Enveloped || !bytes.Equal(m.Body, body) || m.Size != len(body) || m.PoisonID != "p-9" || !m.PoisonedAt.Equal(at) ||
+			m.ID != "" || m.Queue != "" || m.DequeueCount != 0 || m.Reason != "" {
+			t.Errorf("Decode(%q) = %+v, want the bare body with unknown metadata", body, m)
+		}
+	}
+}
+
+func TestMessageJSONRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, body := range [][]byte{[]byte("text body"), {0xff, 0}} {
+		b, _ := poison.Encode(sample(body), 0)
+		in := poison.Decode(&queue.Message{ID: "p", Body: b, InsertedAt: time.Unix(1, 0)})
+		j, err := json.Marshal(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out poison.Message
+		if err := json.Unmarshal(j, &out); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(out.Body, body) || out.ID != in.ID || out.Reason != in.Reason || !out.FailedAt.Equal(in.FailedAt) || !out.Enveloped {
+			t.Errorf("JSON %s read back as %+v", j, out)
+		}
+	}
+}
+
+// Any body and reason round-trip: the body byte for byte, the reason
+// cleaned and cut; any poison message decodes without failing.
+func FuzzEnvelope(f *testing.F) {
+	f.Add([]byte("hello"), "exit status 3")
+	f.Add([]byte{0, 0xff, '\n'}, "line\nline\r\x00")
+	f.Add([]byte(poison.Magic+`{"id":"x","size":1}`+"\nx"), "")
+	f.Fuzz(func(t *testing.T, body []byte, reason string) {
+		bare := poison.Decode(&queue.Message{ID: "p", Body: body})
+		if !bare.Enveloped && !bytes.Equal(bare.Body, body) {
+			t.Fatalf("a bare body %q decoded as %q", body, bare.Body)
+		}
+		in := sample(body)
+		in.Reason = reason
+		b, err := poison.Encode(in, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := poison.Decode(&queue.Message{ID: "p", Body: b})
+		if !out.Enveloped || !bytes.Equal(out.Body, body) || out.ID != in.ID || len(out.Reason) > poison.MaxReason || !utf8.ValidString(out.Reason) {
+			t.Fatalf("Encode/Decode of %q, reason %q: %+v", body, reason, out)
+		}
+	})
+}

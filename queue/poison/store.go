@@ -1,0 +1,499 @@
+package poison
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/adaptq/adaptq/queue"
+)
+
+// Listing bounds.
+const (
+	// DefaultLimit is the page size of a listing that names none.
+	DefaultLimit = 50
+	// MaxLimit is the largest page a listing returns.
+	MaxLimit = 1000
+	// MaxScan is the most messages one operation holds hidden at once (see
+	// List). A poison queue is a place for a few failures to be looked
+	// at, not a second queue; past this many a listing says it is
+	// truncated, and requeue or purge of everything is repeated.
+	MaxScan = 10_000
+	// ScanVisibility is how long a scan hides the messages it gets before
+	// it hands them back (UpdateVisibility 0) at its end: longer than a
+	// scan of MaxScan messages takes, short enough that a scan cut off by
+	// a crash hides nothing for long.
+	ScanVisibility = time.Minute
+	// releaseTimeout bounds the hand-back of a scan whose context ended.
+	releaseTimeout = 10 * time.Second
+)
+
+// ErrNotFound: no message of the poison queue has the id (wraps
+// queue.ErrNotFound).
+var ErrNotFound = fmt.Errorf("poison: %w", queue.ErrNotFound)
+
+// ErrBadCursor: the "after" cursor of a listing is not one a listing gave.
+var ErrBadCursor = fmt.Errorf("poison: %w: bad cursor", queue.ErrInvalidArgument)
+
+// Page is one page of a poison queue's listing.
+type Page struct {
+	// Messages are the page's messages, oldest first (by when they were
+	// poisoned, then by poison id), without their bodies (Size says how
+	// large each is; Find gives one whole).
+	Messages []Message `json:"messages"`
+	// Next is the cursor of the next page ("after"); empty on the last.
+	Next string `json:"next,omitempty"`
+	// Truncated is set when the poison queue held more than MaxScan
+	// visible messages: the listing saw MaxScan of them.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// List returns up to limit messages (DefaultLimit if 0, at most MaxLimit)
+// of the poison queue pq that come after the cursor after ("" for the
+// first page), in a stable order: by when they were poisoned, then by
+// poison id. Every visible message appears on exactly one page while the
+// queue does not change, and a message poisoned later appears on a later
+// page.
+//
+// List is read-only in effect. A Peek shows at most 32 messages, so when it
+// finds a full 32 List reads the queue with Get instead: every message is
+// hidden for ScanVisibility while the scan runs (so that each is seen once)
+// and handed back with UpdateVisibility 0 at its end, visible again at
+// once. The messages' own dequeue counts in the poison queue rise by one
+// (the envelope's count, the original's, does not change); a consumer of
+// the poison queue running meanwhile does not see what the scan holds.
+func List(ctx context.Context, pq *queue.Queue, after string, limit int) (Page, error) {
+	switch {
+	case limit == 0:
+		limit = DefaultLimit
+	case limit < 0 || limit > MaxLimit:
+		return Page{}, fmt.Errorf("poison: %w: limit %d is outside 1..%d", queue.ErrInvalidArgument, limit, MaxLimit)
+	}
+	var from *key
+	if after != "" {
+		k, err := parseCursor(after)
+		if err != nil {
+			return Page{}, err
+		}
+		from = &k
+	}
+	all, truncated, err := readAll(ctx, pq)
+	if err != nil {
+		return Page{}, err
+	}
+	slices.SortFunc(all, func(a, b Message) int { return keyOf(a).compare(keyOf(b)) })
+	i := 0
+	if from != nil {
+		i, _ = slices.BinarySearchFunc(all, *from, func(m Message, k key) int { return keyOf(m).compare(k) })
+		for i < len(all) && keyOf(all[i]).compare(*from) <= 0 {
+			i++
+		}
+	}
+	page := Page{Truncated: truncated}
+	end := min(i+limit, len(all))
+	for _, m := range all[i:end] {
+		m.Body = nil
+		page.Messages = append(page.Messages, m)
+	}
+	if end < len(all) {
+		page.Next = keyOf(all[end-1]).cursor()
+	}
+	return page, nil
+}
+
+// Peek returns up to n (1..pq's peek limit, at most 32) visible messages of
+// pq without their bodies, most recently poisoned first, with one Peek: no
+// message is hidden or counted, so a page that refreshes itself can call
+// it as often as it likes. On a queue of more than n messages they are the
+// ones the backend shows first (the oldest visible), not the newest; List
+// reads them all. A backend that cannot peek returns queue.ErrUnsupported.
+func Peek(ctx context.Context, pq *queue.Queue, n int) ([]Message, error) {
+	ms, err := pq.Peek(ctx, n)
+	if err != nil {
+		return nil, fmt.Errorf("poison: peek %s: %w", pq.Name(), err)
+	}
+	out := make([]Message, len(ms))
+	for i, pm := range ms {
+		out[i] = Decode(pm)
+		out[i].Body = nil
+	}
+	slices.SortFunc(out, func(a, b Message) int { return keyOf(b).compare(keyOf(a)) })
+	return out, nil
+}
+
+// readAll reads every visible message of pq (up to MaxScan): with one Peek
+// when the queue shows fewer than a full peek, else with a scan.
+func readAll(ctx context.Context, pq *queue.Queue) ([]Message, bool, error) {
+	if n := pq.Features().MaxPeek; n > 0 {
+		ms, err := pq.Peek(ctx, n)
+		if err != nil {
+			return nil, false, fmt.Errorf("poison: peek %s: %w", pq.Name(), err)
+		}
+		if len(ms) < n {
+			out := make([]Message, len(ms))
+			for i, m := range ms {
+				out[i] = Decode(m)
+			}
+			return out, false, nil
+		}
+	}
+	var out []Message
+	truncated, err := scan(ctx, pq, func(pm *queue.Message) (bool, bool) {
+		out = append(out, Decode(pm))
+		return false, false
+	})
+	return out, truncated, err
+}
+
+// Find returns the message of the poison queue whose poison id, or else
+// whose original id, is id, with its body (ErrNotFound if none is
+// visible). It reads as List does.
+func Find(ctx context.Context, pq *queue.Queue, id string) (Message, error) {
+	if id == "" {
+		return Message{}, fmt.Errorf("poison: %w: empty id", queue.ErrInvalidArgument)
+	}
+	if n := pq.Features().MaxPeek; n > 0 {
+		ms, err := pq.Peek(ctx, n)
+		if err != nil {
+			return Message{}, fmt.Errorf("poison: peek %s: %w", pq.Name(), err)
+		}
+		if m, ok := match(ms, id); ok {
+			return m, nil
+		}
+		if len(ms) < n {
+			return Message{}, fmt.Errorf("%w: %q in %s", ErrNotFound, id, pq.Name())
+		}
+	}
+	var found *Message
+	_, err := scan(ctx, pq, func(pm *queue.Message) (bool, bool) {
+		// The first match by original id, unless the poison id matches.
+		if m, ok := match([]*queue.Message{pm}, id); ok && (found == nil || m.PoisonID == id) {
+			found = &m
+		}
+		return false, found != nil && found.PoisonID == id
+	})
+	if err != nil {
+		return Message{}, err
+	}
+	if found == nil {
+		return Message{}, fmt.Errorf("%w: %q in %s", ErrNotFound, id, pq.Name())
+	}
+	return *found, nil
+}
+
+// match finds the message whose poison id is id, or else the first whose
+// original id is.
+func match(ms []*queue.Message, id string) (Message, bool) {
+	var byOriginal *Message
+	for _, pm := range ms {
+		if pm.ID == id {
+			return Decode(pm), true
+		}
+		if m := Decode(pm); byOriginal == nil && m.Enveloped && m.ID == id {
+			byOriginal = &m
+		}
+	}
+	if byOriginal != nil {
+		return *byOriginal, true
+	}
+	return Message{}, false
+}
+
+// Selection names the messages Requeue or Purge act on: All, or the
+// messages whose poison id or original id is one of IDs.
+type Selection struct {
+	All bool
+	IDs []string
+}
+
+func (s Selection) check() error {
+	switch {
+	case s.All && len(s.IDs) > 0:
+		return fmt.Errorf("poison: %w: give ids or all, not both", queue.ErrInvalidArgument)
+	case !s.All && len(s.IDs) == 0:
+		return fmt.Errorf("poison: %w: no ids given (give ids, or all)", queue.ErrInvalidArgument)
+	}
+	for _, id := range s.IDs {
+		if id == "" {
+			return fmt.Errorf("poison: %w: empty id", queue.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// Result is what Requeue or Purge did.
+type Result struct {
+	// Done are the messages requeued (put to their queue, then deleted
+	// from the poison queue) or purged.
+	Done []Done `json:"done"`
+	// NotFound are the ids asked for that no visible message has.
+	NotFound []string `json:"not_found,omitempty"`
+	// Failed are messages left in the poison queue (or, for a requeue
+	// whose delete failed, put to their queue and still in the poison
+	// queue: a duplicate, never a loss).
+	Failed []Failure `json:"failed,omitempty"`
+	// More is set when MaxScan messages were held and more may remain: do
+	// it again.
+	More bool `json:"more,omitempty"`
+}
+
+// Done is one message requeued or purged.
+type Done struct {
+	PoisonID string `json:"poison_id"`
+	ID       string `json:"id,omitempty"`    // the original id, if known
+	Queue    string `json:"queue,omitempty"` // requeue: the queue it went back to
+	NewID    string `json:"new_id,omitempty"`
+	// Duplicate: a second poison copy of a message this requeue already
+	// put back (a crash between a poison put and its delete leaves two);
+	// it was deleted without a second put.
+	Duplicate bool `json:"duplicate,omitempty"`
+}
+
+// Failure is one message an operation could not finish.
+type Failure struct {
+	PoisonID string `json:"poison_id"`
+	ID       string `json:"id,omitempty"`
+	Error    string `json:"error"`
+}
+
+// Dest opens the queue a poisoned message goes back to: name is the
+// envelope's queue, "" for a bare message whose queue is unknown (the
+// caller's own queue, usually).
+type Dest func(name string) (*queue.Queue, error)
+
+// Requeue moves the selected messages back to their queues: for each, it
+// puts the original body to the queue dest gives for the envelope's queue
+// (with the original's time-to-live, counted afresh; a bare message lives
+// queue.DefaultTTL), and only then deletes it from the poison queue, so a
+// crash between the two leaves a duplicate, never a loss. The message gets
+// a new id and starts at dequeue count 0 there. A second poison copy of a
+// message already put back by this call (same original id and body) is
+// deleted without a second put. Messages that fail stay in the poison
+// queue and are listed in Failed. The error is for the scan itself (a get
+// that failed).
+func Requeue(ctx context.Context, pq *queue.Queue, dest Dest, sel Selection) (Result, error) {
+	if err := sel.check(); err != nil {
+		return Result{}, err
+	}
+	put := map[string][]byte{} // original id → body put back
+	return apply(ctx, pq, sel, func(pm *queue.Message, m Message, res *Result) bool {
+		d := Done{PoisonID: m.PoisonID, ID: m.ID, Queue: m.Queue}
+		if body, ok := put[m.ID]; ok && m.Enveloped && string(body) == string(m.Body) {
+			d.Duplicate = true
+		} else {
+			q, err := dest(m.Queue)
+			if err != nil {
+				res.Failed = append(res.Failed, Failure{PoisonID: m.PoisonID, ID: m.ID, Error: err.Error()})
+				return false
+			}
+			id, err := q.Put(ctx, m.Body, queue.PutOptions{TTL: ttlOf(m)})
+			if err != nil {
+				res.Failed = append(res.Failed, Failure{PoisonID: m.PoisonID, ID: m.ID, Error: fmt.Sprintf("put to %s: %v", q.Name(), err)})
+				return false
+			}
+			d.Queue, d.NewID = q.Name(), id
+			if m.Enveloped {
+				put[m.ID] = m.Body
+			}
+		}
+		if err := pq.Delete(ctx, pm.ID, pm.PopReceipt); err != nil {
+			res.Failed = append(res.Failed, Failure{PoisonID: m.PoisonID, ID: m.ID,
+				Error: fmt.Sprintf("requeued as %s but not deleted from %s (it is now in both): %v", d.NewID, pq.Name(), err)})
+			return false
+		}
+		res.Done = append(res.Done, d)
+		return true
+	})
+}
+
+// ttlOf is the time-to-live a requeued message gets: its original's.
+func ttlOf(m Message) time.Duration {
+	switch {
+	case !m.Enveloped:
+		return 0 // unknown: queue.DefaultTTL
+	case m.ExpiresAt.IsZero():
+		return queue.NoExpiry
+	}
+	if ttl := m.ExpiresAt.Sub(m.InsertedAt); ttl > 0 {
+		return ttl
+	}
+	return 0
+}
+
+// Purge deletes the selected messages from the poison queue.
+func Purge(ctx context.Context, pq *queue.Queue, sel Selection) (Result, error) {
+	if err := sel.check(); err != nil {
+		return Result{}, err
+	}
+	return apply(ctx, pq, sel, func(pm *queue.Message, m Message, res *Result) bool {
+		if err := pq.Delete(ctx, pm.ID, pm.PopReceipt); err != nil {
+			res.Failed = append(res.Failed, Failure{PoisonID: m.PoisonID, ID: m.ID, Error: err.Error()})
+			return false
+		}
+		res.Done = append(res.Done, Done{PoisonID: m.PoisonID, ID: m.ID, Queue: m.Queue})
+		return true
+	})
+}
+
+// apply scans pq and calls act on every selected message; act reports
+// whether the message left the poison queue. A selection by ids ends the
+// scan once each id has matched a poison id (unique); an id that matched
+// an original id may match further copies, so the scan then goes on.
+func apply(ctx context.Context, pq *queue.Queue, sel Selection, act func(*queue.Message, Message, *Result) bool) (Result, error) {
+	var res Result
+	want := map[string]bool{} // id → matched
+	for _, id := range sel.IDs {
+		want[id] = false
+	}
+	found, byOriginal := 0, false
+	more, err := scan(ctx, pq, func(pm *queue.Message) (taken, stop bool) {
+		m := Decode(pm)
+		if !sel.All {
+			k := m.PoisonID
+			if _, ok := want[k]; !ok {
+				if _, ok := want[m.ID]; !ok || !m.Enveloped {
+					return false, false
+				}
+				k, byOriginal = m.ID, true
+			}
+			if !want[k] {
+				want[k] = true
+				found++
+			}
+		}
+		taken = act(pm, m, &res)
+		return taken, !sel.All && !byOriginal && found == len(want)
+	})
+	res.More = more
+	for _, id := range sel.IDs {
+		if !want[id] {
+			res.NotFound = append(res.NotFound, id)
+		}
+	}
+	return res, err
+}
+
+// scan gets every visible message of pq once and calls visit for each;
+// visit reports whether it took the message out of the queue (deleted it)
+// and whether the scan should stop. Messages not taken stay hidden until
+// the scan ends, then are handed back with UpdateVisibility 0. It stops,
+// with more set, once MaxScan messages are held.
+func scan(ctx context.Context, pq *queue.Queue, visit func(*queue.Message) (taken, stop bool)) (more bool, err error) {
+	var held []queue.Receipt
+	at := map[string]int{} // id → index in held
+	defer func() {
+		if rerr := release(ctx, pq, held); rerr != nil && err == nil {
+			err = rerr
+		}
+	}()
+	n := pq.Features().MaxBatch
+	for {
+		ms, err := pq.Get(ctx, n, ScanVisibility)
+		if err != nil {
+			return false, fmt.Errorf("poison: get %s: %w", pq.Name(), err)
+		}
+		if len(ms) == 0 {
+			return false, nil
+		}
+		fresh := 0
+		for k, pm := range ms {
+			if i, ok := at[pm.ID]; ok {
+				// Seen already: its hiding ran out during a long scan.
+				held[i].PopReceipt = pm.PopReceipt
+				continue
+			}
+			fresh++
+			taken, stop := visit(pm)
+			if !taken {
+				at[pm.ID] = len(held)
+				held = append(held, queue.Receipt{ID: pm.ID, PopReceipt: pm.PopReceipt})
+			}
+			if stop {
+				// The rest of this batch is held too, unvisited.
+				for _, rest := range ms[k+1:] {
+					if i, ok := at[rest.ID]; ok {
+						held[i].PopReceipt = rest.PopReceipt
+						continue
+					}
+					at[rest.ID] = len(held)
+					held = append(held, queue.Receipt{ID: rest.ID, PopReceipt: rest.PopReceipt})
+				}
+				return false, nil
+			}
+		}
+		if len(held) >= MaxScan {
+			return true, nil
+		}
+		if fresh == 0 {
+			// Only messages seen before came back: everything else is held.
+			return false, nil
+		}
+	}
+}
+
+// release hands held messages back at once. A message whose receipt went
+// stale (its hiding ran out and someone else got it) is someone else's;
+// one that is gone is gone.
+func release(ctx context.Context, pq *queue.Queue, held []queue.Receipt) error {
+	if len(held) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	var errs []error
+	for chunk := range slices.Chunk(held, queue.MaxBatchSize) {
+		_, results, err := pq.UpdateVisibilityBatch(ctx, chunk, 0)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, r := range results {
+			if r != nil && !errors.Is(r, queue.ErrReceiptMismatch) && !errors.Is(r, queue.ErrNotFound) {
+				errs = append(errs, r)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("poison: handing %d messages back to %s (they reappear within %s): %w", len(held), pq.Name(), ScanVisibility, errors.Join(errs...))
+	}
+	return nil
+}
+
+// key orders a listing: when the message was poisoned, then its poison id.
+type key struct {
+	at time.Time
+	id string
+}
+
+func keyOf(m Message) key { return key{m.PoisonedAt, m.PoisonID} }
+
+func (k key) compare(o key) int {
+	if c := k.at.Compare(o.at); c != 0 {
+		return c
+	}
+	return cmp.Compare(k.id, o.id)
+}
+
+// cursor encodes k for a listing's "after".
+func (k key) cursor() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(k.at.UnixNano(), 10) + "/" + k.id))
+}
+
+func parseCursor(s string) (key, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return key{}, fmt.Errorf("%w %q", ErrBadCursor, s)
+	}
+	ns, id, ok := strings.Cut(string(b), "/")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil {
+		return key{}, fmt.Errorf("%w %q", ErrBadCursor, s)
+	}
+	return key{time.Unix(0, n), id}, nil
+}
