@@ -2,14 +2,19 @@ package adaptq
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net"
 	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/adaptq/adaptq/internal/statuspage"
+	"github.com/adaptq/adaptq/queue/poison"
 )
 
 // The status page's paths on the admin endpoint: the page itself, the
@@ -35,12 +40,14 @@ func (w *Worker) serveStatusPage(mux *http.ServeMux, listen string) {
 	mux.HandleFunc("GET "+StatusPath+"{$}", w.statusPage)
 	mux.HandleFunc("POST "+LoginPath, w.login)
 	mux.HandleFunc("POST "+LogoutPath, w.logout)
+	mux.HandleFunc("POST "+StatusRequeuePath, w.statusRequeue)
 }
 
 // statusPage renders the page.
 func (w *Worker) statusPage(rw http.ResponseWriter, r *http.Request) {
 	v := w.statusView(r.Context())
 	v.Paused = r.URL.Query().Get("refresh") == "off" // statuspage.PauseQuery
+	v.Notice = requeueNotice(r.URL.Query(), v.Queues)
 	if s := w.sessions; s != nil {
 		if sess := s.Session(r); sess != "" {
 			v.LoggedIn, v.CSRF = true, s.CSRF(sess)
@@ -71,13 +78,14 @@ func (w *Worker) statusView(ctx context.Context) statuspage.View {
 			poisoned = l.Stats().Poisoned
 		}
 		v.Queues = append(v.Queues, statuspage.Queue{
-			Name: q.Name, Depth: q.Depth, DepthError: q.DepthError, InFlight: q.InFlight,
+			Name: q.Name, Depth: q.Depth, DepthError: redactText(q.DepthError), InFlight: q.InFlight,
 			ActiveTasks: q.ActiveTasks, IdleTasks: q.IdleTasks, TotalTasks: q.TotalTasks,
 			Processed: q.Processed, Failed: q.Failed, Poisoned: poisoned,
 			CallsPerMessage: cpm,
 			Rate:            statuspage.Figure{Text: statuspage.FormatRate(q.LastMinute.Rate)},
 			PickupLatency:   pickupFigure(q.LastMinute),
 			MonthlyCost:     statuspage.Figure{Missing: "the worker has run less than a minute: too short to scale to a month"},
+			Poison:          w.poisonView(ctx, q.Name),
 		})
 		if c := q.MonthlyCost; c != nil {
 			v.Queues[len(v.Queues)-1].MonthlyCost = statuspage.Figure{Text: statuspage.FormatMoney(*c)}
@@ -158,4 +166,116 @@ func pickupFigure(w Window) statuspage.Figure {
 		return statuspage.Figure{Missing: "no message was picked up in the last minute"}
 	}
 	return statuspage.Figure{Text: statuspage.FormatDuration(time.Duration(w.PickupLatency))}
+}
+
+// poisonView reads the poison queue of the named queue with one peek,
+// which hides nothing and counts no dequeue: the page reloads itself.
+func (w *Worker) poisonView(ctx context.Context, name string) statuspage.Poison {
+	wq, err := w.poisonOf(name)
+	if err != nil {
+		return statuspage.Poison{Name: "?", Error: err.Error()}
+	}
+	p := statuspage.Poison{Name: wq.poison.Name()}
+	n := wq.poison.Features().MaxPeek
+	if n == 0 {
+		p.Error = "this backend cannot show messages without taking them; list them with adaptq poison list"
+		return p
+	}
+	ms, err := poison.PeekBodies(ctx, wq.poison, n)
+	if err != nil {
+		p.Error = redactText(err.Error())
+		return p
+	}
+	p.More = len(ms) == n
+	for _, m := range ms {
+		failed := m.FailedAt
+		if failed.IsZero() {
+			failed = m.PoisonedAt
+		}
+		p.Messages = append(p.Messages, statuspage.PoisonMessage{
+			PoisonID: m.PoisonID, ID: m.ID, DequeueCount: m.DequeueCount,
+			Rule: string(m.Rule), Reason: redactText(m.Reason), FailedAt: failed,
+			Body: m.Body, Size: m.Size,
+		})
+	}
+	return p
+}
+
+// statusRequeue is the page's requeue button (form field id, a poison id)
+// and its requeue all (all=1): Worker.PoisonRequeue, then back to the page
+// with what it did.
+func (w *Worker) statusRequeue(rw http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	var sel poison.Selection
+	if r.PostFormValue("all") == "1" {
+		sel.All = true
+	} else {
+		sel.IDs = r.PostForm["id"]
+	}
+	res, err := w.PoisonRequeue(r.Context(), name, sel)
+	if err != nil && len(res.Done) == 0 {
+		writePoison(rw, nil, err)
+		return
+	}
+	for _, f := range res.Failed {
+		w.log.Warn("adaptq: requeue from the status page failed", zap.String("queue", name),
+			zap.String("poison_id", f.PoisonID), zap.String("msg_id", f.ID), zap.String("error", redactText(f.Error)))
+	}
+	q := url.Values{"queue": {name}, "requeued": {strconv.Itoa(len(res.Done))}}
+	if len(res.NotFound) > 0 {
+		q.Set("not_found", strconv.Itoa(len(res.NotFound)))
+	}
+	if len(res.Failed) > 0 || err != nil {
+		q.Set("failed", strconv.Itoa(max(len(res.Failed), 1)))
+	}
+	if res.More {
+		q.Set("more", "1")
+	}
+	http.Redirect(rw, r, StatusPath+"?"+statuspage.PauseQuery+"&"+q.Encode(), http.StatusSeeOther)
+}
+
+// requeueNotice is the page's line about the requeue it was redirected
+// from, if any. It shows only numbers and the name of a queue the worker
+// runs, so a link cannot make the page say something else.
+func requeueNotice(q url.Values, queues []statuspage.Queue) string {
+	name := q.Get("queue")
+	if name == "" || !slices.ContainsFunc(queues, func(s statuspage.Queue) bool { return s.Name == name }) {
+		return ""
+	}
+	count := func(k string) int {
+		n, err := strconv.Atoi(q.Get(k))
+		if err != nil || n < 0 {
+			return 0
+		}
+		return n
+	}
+	if !q.Has("requeued") {
+		return ""
+	}
+	requeued := count("requeued")
+	msg := fmt.Sprintf("Requeued %d message%s of %s.", requeued, plural(requeued), name)
+	if n := count("not_found"); n > 0 {
+		msg += fmt.Sprintf(" %d %s not in the poison queue (already requeued or purged).", n, was(n))
+	}
+	if n := count("failed"); n > 0 {
+		msg += fmt.Sprintf(" %d failed and stayed in the poison queue: see the worker's log.", n)
+	}
+	if q.Get("more") == "1" {
+		msg += " More remain: requeue all again."
+	}
+	return msg
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func was(n int) string {
+	if n == 1 {
+		return "was"
+	}
+	return "were"
 }

@@ -2,17 +2,20 @@ package adaptq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/internal/statuspage"
 	"github.com/adaptq/adaptq/queue"
@@ -90,6 +93,13 @@ func TestStatusPageWithoutAToken(t *testing.T) {
 	// No token, no login: nothing to log in to, and no anti-forgery field.
 	if resp, _ := pageRequest(t, addr, "POST", LoginPath, url.Values{"token": {"x"}}, nil); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("POST %s without a token configured: %s", LoginPath, resp.Status)
+	}
+	// The notice after a requeue names only a queue the worker runs.
+	if _, body := pageRequest(t, addr, "GET", StatusPath+"?queue=elsewhere&requeued=7", nil, nil); strings.Contains(body, `id="notice"`) {
+		t.Errorf("the page shows a notice about a queue it does not run")
+	}
+	if _, body := pageRequest(t, addr, "GET", StatusPath+"?queue=admin-q&requeued=2&failed=1", nil, nil); !strings.Contains(body, "Requeued 2 messages of admin-q. 1 failed") {
+		t.Errorf("the page shows no notice after a requeue:\n%s", body)
 	}
 	// Other paths are not the page.
 	if resp, _ := pageRequest(t, addr, "GET", "/nope", nil, nil); resp.StatusCode != http.StatusNotFound {
@@ -245,5 +255,90 @@ queues: [{url: 'memory://`+name+`', handler: work}]
 	_, page = pageRequest(t, addr, "GET", StatusPath, nil, nil)
 	if got := cell(t, page, name, "cost"); !strings.HasPrefix(got, "$") {
 		t.Errorf("the monthly cost is %q after two minutes", got)
+	}
+}
+
+// The page's requeue button, over HTTP: refused without the token or a
+// session (401), with a session but not its anti-forgery token (403), from
+// another origin (403); with the session and its token it puts the message
+// back on its queue and takes it off the poison queue.
+func TestStatusPageRequeueNeedsTheSessionAndItsToken(t *testing.T) {
+	t.Parallel()
+	const token = "requeue-s3cret"
+	name := uniqueQueue("page-requeue")
+	cfg := testConfig(t, `
+admin: {address: "127.0.0.1:0", token: "`+token+`"}
+queues: [{url: 'memory://`+name+`', handler: once, trigger: {enabled: true}}]
+`)
+	w, err := New(cfg, WithLogger(zap.NewNop()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	w.MustHandle("once", func(context.Context, *queue.Message) error {
+		if runs.Add(1) == 1 {
+			return handler.Permanent(errors.New("the first run fails"))
+		}
+		return nil
+	})
+	runWorker(t, w)
+	ctx := context.Background()
+	if _, err := w.Put(ctx, name, []byte("again"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var pid string
+	waitUntil(t, "the message is poisoned", func() bool {
+		ms, err := w.PoisonPeek(ctx, name, 32)
+		if err != nil || len(ms) != 1 {
+			return false
+		}
+		pid = ms[0].PoisonID
+		return true
+	})
+	addr := w.AdminAddress()
+	resp, _ := pageRequest(t, addr, "POST", LoginPath, url.Values{"token": {token}}, nil)
+	c := sessionCookie(t, resp)
+	_, page := pageRequest(t, addr, "GET", StatusPath, nil, c)
+	m := csrfField.FindStringSubmatch(page)
+	if m == nil || !strings.Contains(page, `data-id="`+pid+`"`) {
+		t.Fatalf("the page has no anti-forgery field or no row for poison message %s:\n%s", pid, page)
+	}
+	csrf := m[1]
+	path := strings.Replace(StatusRequeuePath, "{name}", name, 1)
+	for _, tc := range []struct {
+		name    string
+		form    url.Values
+		cookie  *http.Cookie
+		headers []string
+		want    int
+	}{
+		{"no token, no cookie", url.Values{"id": {pid}, "csrf": {csrf}}, nil, nil, http.StatusUnauthorized},
+		{"cookie without the anti-forgery token", url.Values{"id": {pid}}, c, nil, http.StatusForbidden},
+		{"cross-origin, with cookie and token", url.Values{"id": {pid}, "csrf": {csrf}}, c, []string{"Origin", "http://attacker.example", "Sec-Fetch-Site", "cross-site"}, http.StatusForbidden},
+	} {
+		if resp, body := pageRequest(t, addr, "POST", path, tc.form, tc.cookie, tc.headers...); resp.StatusCode != tc.want {
+			t.Errorf("%s: %s, want %d\n%s", tc.name, resp.Status, tc.want, body)
+		}
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("a refused requeue ran the message: %d runs", runs.Load())
+	}
+	resp, body := pageRequest(t, addr, "POST", path, url.Values{"id": {pid}, "csrf": {csrf}}, c, "Origin", "http://"+addr, "Sec-Fetch-Site", "same-origin")
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("requeue with the session and its token: %s\n%s", resp.Status, body)
+	}
+	waitUntil(t, "the requeued message runs again on its queue", func() bool { return runs.Load() == 2 })
+	if ms, err := w.PoisonPeek(ctx, name, 32); err != nil || len(ms) != 0 {
+		t.Errorf("the poison queue after the requeue: %d messages, %v", len(ms), err)
+	}
+	_, page = pageRequest(t, addr, "GET", resp.Header.Get("Location"), nil, c)
+	if !strings.Contains(page, "Requeued 1 message of "+name+".") || !strings.Contains(page, "No poisoned messages.") {
+		t.Errorf("the page after the requeue:\n%s", page)
+	}
+	// An id that is not there: nothing requeued, said so.
+	resp, _ = pageRequest(t, addr, "POST", path, url.Values{"id": {pid}, "csrf": {csrf}}, c)
+	_, page = pageRequest(t, addr, "GET", resp.Header.Get("Location"), nil, c)
+	if !strings.Contains(page, "Requeued 0 messages of "+name+". 1 was not in the poison queue") {
+		t.Errorf("the page after requeuing a message that is gone:\n%s", page)
 	}
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/adaptq/adaptq"
 	"github.com/adaptq/adaptq/handler"
+	"github.com/adaptq/adaptq/internal/statuspage"
 	"github.com/adaptq/adaptq/internal/testutil"
 	"github.com/adaptq/adaptq/queue"
 )
@@ -171,7 +172,10 @@ func TestStatusPageInABrowser(t *testing.T) {
 	for i := range 3 {
 		put(fmt.Sprintf("order %d", i))
 	}
-	put("poison order 42")
+	poisonID, err := w.Put(bg, "jobs", []byte("poison order 42"), queue.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	l, ok := w.Listener("jobs")
 	if !ok {
 		t.Fatal("no listener for jobs")
@@ -207,4 +211,57 @@ func TestStatusPageInABrowser(t *testing.T) {
 	waitFor(t, "the page, reloading itself, shows the fourth message processed", func() bool {
 		return pageText(ctx, row+" .processed") == "4"
 	})
+
+	// The poisoned message, with its original id and its reason, shown as
+	// text (the reason's markup escaped).
+	const poisoned = `section[data-queue="jobs"] tr.poisoned-message`
+	if got := pageText(ctx, poisoned+" td.mono"); got != poisonID {
+		t.Errorf("the poisoned message shows id %q, want the original %q", got, poisonID)
+	}
+	if got := pageText(ctx, poisoned+" .reason"); !strings.Contains(got, "downstream answered 422 <b>Unprocessable</b> for order 42") {
+		t.Errorf("the poisoned message's reason reads %q", got)
+	}
+	if got := pageText(ctx, poisoned+" .preview"); got != "poison order 42" {
+		t.Errorf("the poisoned message's preview reads %q", got)
+	}
+	if *screenshot != "" {
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(*screenshot, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("saved %s (%d bytes)", *screenshot, len(png))
+	}
+
+	// The downstream is fixed; requeue, on the paused page so that no
+	// reload comes between the look and the click.
+	broken.Store(false)
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(page+"?"+statuspage.PauseQuery),
+		chromedp.WaitVisible(chromedp.CSS(poisoned+" button.requeue")),
+		chromedp.Click(chromedp.CSS(poisoned+" button.requeue")),
+		chromedp.WaitVisible(chromedp.CSS("#notice")),
+	); err != nil {
+		t.Fatalf("clicking requeue: %v", err)
+	}
+	if got := pageText(ctx, "#notice"); got != "Requeued 1 message of jobs." {
+		t.Errorf("after requeue the page says %q", got)
+	}
+	// Back on its queue: the handler gets it there and it is done; off the
+	// poison queue.
+	waitFor(t, "the requeued message is handled from its queue", func() bool {
+		return strings.Contains(handled.String(), "poison order 42\n")
+	})
+	left, err := w.PoisonPeek(bg, "jobs", 32)
+	if err != nil || len(left) != 0 {
+		t.Errorf("the poison queue after the requeue: %d messages, %v", len(left), err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(page+"?"+statuspage.PauseQuery), chromedp.WaitVisible(chromedp.CSS("#queues"))); err != nil {
+		t.Fatal(err)
+	}
+	if got := pageText(ctx, `section[data-queue="jobs"] .empty`); got != "No poisoned messages." {
+		t.Errorf("the poison section after the requeue reads %q", got)
+	}
 }

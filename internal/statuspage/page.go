@@ -89,21 +89,28 @@ type Figure struct {
 type Poison struct {
 	// Name of the poison queue.
 	Name string
-	// Error is set when the poison queue could not be listed.
+	// Error is set when the poison queue could not be read.
 	Error string
-	// Count is how many poisoned messages there are (Messages may be only
-	// the most recent of them).
-	Count    int
+	// Messages are the poisoned messages one peek shows, newest first;
+	// More is set when the peek was full, so there may be others.
 	Messages []PoisonMessage
+	More     bool
 }
 
 // PoisonMessage is one poisoned message.
 type PoisonMessage struct {
-	ID           string
+	// PoisonID is its id in the poison queue (what requeue takes); ID the
+	// original's id in its queue ("" when the poison message carries no
+	// envelope).
+	PoisonID, ID string
 	DequeueCount int
-	Reason       string
+	// Rule is why it was poisoned, Reason the last failure's error.
+	Rule, Reason string
 	FailedAt     time.Time
-	Body         []byte
+	// Body is the original body (the page shows a bounded preview) and
+	// Size its whole length.
+	Body []byte
+	Size int
 }
 
 //go:embed status.html
@@ -130,7 +137,8 @@ var funcs = template.FuncMap{
 		}
 		return FormatDuration(now.Sub(t)) + " ago"
 	},
-	"secs": func(d time.Duration) int { return int(d / time.Second) },
+	"secs":  func(d time.Duration) int { return int(d / time.Second) },
+	"bytes": FormatBytes,
 }
 
 var (
@@ -213,6 +221,18 @@ func FormatRate(perSecond float64) string {
 		return fmt.Sprintf("%.1f/min", perSecond*60)
 	default:
 		return fmt.Sprintf("%.1f/s", perSecond)
+	}
+}
+
+// FormatBytes shows a size: "512 B", "12.0 KiB", "3.4 MiB".
+func FormatBytes(n int) string {
+	switch {
+	case n < 1<<10:
+		return fmt.Sprintf("%d B", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	default:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 	}
 }
 

@@ -103,8 +103,8 @@ func TestRenderEscapesWhatItShows(t *testing.T) {
 		Queues: []Queue{{
 			Name: "q</td><script>", DepthError: evil,
 			Rate: Figure{Text: "1.0/s"}, PickupLatency: Figure{Missing: evil}, MonthlyCost: Figure{Text: "$1.00"},
-			Poison: Poison{Name: "q-poison", Count: 1, Messages: []PoisonMessage{{
-				ID: `id"><img src=x>`, DequeueCount: 5, Reason: evil + strings.Repeat("r", 2*ReasonBytes),
+			Poison: Poison{Name: "q-poison", Messages: []PoisonMessage{{
+				PoisonID: `pid"><img src=x>`, ID: `id"><img src=x>`, DequeueCount: 5, Rule: "<b>permanent</b>", Reason: evil + strings.Repeat("r", 2*ReasonBytes),
 				FailedAt: time.Now().Add(-time.Minute), Body: []byte(evil + strings.Repeat("b", 2*PreviewBytes)),
 			}}},
 		}},
@@ -114,7 +114,7 @@ func TestRenderEscapesWhatItShows(t *testing.T) {
 		t.Fatal(err)
 	}
 	page := b.String()
-	for _, bad := range []string{"<script", "<img", `x">`, `id">`} {
+	for _, bad := range []string{"<script", "<img", "<b>", `x">`, `id">`} {
 		if strings.Contains(page, bad) {
 			t.Errorf("the page contains %q unescaped", bad)
 		}

@@ -114,6 +114,16 @@ func List(ctx context.Context, pq *queue.Queue, after string, limit int) (Page, 
 // ones the backend shows first (the oldest visible), not the newest; List
 // reads them all. A backend that cannot peek returns queue.ErrUnsupported.
 func Peek(ctx context.Context, pq *queue.Queue, n int) ([]Message, error) {
+	out, err := PeekBodies(ctx, pq, n)
+	for i := range out {
+		out[i].Body = nil
+	}
+	return out, err
+}
+
+// PeekBodies is Peek with each message's original body: for a preview of
+// it (the status page shows a few bytes of each).
+func PeekBodies(ctx context.Context, pq *queue.Queue, n int) ([]Message, error) {
 	ms, err := pq.Peek(ctx, n)
 	if err != nil {
 		return nil, fmt.Errorf("poison: peek %s: %w", pq.Name(), err)
@@ -121,7 +131,6 @@ func Peek(ctx context.Context, pq *queue.Queue, n int) ([]Message, error) {
 	out := make([]Message, len(ms))
 	for i, pm := range ms {
 		out[i] = Decode(pm)
-		out[i].Body = nil
 	}
 	slices.SortFunc(out, func(a, b Message) int { return keyOf(b).compare(keyOf(a)) })
 	return out, nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -191,6 +192,15 @@ func TestListOfAFewMessagesPeeksAndPagesStayStable(t *testing.T) {
 		for i, m := range peeked {
 			if m.Body != nil || m.Size == 0 || (i > 0 && m.PoisonedAt.After(peeked[i-1].PoisonedAt)) {
 				t.Errorf("peeked %d: %+v (want no body, newest first)", i, m)
+			}
+		}
+		withBodies, err := poison.PeekBodies(ctx, pq, 5)
+		if err != nil || len(withBodies) != 5 {
+			t.Fatalf("PeekBodies 5: %d, %v", len(withBodies), err)
+		}
+		for i, m := range withBodies {
+			if m.PoisonID != peeked[i].PoisonID || len(m.Body) != m.Size || !strings.HasPrefix(string(m.Body), "body-") {
+				t.Errorf("peeked with bodies %d: %+v (want the same order as Peek, with the original body)", i, m)
 			}
 		}
 		if _, err := poison.List(ctx, pq, "not a cursor!", 0); !errors.Is(err, queue.ErrInvalidArgument) {
