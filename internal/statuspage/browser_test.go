@@ -108,6 +108,9 @@ queues:
   - url: 'sqlite://`+filepath.Join(t.TempDir(), "q.db")+`?queue=jobs'
     trigger: {enabled: true}
     idle: {max: 200ms}
+  - url: 'sqlite://`+filepath.Join(t.TempDir(), "q.db")+`?queue=emails'
+    handler: jobs
+    idle: {max: 200ms}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -225,6 +228,18 @@ func TestStatusPageInABrowser(t *testing.T) {
 		t.Errorf("the poisoned message's preview reads %q", got)
 	}
 	if *screenshot != "" {
+		// The picture shows a worker that has run a while: traffic on
+		// both queues for a minute, so that the cost a month (never
+		// scaled from less than a minute) has a figure.
+		for end := time.Now().Add(adaptq.MinExtrapolation + 5*time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			put("order")
+			if _, err := w.Put(bg, "emails", []byte("welcome"), queue.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(t, "the page shows the cost a month", func() bool {
+			return strings.HasPrefix(pageText(ctx, row+" .cost"), "$")
+		})
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG
 		if err != nil {
 			t.Fatal(err)
