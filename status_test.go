@@ -94,6 +94,14 @@ func TestStatusPageWithoutAToken(t *testing.T) {
 	if resp, _ := pageRequest(t, addr, "POST", LoginPath, url.Values{"token": {"x"}}, nil); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("POST %s without a token configured: %s", LoginPath, resp.Status)
 	}
+	// Without a token the requeue button has the cross-origin check.
+	requeue := strings.Replace(StatusRequeuePath, "{name}", "admin-q", 1)
+	if resp, _ := pageRequest(t, addr, "POST", requeue, url.Values{"all": {"1"}}, nil, "Origin", "http://attacker.example", "Sec-Fetch-Site", "cross-site"); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("cross-origin requeue without a token: %s, want 403", resp.Status)
+	}
+	if resp, _ := pageRequest(t, addr, "POST", requeue, url.Values{"all": {"1"}}, nil, "Sec-Fetch-Site", "same-origin"); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("same-origin requeue of an empty poison queue without a token: %s, want 303", resp.Status)
+	}
 	// The notice after a requeue names only a queue the worker runs.
 	if _, body := pageRequest(t, addr, "GET", StatusPath+"?queue=elsewhere&requeued=7", nil, nil); strings.Contains(body, `id="notice"`) {
 		t.Errorf("the page shows a notice about a queue it does not run")
