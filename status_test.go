@@ -69,6 +69,15 @@ func sessionCookie(t *testing.T, resp *http.Response) *http.Cookie {
 	return nil
 }
 
+// postCase is a POST to a page route and the status it must get.
+type postCase struct {
+	name    string
+	form    url.Values
+	cookie  *http.Cookie
+	headers []string
+	want    int
+}
+
 var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
 func TestStatusPageWithoutAToken(t *testing.T) {
@@ -171,13 +180,7 @@ func TestStatusPageLoginWithAToken(t *testing.T) {
 
 	// A state-changing request with the cookie needs the page's
 	// anti-forgery token and the same origin.
-	for _, tc := range []struct {
-		name    string
-		form    url.Values
-		cookie  *http.Cookie
-		headers []string
-		want    int
-	}{
+	for _, tc := range []postCase{
 		{"no cookie", url.Values{"csrf": {csrf}}, nil, nil, http.StatusUnauthorized},
 		{"forged cookie", url.Values{"csrf": {csrf}}, &http.Cookie{Name: c.Name, Value: "99999999999.forged"}, nil, http.StatusUnauthorized},
 		{"cookie, no anti-forgery token", url.Values{}, c, nil, http.StatusForbidden},
@@ -313,13 +316,7 @@ queues: [{url: 'memory://`+name+`', handler: once, trigger: {enabled: true}}]
 	}
 	csrf := m[1]
 	path := strings.Replace(StatusRequeuePath, "{name}", name, 1)
-	for _, tc := range []struct {
-		name    string
-		form    url.Values
-		cookie  *http.Cookie
-		headers []string
-		want    int
-	}{
+	for _, tc := range []postCase{
 		{"no token, no cookie", url.Values{"id": {pid}, "csrf": {csrf}}, nil, nil, http.StatusUnauthorized},
 		{"cookie without the anti-forgery token", url.Values{"id": {pid}}, c, nil, http.StatusForbidden},
 		{"cross-origin, with cookie and token", url.Values{"id": {pid}, "csrf": {csrf}}, c, []string{"Origin", "http://attacker.example", "Sec-Fetch-Site", "cross-site"}, http.StatusForbidden},
