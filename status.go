@@ -53,15 +53,21 @@ func (w *Worker) statusPage(rw http.ResponseWriter, r *http.Request) {
 			v.LoggedIn, v.CSRF = true, s.CSRF(sess)
 		}
 	}
-	rw.Header().Set("Content-Type", "text/html; charset=utf-8")
-	rw.Header().Set("Cache-Control", "no-store")
-	// No script, no outside resource, no framing: the page is a document.
-	rw.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-	rw.Header().Set("X-Content-Type-Options", "nosniff")
+	htmlHeaders(rw)
 	if err := statuspage.Render(rw, v); err != nil {
 		w.log.Error("adaptq: rendering the status page failed", zap.Error(err))
 		http.Error(rw, "the status page failed to render", http.StatusInternalServerError)
 	}
+}
+
+// htmlHeaders sets the headers of the status page and the login form: not
+// cached, no script, no outside resource, no framing (a document, nothing
+// more).
+func htmlHeaders(rw http.ResponseWriter) {
+	rw.Header().Set("Content-Type", "text/html; charset=utf-8")
+	rw.Header().Set("Cache-Control", "no-store")
+	rw.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	rw.Header().Set("X-Content-Type-Options", "nosniff")
 }
 
 // statusView gathers the page's figures.
@@ -104,7 +110,7 @@ func (w *Worker) login(rw http.ResponseWriter, r *http.Request) {
 	}
 	if !s.CheckToken(r.PostFormValue("token")) {
 		w.log.Warn("adaptq: status page login with a wrong token", zap.String("remote", r.RemoteAddr))
-		rw.Header().Set("Content-Type", "text/html; charset=utf-8")
+		htmlHeaders(rw)
 		rw.WriteHeader(http.StatusUnauthorized)
 		_ = statuspage.RenderLogin(rw, LoginPath, true)
 		return
@@ -145,8 +151,7 @@ func (w *Worker) sessionAuthorize(rw http.ResponseWriter, r *http.Request, next 
 		return true
 	}
 	if r.URL.Path == StatusPath && safeMethod(r.Method) {
-		rw.Header().Set("Content-Type", "text/html; charset=utf-8")
-		rw.Header().Set("Cache-Control", "no-store")
+		htmlHeaders(rw)
 		rw.WriteHeader(http.StatusUnauthorized)
 		_ = statuspage.RenderLogin(rw, LoginPath, false)
 		return true
