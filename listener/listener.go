@@ -74,6 +74,7 @@ type Listener struct {
 	liveContexts atomic.Int64
 	ewma         ewma
 	stats        counters
+	failures     failureLog
 }
 
 // New returns a listener that feeds messages of q to h. It validates the
@@ -118,6 +119,7 @@ func New(q *queue.Queue, h handler.Func, o Options) (*Listener, error) {
 		resizeCh: make(chan struct{}),
 		wakeCh:   make(chan struct{}),
 	}
+	l.failures = failureLog{log: l.log, clock: o.Clock, lines: o.FailureLogLines, interval: o.FailureLogInterval}
 	l.ewma.init()
 	return l, nil
 }
@@ -221,6 +223,7 @@ func (l *Listener) Wait() error {
 	l.running, l.group = false, nil
 	l.active, l.stopTokens = 0, 0
 	l.mu.Unlock()
+	l.failures.flush()
 	if p := l.fatal.Load(); p != nil {
 		return *p
 	}
