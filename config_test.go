@@ -39,6 +39,9 @@ func TestConfigDefaults(t *testing.T) {
 	if q.Handler != "orders" || q.PoisonQueue != "orders-poison" || q.MaxDequeueCount != 5 {
 		t.Errorf("derived defaults: handler %q, poison %q, max dequeue %d", q.Handler, q.PoisonQueue, q.MaxDequeueCount)
 	}
+	if f := cfg.Log.Failures; f.Lines != 10 || f.Interval != 10*time.Second {
+		t.Errorf("log.failures defaults: %+v, want 10 lines per 10s", f)
+	}
 	if cfg.Log.Level != "info" || cfg.Admin.Address != DefaultAdminAddress || cfg.PricePer10k != 0.01 {
 		t.Errorf("top-level defaults: %+v", cfg)
 	}
@@ -133,6 +136,9 @@ func TestBadConfigsNameTheField(t *testing.T) {
 		{"negative latency target", "queues: [{url: 'memory://a1b', latency_target: -1ms}]", nil, "queues[0].latency_target: -1ms is negative"},
 		{"idle.max below the derived idle.min", "queues: [{url: 'memory://a1b', latency_target: 10s, idle: {max: 2s}}]", nil, "queues[0].idle.max: 2s is below idle.min 5s (latency_target/2)"},
 		{"empty value", "queues: [{url: 'memory://a1b', batch_size: }]", nil, "queues[0].batch_size: has no value"},
+		{"failure lines", "log: {failures: {lines: -1}}\n" + goodQueue, nil, "log.failures.lines: -1 is negative (0 logs every failure)"},
+		{"failure interval", "log: {failures: {interval: 0s}}\n" + goodQueue, nil, "log.failures.interval: 0s is not positive"},
+		{"env failure interval", goodQueue, []string{"ADAPTQ_LOG_FAILURES_INTERVAL=-1m"}, "ADAPTQ_LOG_FAILURES_INTERVAL (log.failures.interval): -1m0s is not positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -501,23 +501,25 @@ func (w *Worker) assemble(wq *workerQueue, h handler.Func) error {
 		}
 	}
 	l, err := listener.New(wq.q, h, listener.Options{
-		BatchSize:         qc.BatchSize,
-		VisibilityTimeout: qc.VisibilityTimeout,
-		Concurrency:       qc.Concurrency,
-		NewBatchThreshold: thr,
-		Tasks:             qc.Pool.Initial,
-		MinTasks:          qc.Pool.Min,
-		MaxTasks:          qc.Pool.Max,
-		LatencyTarget:     qc.LatencyTarget,
-		Idle:              scaling.IdleBackoff{Min: qc.Idle.Min, Max: qc.Idle.Max, Delta: qc.Idle.Delta},
-		WorkDetected:      func(*listener.Listener) { agent.WorkDetected() },
-		ShutdownGrace:     qc.ShutdownGrace,
-		Poison:            wq.poison,
-		Notifier:          w.notifierFor(qc),
-		SafetyInterval:    qc.Trigger.SafetyInterval,
-		MaxDequeueCount:   qc.MaxDequeueCount,
-		Clock:             w.clock,
-		Logger:            w.log,
+		BatchSize:          qc.BatchSize,
+		VisibilityTimeout:  qc.VisibilityTimeout,
+		Concurrency:        qc.Concurrency,
+		NewBatchThreshold:  thr,
+		Tasks:              qc.Pool.Initial,
+		MinTasks:           qc.Pool.Min,
+		MaxTasks:           qc.Pool.Max,
+		LatencyTarget:      qc.LatencyTarget,
+		Idle:               scaling.IdleBackoff{Min: qc.Idle.Min, Max: qc.Idle.Max, Delta: qc.Idle.Delta},
+		WorkDetected:       func(*listener.Listener) { agent.WorkDetected() },
+		ShutdownGrace:      qc.ShutdownGrace,
+		Poison:             wq.poison,
+		Notifier:           w.notifierFor(qc),
+		SafetyInterval:     qc.Trigger.SafetyInterval,
+		MaxDequeueCount:    qc.MaxDequeueCount,
+		Clock:              w.clock,
+		Logger:             w.log,
+		FailureLogLines:    failureLogLines(w.cfg.Log.Failures.Lines),
+		FailureLogInterval: w.cfg.Log.Failures.Interval,
 	})
 	if err != nil {
 		return err
@@ -539,6 +541,15 @@ func (w *Worker) assemble(wq *workerQueue, h handler.Func) error {
 	})
 	wq.l, wq.agent = l, agent
 	return nil
+}
+
+// failureLogLines maps log.failures.lines to the listener's option: 0,
+// every failure, is the listener's negative.
+func failureLogLines(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // Listener returns the listener of the named queue while the worker runs.
