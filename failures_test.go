@@ -2,7 +2,6 @@ package adaptq
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,12 +10,12 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/adaptq/adaptq/internal/testutil"
 	"github.com/adaptq/adaptq/queue"
 )
 
@@ -27,26 +26,11 @@ const (
 	logExecLine = "handler: exec output"
 )
 
-// jsonLog is a worker's log in JSON, as `adaptq run` writes it with
-// log.format json, kept for the test to parse.
-type jsonLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *jsonLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// entries parses every line; each must be a JSON object.
-func (l *jsonLog) entries(t *testing.T) []map[string]any {
+// logEntries parses a JSON log: each line must be a JSON object.
+func logEntries(t *testing.T, out *testutil.SyncBuffer) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var es []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(l.buf.Bytes()))
+	sc := bufio.NewScanner(strings.NewReader(out.String()))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		var e map[string]any
@@ -83,7 +67,7 @@ queues:
   - url: memory://fail-exec
     handler: "exec: sh -c 'echo \"working on $ADAPTQ_MESSAGE_ID\"; echo downstream said no >&2; printf partial; exit 3'"
 `)
-	out := &jsonLog{}
+	out := &testutil.SyncBuffer{}
 	log, err := NewLoggerTo(cfg.Log, out)
 	if err != nil {
 		t.Fatal(err)
@@ -97,11 +81,11 @@ queues:
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the failure is logged", func() bool { return len(withMsg(out.entries(t), logFailed)) > 0 })
+	waitUntil(t, "the failure is logged", func() bool { return len(withMsg(logEntries(t, out), logFailed)) > 0 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	es := out.entries(t)
+	es := logEntries(t, out)
 	f := withMsg(es, logFailed)[0]
 	reason, _ := f["error"].(string)
 	if f["level"] != "warn" || f["msg_id"] != id || f["dequeue_count"] != 1.0 || f["queue"] != "fail-exec" ||
@@ -217,14 +201,7 @@ queues:
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	failed := 0
-	w.MustHandle("broken", func(context.Context, *queue.Message) error {
-		mu.Lock()
-		failed++
-		mu.Unlock()
-		return errors.New("downstream is down")
-	})
+	w.MustHandle("broken", func(context.Context, *queue.Message) error { return errors.New("downstream is down") })
 	stop := runWorker(t, w)
 	const n = 30
 	for _, q := range []string{"burst-a", "burst-b"} {
@@ -234,7 +211,17 @@ queues:
 			}
 		}
 	}
-	waitUntil(t, "every message fails", func() bool { mu.Lock(); defer mu.Unlock(); return failed == 2*n })
+	// A failure still in flight when the worker stops is handed back, not
+	// logged: wait until every failure is settled.
+	settled := func(q string) bool {
+		l, ok := w.Listener(q)
+		if !ok {
+			return false
+		}
+		st, err := l.State(context.Background())
+		return err == nil && l.Stats().Failed == n && st.InFlight == 0
+	}
+	waitUntil(t, "every message fails", func() bool { return settled("burst-a") && settled("burst-b") })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
