@@ -75,7 +75,7 @@ type Listener struct {
 	ewma         ewma
 	stats        counters
 	failures     lastFailures // last errors of failed messages, for their poisoning
-	failLog      failureLog // rate-limited failure lines
+	failLog      failureLog   // rate-limited failure lines
 }
 
 // New returns a listener that feeds messages of q to h. It validates the
