@@ -63,6 +63,18 @@ type Config struct {
 type LogConfig struct {
 	Level  string `yaml:"level"`  // debug, info, warn, error
 	Format string `yaml:"format"` // console or json
+	// Failures rate-limits the lines logged for handler failures, per queue.
+	Failures FailureLogConfig `yaml:"failures"`
+}
+
+// FailureLogConfig bounds the warn lines a queue's listener writes for
+// handler failures, so that a broken downstream does not flood the log:
+// at most Lines per Interval, and one line summing up the failures left
+// out. Lines 0 logs every failure (a config built in code without
+// DefaultConfig gets that).
+type FailureLogConfig struct {
+	Lines    int           `yaml:"lines"`
+	Interval time.Duration `yaml:"interval"`
 }
 
 // AdminConfig is the worker's HTTP endpoint for stats (and triggers).
@@ -180,7 +192,8 @@ const (
 // DefaultConfig is the configuration with every default and no queues.
 func DefaultConfig() Config {
 	return Config{
-		Log:         LogConfig{Level: DefaultLogLevel, Format: DefaultLogFormat},
+		Log: LogConfig{Level: DefaultLogLevel, Format: DefaultLogFormat,
+			Failures: FailureLogConfig{Lines: listener.DefaultFailureLogLines, Interval: listener.DefaultFailureLogInterval}},
 		Admin:       AdminConfig{Address: DefaultAdminAddress},
 		PricePer10k: meter.DefaultPricePer10k,
 	}
@@ -739,6 +752,11 @@ func (c *Config) validate() []string {
 	case "console", "json":
 	default:
 		add("log.format: %q is not one of console, json", c.Log.Format)
+	}
+	if f := c.Log.Failures; f.Lines < 0 {
+		add("log.failures.lines: %d is negative (0 logs every failure)", f.Lines)
+	} else if f.Interval < 0 || (f.Lines > 0 && f.Interval == 0) {
+		add("log.failures.interval: %s is not positive", f.Interval)
 	}
 	if a := c.Admin.Address; a != "" {
 		host, port, err := net.SplitHostPort(a)

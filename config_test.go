@@ -39,6 +39,9 @@ func TestConfigDefaults(t *testing.T) {
 	if q.Handler != "orders" || q.PoisonQueue != "orders-poison" || q.MaxDequeueCount != 5 {
 		t.Errorf("derived defaults: handler %q, poison %q, max dequeue %d", q.Handler, q.PoisonQueue, q.MaxDequeueCount)
 	}
+	if f := cfg.Log.Failures; f.Lines != 10 || f.Interval != 10*time.Second {
+		t.Errorf("log.failures defaults: %+v, want 10 lines per 10s", f)
+	}
 	if cfg.Log.Level != "info" || cfg.Admin.Address != DefaultAdminAddress || cfg.PricePer10k != 0.01 {
 		t.Errorf("top-level defaults: %+v", cfg)
 	}
@@ -138,6 +141,9 @@ func TestBadConfigsNameTheField(t *testing.T) {
 		{"instances negative min", "queues: [{url: 'memory://a1b', instances: {min: -1}}]", nil, "queues[0].instances.min: -1 is negative"},
 		{"instances per instance", "queues: [{url: 'memory://a1b', instances: {messages_per_instance: -10}}]", nil, "queues[0].instances.messages_per_instance: -10 is negative"},
 		{"env instances max", goodQueue, []string{"ADAPTQ_QUEUES_0_INSTANCES_MAX=-2"}, "ADAPTQ_QUEUES_0_INSTANCES_MAX (queues[0].instances.max): -2 is negative"},
+		{"failure lines", "log: {failures: {lines: -1}}\n" + goodQueue, nil, "log.failures.lines: -1 is negative (0 logs every failure)"},
+		{"failure interval", "log: {failures: {interval: 0s}}\n" + goodQueue, nil, "log.failures.interval: 0s is not positive"},
+		{"env failure interval", goodQueue, []string{"ADAPTQ_LOG_FAILURES_INTERVAL=-1m"}, "ADAPTQ_LOG_FAILURES_INTERVAL (log.failures.interval): -1m0s is not positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

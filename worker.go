@@ -104,8 +104,10 @@ func WithMiddleware(mws ...handler.Middleware) Option {
 }
 
 // WithExecOutput sends the standard output and error of exec: handlers to
-// stdout and stderr (default: output discarded, the tail of standard error
-// kept in the failure's error).
+// stdout and stderr as they are, instead of the default: each line logged
+// at info with the message's msg_id, dequeue_count and queue (see
+// handler.ExecOptions.Log). The tail of standard error is kept in a
+// failure's error either way.
 func WithExecOutput(stdout, stderr io.Writer) Option {
 	return func(w *Worker) { w.execOut, w.execErr = stdout, stderr }
 }
@@ -496,7 +498,11 @@ func (w *Worker) handlerFor(qc QueueConfig) (handler.Func, error) {
 		if err != nil {
 			return nil, err
 		}
-		return handler.Exec(argv, handler.ExecOptions{Queue: qc.Name, Timeout: qc.HandlerTimeout, Stdout: w.execOut, Stderr: w.execErr})
+		o := handler.ExecOptions{Queue: qc.Name, Timeout: qc.HandlerTimeout, Stdout: w.execOut, Stderr: w.execErr}
+		if w.execOut == nil && w.execErr == nil {
+			o.Log = w.log
+		}
+		return handler.Exec(argv, o)
 	case strings.HasPrefix(spec, HTTPPrefix):
 		return handler.HTTP(strings.TrimSpace(strings.TrimPrefix(spec, HTTPPrefix)), handler.HTTPOptions{Queue: qc.Name, Timeout: qc.HandlerTimeout})
 	}
@@ -554,6 +560,10 @@ func (w *Worker) assemble(wq *workerQueue, h handler.Func) error {
 		MaxDequeueCount:   qc.MaxDequeueCount,
 		Clock:             w.clock,
 		Logger:            w.log,
+
+		// log.failures: the failure lines each queue may write.
+		FailureLogLines:    failureLogLines(w.cfg.Log.Failures.Lines),
+		FailureLogInterval: w.cfg.Log.Failures.Interval,
 	})
 	if err != nil {
 		return err
@@ -575,6 +585,15 @@ func (w *Worker) assemble(wq *workerQueue, h handler.Func) error {
 	})
 	wq.l, wq.agent = l, agent
 	return nil
+}
+
+// failureLogLines maps log.failures.lines to the listener's option: 0,
+// every failure, is the listener's negative.
+func failureLogLines(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // Listener returns the listener of the named queue while the worker runs.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/metrics"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,6 +70,11 @@ type SoakConfig struct {
 	// 30 s visibility timeout).
 	Drain    time.Duration
 	Progress func(format string, args ...any)
+	// HeapProfiles, when set, is a directory where a heap profile
+	// (after a GC) is written every ProfileEvery: `go tool pprof
+	// -diff_base` of two of them shows what the live heap gained.
+	HeapProfiles string
+	ProfileEvery time.Duration
 }
 
 // SoakSample is one reading of the series.
@@ -387,6 +393,11 @@ func RunSoak(ctx context.Context, c SoakConfig) (*SoakResult, error) {
 		case <-tick.C:
 			s := sample()
 			res.Samples = append(res.Samples, s)
+			if c.HeapProfiles != "" && c.ProfileEvery > 0 && s.At/c.ProfileEvery != res.Samples[len(res.Samples)-2].At/c.ProfileEvery {
+				if err := writeHeapProfile(filepath.Join(c.HeapProfiles, fmt.Sprintf("heap-%03dm.pprof", int(s.At.Minutes())))); err != nil {
+					return nil, err
+				}
+			}
 			progress("soak: %s put %d accounted %d rss %.1f MB (anon %.1f, files %.1f; go %.1f) heap %.1f MB goroutines %d threads %d files %d db %.1f MB wal %.1f MB tasks %d",
 				s.At.Round(time.Second), s.Put, s.Accounted, mb(s.RSS), mb(s.RSSAnon), mb(s.RSSFile), mb(s.GoMapped), mb(s.HeapLive), s.Goroutines, s.Threads, s.OpenFiles, mb(s.DBFile), mb(s.WALFile), s.Tasks)
 			if loadDone == nil && accounted.Load() == put.Load() {
@@ -501,6 +512,20 @@ func soakSeq(m *queue.Message) (uint64, bool) {
 		return 0, false
 	}
 	return binary.BigEndian.Uint64(body), true
+}
+
+// writeHeapProfile writes the live heap, after a GC, to path.
+func writeHeapProfile(path string) error {
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("soak: heap profile: %w", err)
+	}
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return fmt.Errorf("soak: heap profile: %w", err)
+	}
+	return f.Close()
 }
 
 func mb(b int64) float64 { return float64(b) / (1 << 20) }

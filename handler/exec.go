@@ -15,6 +15,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
 	"github.com/adaptq/adaptq/queue"
 )
 
@@ -47,6 +50,11 @@ const ExitDataErr = 65
 // for its error: the last 4 KiB, enough for a stack trace's end (where the
 // cause is) and small enough for a log line.
 const MaxStderrTail = 4 << 10
+
+// MaxLogLine is the longest line of a command's output that Exec logs
+// whole (see ExecOptions.Log): 4 KiB, as MaxStderrTail, so that one line
+// cannot swell a log entry.
+const MaxLogLine = 4 << 10
 
 const (
 	// execWaitDelay bounds how long Exec waits, once the command has exited
@@ -94,6 +102,16 @@ type ExecOptions struct {
 	// interleave even when several handlers share os.Stdout. A write error
 	// does not fail the message; the output is dropped.
 	Stdout, Stderr io.Writer
+
+	// Log, if not nil, receives each line the command writes to its
+	// standard output and standard error, at info level, as the field
+	// line of the entry "handler: exec output", with the fields msg_id,
+	// dequeue_count, queue (if Queue is set) and stream ("stdout" or
+	// "stderr"): in JSON logs each line says which message it is about.
+	// A line longer than MaxLogLine is cut there, and the field
+	// truncated_bytes counts what was cut; a last line without a newline
+	// is logged too. Log may be set together with Stdout and Stderr.
+	Log *zap.Logger
 
 	// PermanentExitCodes are exit codes that mean "retrying cannot help":
 	// the handler marks such a failure Permanent (see there for what the
@@ -253,12 +271,22 @@ func Exec(argv []string, o ExecOptions) (Func, error) {
 			stderrLines = &lineWriter{w: o.Stderr}
 			cmd.Stderr = io.MultiWriter(stderr, stderrLines)
 		}
+		var stdoutLog, stderrLog *lineLogger
+		if o.Log != nil && o.Log.Core().Enabled(zapcore.InfoLevel) {
+			log := o.Log.With(messageFields(o.Queue, m)...)
+			stdoutLog = &lineLogger{log: log.With(zap.String("stream", "stdout"))}
+			stderrLog = &lineLogger{log: log.With(zap.String("stream", "stderr"))}
+			cmd.Stdout = teeTo(cmd.Stdout, stdoutLog)
+			cmd.Stderr = io.MultiWriter(cmd.Stderr, stderrLog)
+		}
 		cmd.WaitDelay = execWaitDelay
 		killProcessGroupOnCancel(cmd)
 
 		err := cmd.Run()
 		stdoutLines.flush()
 		stderrLines.flush()
+		stdoutLog.flush()
+		stderrLog.flush()
 
 		// A command that exited 0 did its work, even if the context ended
 		// just then or a background process kept its output open.
@@ -415,4 +443,81 @@ func (l *lineWriter) emit(b []byte) {
 	outputMu.Lock()
 	defer outputMu.Unlock()
 	_, _ = l.w.Write(b) // the output is a side channel: its failure does not fail the message
+}
+
+// teeTo adds w to a command's output writer, which may be nil (discarded).
+func teeTo(out io.Writer, w io.Writer) io.Writer {
+	if out == nil {
+		return w
+	}
+	return io.MultiWriter(out, w)
+}
+
+// messageFields name the message a command's output lines are about.
+func messageFields(queueName string, m *queue.Message) []zap.Field {
+	fields := []zap.Field{zap.String(LogKeyMsgID, m.ID), zap.Int(LogKeyDequeueCount, m.DequeueCount)}
+	if queueName != "" {
+		fields = append(fields, zap.String("queue", queueName))
+	}
+	return fields
+}
+
+// lineLogger logs one stream of one command's output a line at a time,
+// keeping at most MaxLogLine bytes of each. Only the goroutine that copies
+// the stream writes to it; flush is called after that goroutine has
+// finished.
+type lineLogger struct {
+	log     *zap.Logger
+	buf     []byte // the current line, up to MaxLogLine bytes
+	dropped int    // bytes of the current line past MaxLogLine
+}
+
+func (l *lineLogger) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		part, rest, eol := bytes.Cut(p, []byte{'\n'})
+		keep := min(len(part), MaxLogLine-len(l.buf))
+		l.buf = append(l.buf, part[:keep]...)
+		l.dropped += len(part) - keep
+		if !eol {
+			break
+		}
+		l.emit()
+		p = rest
+	}
+	return n, nil
+}
+
+// flush logs an unterminated last line. It is a no-op on a nil *lineLogger.
+func (l *lineLogger) flush() {
+	if l != nil && (len(l.buf) > 0 || l.dropped > 0) {
+		l.emit()
+	}
+}
+
+func (l *lineLogger) emit() {
+	line := bytes.TrimSuffix(l.buf, []byte{'\r'})
+	if l.dropped > 0 {
+		// Do not end on half a character.
+		line = cutToRune(line)
+	}
+	fields := []zap.Field{zap.String("line", string(line))} // a copy: buf is reused
+	if l.dropped > 0 {
+		fields = append(fields, zap.Int("truncated_bytes", l.dropped+len(l.buf)-len(line)))
+	}
+	l.log.Info("handler: exec output", fields...)
+	l.buf, l.dropped = l.buf[:0], 0
+}
+
+// cutToRune drops a last character that a cut split in two.
+func cutToRune(b []byte) []byte {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				return b[:i]
+			}
+			break
+		}
+	}
+	return b
 }

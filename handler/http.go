@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/adaptq/adaptq/queue"
 )
@@ -317,17 +316,7 @@ func readSnippet(r io.Reader, max int) []byte {
 	if len(b) <= max {
 		return b
 	}
-	b = b[:max]
-	// Drop a last character that the cut split in two.
-	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
-		if utf8.RuneStart(b[i]) {
-			if !utf8.FullRune(b[i:]) {
-				b = b[:i]
-			}
-			break
-		}
-	}
-	return b
+	return cutToRune(b[:max])
 }
 
 // parseRetryAfter reads a Retry-After header (RFC 9110 §10.2.3): a number

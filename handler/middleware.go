@@ -90,6 +90,8 @@ const (
 // when the error is a *PanicError (put Recover inside Logging). The
 // body is never logged: it may hold personal data or secrets. Add the queue
 // name with log.With(zap.String("queue", name)). A nil log logs nothing.
+// A listener logs failures itself, within a rate limit: Logging adds a
+// line for every message, failed or not.
 func Logging(log *zap.Logger) Middleware {
 	if log == nil {
 		log = zap.NewNop()

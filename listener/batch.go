@@ -378,16 +378,13 @@ func (b *batch) failed(i int, err error) {
 		// Shutting down (the grace period ended, or the handler gave up on
 		// its own): hand the message to another worker now rather than
 		// after its visibility timeout.
+		l.log.Debug("listener: handler failed while draining; the message is handed back",
+			zap.String("msg_id", m.ID), zap.Int("dequeue_count", m.DequeueCount), zap.Error(err))
 		l.release(m.ID, b.newestReceipt(i))
 		return
 	}
 	delay := l.o.RetryDelay(m, err)
-	fields := []zap.Field{zap.String("msg_id", m.ID), zap.Int("dequeue_count", m.DequeueCount), zap.Error(err)}
-	if handler.IsPermanent(err) {
-		l.log.Error("listener: handler failed permanently", append(fields, zap.Duration("delay", delay))...)
-	} else {
-		l.log.Debug("listener: handler failed; the message will reappear", fields...)
-	}
+	l.logFailure(m, err, delay)
 	if delay > 0 {
 		_, uerr := l.q.UpdateVisibility(l.opCtx, m.ID, b.newestReceipt(i), min(delay, queue.MaxVisibilityTimeout))
 		if uerr == nil {

@@ -84,6 +84,15 @@
 // live contexts. Start may run the listener again after Wait, from clean
 // counters.
 //
+// # Logs
+//
+// A handler failure whose message stays in the queue is a warn line (an
+// error line if permanent) with msg_id, dequeue_count, queue and error, at
+// most FailureLogLines per FailureLogInterval per listener; one line counts
+// the failures left out. Poisoning is an error line, always; a lease lost
+// to the visibility timeout a warn line; expected events (a stale receipt,
+// an empty queue) are debug.
+//
 // # Shutdown
 //
 // When the run's context ends, tasks stop getting at once, messages fetched

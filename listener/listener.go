@@ -75,6 +75,7 @@ type Listener struct {
 	ewma         ewma
 	stats        counters
 	failures     lastFailures // last errors of failed messages, for their poisoning
+	failLog      failureLog   // rate-limited failure lines
 }
 
 // New returns a listener that feeds messages of q to h. It validates the
@@ -119,6 +120,7 @@ func New(q *queue.Queue, h handler.Func, o Options) (*Listener, error) {
 		resizeCh: make(chan struct{}),
 		wakeCh:   make(chan struct{}),
 	}
+	l.failLog = failureLog{log: l.log, clock: o.Clock, lines: o.FailureLogLines, interval: o.FailureLogInterval}
 	l.ewma.init()
 	return l, nil
 }
@@ -222,6 +224,7 @@ func (l *Listener) Wait() error {
 	l.running, l.group = false, nil
 	l.active, l.stopTokens = 0, 0
 	l.mu.Unlock()
+	l.failLog.flush()
 	if p := l.fatal.Load(); p != nil {
 		return *p
 	}

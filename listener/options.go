@@ -149,6 +149,15 @@ type Options struct {
 	Clock clock.Clock
 	// Logger receives the listener's logs (default: none).
 	Logger *zap.Logger
+	// FailureLogLines and FailureLogInterval rate-limit the lines Logger
+	// gets for handler failures: at most FailureLogLines per
+	// FailureLogInterval (defaults DefaultFailureLogLines and
+	// DefaultFailureLogInterval); the failures left out are counted and
+	// summed up in one line before the next failure line, or when the
+	// listener stops. A negative FailureLogLines logs every failure.
+	// Poisoned messages are always logged.
+	FailureLogLines    int
+	FailureLogInterval time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -200,6 +209,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
+	}
+	if o.FailureLogLines == 0 {
+		o.FailureLogLines = DefaultFailureLogLines
+	}
+	if o.FailureLogInterval == 0 {
+		o.FailureLogInterval = DefaultFailureLogInterval
 	}
 	return o
 }
@@ -260,6 +275,8 @@ func (o Options) validate() error {
 		return bad("max_dequeue_count", o.MaxDequeueCount, "is below 1")
 	case o.ShutdownGrace < 0:
 		return bad("shutdown_grace", o.ShutdownGrace, "is negative")
+	case o.FailureLogInterval < 0:
+		return bad("failure_log_interval", o.FailureLogInterval, "is negative")
 	case o.ErrorBackoffInitial < 0 || o.ErrorBackoffMax < o.ErrorBackoffInitial:
 		return bad("error_backoff", fmt.Sprintf("%s..%s", o.ErrorBackoffInitial, o.ErrorBackoffMax), "is not a valid range")
 	}

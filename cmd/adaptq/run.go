@@ -60,7 +60,8 @@ func (o *runCmd) run(cmd *cobra.Command, e env) error {
 		return inputError{err}
 	}
 	defer func() { _ = log.Sync() }()
-	w, err := adaptq.New(cfg, adaptq.WithLogger(log), adaptq.WithExecOutput(e.stdout, e.stderr))
+	// exec: handlers' output lines go to the log, each with its message's id.
+	w, err := adaptq.New(cfg, adaptq.WithLogger(log))
 	if err != nil {
 		return inputError{err}
 	}

@@ -27,6 +27,8 @@ func main() {
 	dir := flag.String("dir", "", "directory of the SQLite file (default a fresh temporary one)")
 	out := flag.String("o", "soak", "directory the report is written to (latest.md, latest.svg, latest.csv)")
 	benchmarks := flag.String("benchmarks", "", "also put the report in this BENCHMARKS.md, in place of its soak section")
+	heapProfiles := flag.String("heap-profiles", "", "write a heap profile (after a GC) to this directory every -profile-every")
+	profileEvery := flag.Duration("profile-every", 10*time.Minute, "how often -heap-profiles writes one")
 	embedOnly := flag.Bool("embed-only", false, "run nothing: put the report in -o into -benchmarks")
 	flag.Parse()
 	embed := func() {
@@ -53,7 +55,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := bench.RunSoak(ctx, bench.SoakConfig{
-		Duration: *duration, Warmup: *warmup, Dir: *dir,
+		Duration: *duration, Warmup: *warmup, Dir: *dir, HeapProfiles: *heapProfiles, ProfileEvery: *profileEvery,
 		Progress: func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) },
 	})
 	if err != nil {
