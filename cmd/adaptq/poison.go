@@ -141,6 +141,13 @@ func (p *poisonQueues) dest(ctx context.Context) poison.Dest {
 			_ = q.Close()
 			return nil, fmt.Errorf("it was poisoned from %q, which the config names only as a poison queue", name)
 		}
+		if pn := poisonName(p.cfg.cfg.Queues[i], name); pn != p.pq.Name() {
+			// Anyone who can write to the poison queue can name any
+			// queue in an envelope: only a queue that poisons here can be
+			// where the message came from.
+			_ = q.Close()
+			return nil, fmt.Errorf("its envelope names queue %q, whose poison queue is %s, not %s: refused", name, pn, p.pq.Name())
+		}
 		p.opened[name] = q
 		return q, nil
 	}
