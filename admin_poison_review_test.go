@@ -2,6 +2,9 @@ package adaptq
 
 import (
 	"context"
+	"net/http"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"go.uber.org/zap"
@@ -55,5 +58,15 @@ queues:
 	}
 	if n := poisonCount(t, w); n != 1 {
 		t.Fatalf("jobs' poison queue holds %d, want the forged message kept", n)
+	}
+}
+
+// A bad "after" cursor is a 400 that names the parameter and its value.
+func TestPoisonListBadCursorNamesTheParameter(t *testing.T) {
+	var failing atomic.Bool
+	w, _ := poisonWorker(t, "", &failing)
+	code, body := adminCall(t, w, "GET", poisonPath(PoisonPath, "jobs")+"?after=not-a-cursor", "")
+	if code != http.StatusBadRequest || !strings.Contains(string(body), `after "not-a-cursor"`) {
+		t.Fatalf("%d %q: want 400 naming after and its value", code, body)
 	}
 }

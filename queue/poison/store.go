@@ -488,12 +488,12 @@ func (k key) cursor() string {
 func parseCursor(s string) (key, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
-		return key{}, fmt.Errorf("%w %q", ErrBadCursor, s)
+		return key{}, fmt.Errorf("%w: after %q", ErrBadCursor, s)
 	}
 	ns, id, ok := strings.Cut(string(b), "/")
 	n, err := strconv.ParseInt(ns, 10, 64)
 	if !ok || err != nil {
-		return key{}, fmt.Errorf("%w %q", ErrBadCursor, s)
+		return key{}, fmt.Errorf("%w: after %q", ErrBadCursor, s)
 	}
 	return key{time.Unix(0, n), id}, nil
 }
