@@ -30,7 +30,8 @@ const (
 	// scan of MaxScan messages takes, short enough that a scan cut off by
 	// a crash hides nothing for long.
 	ScanVisibility = time.Minute
-	// releaseTimeout bounds the hand-back of a scan whose context ended.
+	// releaseTimeout bounds the hand-back of a scan whose context ended,
+	// and the poison delete of a requeue whose put is done.
 	releaseTimeout = 10 * time.Second
 )
 
@@ -302,7 +303,12 @@ func Requeue(ctx context.Context, pq *queue.Queue, dest Dest, sel Selection) (Re
 				put[m.ID] = m.Body
 			}
 		}
-		if err := pq.Delete(ctx, pm.ID, pm.PopReceipt); err != nil {
+		// The body is back in its queue: the delete must happen even if
+		// the caller went away meanwhile, or the message would be in both.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		err := pq.Delete(dctx, pm.ID, pm.PopReceipt)
+		cancel()
+		if err != nil {
 			res.Failed = append(res.Failed, Failure{PoisonID: m.PoisonID, ID: m.ID,
 				Error: fmt.Sprintf("requeued as %s but not deleted from %s (it is now in both): %v", d.NewID, pq.Name(), err)})
 			return false
