@@ -225,7 +225,7 @@ func (o *poisonListCmd) run(cmd *cobra.Command, e env) (err error) {
 		return failuref("write: %w", err)
 	}
 	if page.Truncated {
-		fmt.Fprintf(e.stdout, "(the listing read the first %d messages only)\n", poison.MaxScan)
+		fmt.Fprintf(e.stdout, "(the listing may be incomplete: one scan reads at most %d messages, within %s)\n", poison.MaxScan, poison.ScanVisibility)
 	}
 	if page.Next != "" {
 		fmt.Fprintf(e.stdout, "more: %s --after %s\n", cmd.CommandPath(), page.Next)
