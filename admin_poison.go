@@ -95,8 +95,9 @@ func (w *Worker) PoisonMessage(ctx context.Context, queueName, id string) (poiso
 // PoisonRequeue puts the selected messages of the named queue's poison
 // queue back to the queues they were poisoned from (a bare message, whose
 // queue is unknown, to the named queue), then deletes them from the poison
-// queue, and pulls those queues' push triggers. A message poisoned from a
-// queue this worker does not run stays, listed in Failed.
+// queue, and pulls those queues' push triggers. A message whose envelope
+// names a queue this worker does not run, or one whose poison queue is
+// another, stays, listed in Failed.
 func (w *Worker) PoisonRequeue(ctx context.Context, queueName string, sel poison.Selection) (poison.Result, error) {
 	wq, err := w.poisonOf(queueName)
 	if err != nil {
@@ -106,11 +107,17 @@ func (w *Worker) PoisonRequeue(ctx context.Context, queueName string, sel poison
 		if name == "" || name == wq.name {
 			return wq.q, nil
 		}
-		q, err := w.Queue(name)
+		// Anyone who can write to the poison queue can name any queue in
+		// an envelope: only a queue that poisons onto this same poison
+		// queue can be where the message came from.
+		other, err := w.poisonOf(name)
 		if err != nil {
 			return nil, fmt.Errorf("it was poisoned from queue %q, which this worker does not run", name)
 		}
-		return q, nil
+		if other.poison == nil || other.poison.Name() != wq.poison.Name() {
+			return nil, fmt.Errorf("its envelope names queue %q, whose poison queue is not %s: refused", name, wq.poison.Name())
+		}
+		return other.q, nil
 	}
 	w.poisonMu.Lock()
 	res, err := poison.Requeue(ctx, wq.poison, dest, sel)

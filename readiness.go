@@ -76,7 +76,7 @@ func (w *Worker) Readiness() (ready bool, lines []string) {
 // st and held messages in hand is ready at now, else the reason.
 func queueReady(o listener.Options, st listener.Stats, held int, now time.Time) string {
 	switch {
-	case !st.LastGetError.IsZero() && !st.LastGetError.Before(st.LastGet):
+	case st.LastGetFailed:
 		since := "no get has succeeded yet"
 		if !st.LastGet.IsZero() {
 			since = fmt.Sprintf("the last successful one was %s ago", ago(now, st.LastGet))

@@ -216,9 +216,9 @@ func TestQueueReadyRule(t *testing.T) {
 		{"triggered, no get for 31 min", triggered, listener.Stats{LastGet: now.Add(-31 * time.Minute)}, 0, false, "no get for 31m"},
 		{"fast poller: at least 30 s", fast, listener.Stats{LastGet: now.Add(-29 * time.Second)}, 0, true, ""},
 		{"busy with held messages", plain, listener.Stats{LastGet: now.Add(-time.Hour)}, 3, true, ""},
-		{"last get failed", plain, listener.Stats{LastGet: now.Add(-time.Minute), LastGetError: now.Add(-time.Second), LastGetErr: boom}, 3, false, "the last get failed 1s ago (boom)"},
+		{"last get failed", plain, listener.Stats{LastGet: now.Add(-time.Minute), LastGetError: now.Add(-time.Second), LastGetErr: boom, LastGetFailed: true}, 3, false, "the last get failed 1s ago (boom)"},
 		{"failed, then succeeded", plain, listener.Stats{LastGet: now.Add(-time.Second), LastGetError: now.Add(-time.Minute), LastGetErr: boom}, 0, true, ""},
-		{"never succeeded", plain, listener.Stats{LastGetError: now.Add(-time.Second), LastGetErr: boom}, 0, false, "no get has succeeded yet"},
+		{"never succeeded", plain, listener.Stats{LastGetError: now.Add(-time.Second), LastGetErr: boom, LastGetFailed: true}, 0, false, "no get has succeeded yet"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			why := queueReady(tc.o, tc.st, tc.held, now)

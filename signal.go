@@ -6,13 +6,23 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
+	"time"
 
+	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/scaling"
 )
 
 // ScalingPath serves the scaling signal, GET only: how many worker
 // instances the queues need, for an autoscaler such as KEDA.
 const ScalingPath = "/v1/scaling"
+
+// ScalingDepthInterval is how often the scaling signal reads the depth of
+// a queue on a billed backend (Features().Billed), however often it is
+// asked: a depth is a billed transaction, and anyone who reaches the admin
+// address may poll the signal. 10 s is a third of KEDA's default polling
+// interval, so the autoscaler sees a depth read since its last poll.
+const ScalingDepthInterval = 10 * time.Second
 
 // Scaling is the scaling signal, as GET /v1/scaling serves it: the Best
 // Practices article's dynamic scaling agent across processes. Every
@@ -79,7 +89,7 @@ func (w *Worker) Scaling(ctx context.Context) (Scaling, error) {
 			TargetDrainTime: Duration(p.TargetDrainTime), MessagesPerInstance: p.MessagesPerInstance,
 			MinInstances: p.Min, MaxInstances: p.Max,
 		}
-		depth, err := wq.l.Depth(ctx)
+		depth, err := wq.scalingDepth(ctx, w.clock)
 		if err != nil {
 			q.DepthError = err.Error()
 			failed = fmt.Errorf("%w: %q: %w", errDepth, wq.name, err)
@@ -108,4 +118,36 @@ func (w *Worker) serveScaling(rw http.ResponseWriter, r *http.Request) {
 	enc := json.NewEncoder(rw)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(s)
+}
+
+// signalDepth is the depth the scaling signal last read of a queue on a
+// billed backend, and when.
+type signalDepth struct {
+	mu    sync.Mutex
+	read  bool
+	at    time.Time
+	depth int
+	err   error
+}
+
+// scalingDepth reads the queue's depth for the scaling signal: at each
+// call on a free backend, at most once per ScalingDepthInterval on a
+// billed one (concurrent signals wait for one read).
+func (wq *workerQueue) scalingDepth(ctx context.Context, c clock.Clock) (int, error) {
+	if !wq.q.Features().Billed {
+		return wq.l.Depth(ctx)
+	}
+	d := &wq.sig
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := c.Now()
+	if age := now.Sub(d.at); d.read && age >= 0 && age < ScalingDepthInterval {
+		return d.depth, d.err
+	}
+	n, err := wq.l.Depth(ctx)
+	if ctx.Err() == nil {
+		// A read cut short by its caller says nothing of the queue.
+		d.read, d.at, d.depth, d.err = true, now, n, err
+	}
+	return n, err
 }

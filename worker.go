@@ -90,6 +90,7 @@ type workerQueue struct {
 	agent  *scaling.Agent
 	depth  *depthCache   // the depth metrics show, read at an interval
 	win    *queueWindows // samples of the counters, for the last minute and hour
+	sig    signalDepth   // the depth the scaling signal read, on a billed backend
 }
 
 // Option configures a Worker.

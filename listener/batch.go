@@ -599,6 +599,11 @@ func (l *Listener) deleteReceipts(rs []queue.Receipt) {
 	if len(rs) == 0 {
 		return
 	}
+	// Their handlers succeeded: a failure remembered from an earlier run
+	// is no longer their last verdict, and most leave the queue now.
+	for _, r := range rs {
+		l.failures.forget(r.ID)
+	}
 	const attempts = 3
 	ctx := l.opCtx
 	for attempt := 1; len(rs) > 0; attempt++ {

@@ -3,3 +3,11 @@ package listener
 // PacingTasks is the number of tasks waiting out the cadence after a get
 // that found the queue drained, for tests in virtual time.
 func (l *Listener) PacingTasks() int { return int(l.pacing.Load()) }
+
+// RememberedFailures is how many messages' last failures the listener
+// remembers for their poisoning.
+func (l *Listener) RememberedFailures() int {
+	l.failures.mu.Lock()
+	defer l.failures.mu.Unlock()
+	return len(l.failures.m)
+}

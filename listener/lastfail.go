@@ -2,6 +2,7 @@ package listener
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/adaptq/adaptq/queue/poison"
 )
@@ -16,6 +17,7 @@ const maxRemembered = 1024
 // poison put failed, or its lease ran out) is poisoned with the reason it
 // last failed, not an unknown one. Only failure paths touch it.
 type lastFailures struct {
+	n  atomic.Int64 // len(m), so that forgetting costs no lock while none is remembered
 	mu sync.Mutex
 	m  map[string]string // msg id → error text, at most poison.MaxReason bytes
 }
@@ -38,6 +40,7 @@ func (f *lastFailures) remember(id string, err error) {
 		}
 	}
 	f.m[id] = s
+	f.n.Store(int64(len(f.m)))
 }
 
 // last returns message id's last failure.
@@ -48,9 +51,14 @@ func (f *lastFailures) last(id string) (string, bool) {
 	return s, ok
 }
 
-// forget drops message id's last failure: it left its queue.
+// forget drops message id's last failure: it left its queue, or its
+// last run here succeeded.
 func (f *lastFailures) forget(id string) {
+	if f.n.Load() == 0 {
+		return
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.m, id)
+	f.n.Store(int64(len(f.m)))
 }

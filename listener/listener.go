@@ -406,6 +406,10 @@ type Stats struct {
 	// clock; zero before the first. Readiness compares them.
 	LastGet, LastGetError time.Time
 	LastGetErr            error
+	// LastGetFailed says the newest get to finish failed. Readiness reads
+	// it rather than comparing LastGet with LastGetError, which a wall
+	// clock stepping back would order wrongly.
+	LastGetFailed bool
 	// PickupLatency sums, over the PickedUp messages, the time from a
 	// message's put (its InsertedAt) to the get that fetched it. Only first
 	// deliveries (DequeueCount 1) count: for a redelivery the end of its
@@ -427,6 +431,7 @@ type counters struct {
 	// clock (0: never); lastGetErr is the newest get error.
 	lastGet, lastGetError atomic.Int64
 	lastGetErr            atomic.Pointer[error]
+	lastGetFailed         atomic.Bool
 	pickupNanos, pickedUp atomic.Int64
 }
 
@@ -450,6 +455,7 @@ func (l *Listener) Stats() Stats {
 		Poisoned:     c.poisoned.Load(), LeasesLost: c.leasesLost.Load(), Triggers: c.triggers.Load(),
 		LastGet: unixNanos(c.lastGet.Load()), LastGetError: unixNanos(c.lastGetError.Load()),
 		PickupLatency: time.Duration(c.pickupNanos.Load()), PickedUp: c.pickedUp.Load(),
+		LastGetFailed: c.lastGetFailed.Load(),
 	}
 	if p := c.lastGetErr.Load(); p != nil {
 		s.LastGetErr = *p

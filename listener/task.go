@@ -138,6 +138,7 @@ func (t *task) loop() error {
 			continue
 		}
 		l.stats.lastGet.Store(l.o.Clock.Now().UnixNano())
+		l.stats.lastGetFailed.Store(false)
 		if t.errBackoff != nil {
 			t.errBackoff.Reset()
 		}
@@ -288,6 +289,7 @@ func (l *Listener) getFailed(log *zap.Logger, err error, b *backoff.ExponentialB
 	l.stats.getErrors.Add(1)
 	l.stats.lastGetErr.Store(&err)
 	l.stats.lastGetError.Store(l.o.Clock.Now().UnixNano())
+	l.stats.lastGetFailed.Store(true)
 	wait := b.NextBackOff()
 	if ra, ok := queue.RetryAfter(err); ok && ra > wait {
 		wait = ra

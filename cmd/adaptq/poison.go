@@ -141,6 +141,13 @@ func (p *poisonQueues) dest(ctx context.Context) poison.Dest {
 			_ = q.Close()
 			return nil, fmt.Errorf("it was poisoned from %q, which the config names only as a poison queue", name)
 		}
+		if pn := poisonName(p.cfg.cfg.Queues[i], name); pn != p.pq.Name() {
+			// Anyone who can write to the poison queue can name any
+			// queue in an envelope: only a queue that poisons here can be
+			// where the message came from.
+			_ = q.Close()
+			return nil, fmt.Errorf("its envelope names queue %q, whose poison queue is %s, not %s: refused", name, pn, p.pq.Name())
+		}
 		p.opened[name] = q
 		return q, nil
 	}
@@ -218,7 +225,7 @@ func (o *poisonListCmd) run(cmd *cobra.Command, e env) (err error) {
 		return failuref("write: %w", err)
 	}
 	if page.Truncated {
-		fmt.Fprintf(e.stdout, "(the listing read the first %d messages only)\n", poison.MaxScan)
+		fmt.Fprintf(e.stdout, "(the listing may be incomplete: one scan reads at most %d messages, within %s)\n", poison.MaxScan, poison.ScanVisibility)
 	}
 	if page.Next != "" {
 		fmt.Fprintf(e.stdout, "more: %s --after %s\n", cmd.CommandPath(), page.Next)

@@ -30,7 +30,12 @@ const (
 	// scan of MaxScan messages takes, short enough that a scan cut off by
 	// a crash hides nothing for long.
 	ScanVisibility = time.Minute
-	// releaseTimeout bounds the hand-back of a scan whose context ended.
+	// maxStaleGets is how many gets in a row may return only messages a
+	// scan saw before (it outlasted ScanVisibility) before it stops and
+	// says more may remain.
+	maxStaleGets = 3
+	// releaseTimeout bounds the hand-back of a scan whose context ended,
+	// and the poison delete of a requeue whose put is done.
 	releaseTimeout = 10 * time.Second
 )
 
@@ -50,7 +55,8 @@ type Page struct {
 	// Next is the cursor of the next page ("after"); empty on the last.
 	Next string `json:"next,omitempty"`
 	// Truncated is set when the poison queue held more than MaxScan
-	// visible messages: the listing saw MaxScan of them.
+	// visible messages (the listing saw MaxScan of them), or when the scan
+	// outlasted ScanVisibility and may have missed some.
 	Truncated bool `json:"truncated,omitempty"`
 }
 
@@ -247,8 +253,8 @@ type Result struct {
 	// whose delete failed, put to their queue and still in the poison
 	// queue: a duplicate, never a loss).
 	Failed []Failure `json:"failed,omitempty"`
-	// More is set when MaxScan messages were held and more may remain: do
-	// it again.
+	// More is set when MaxScan messages were held, or the scan outlasted
+	// ScanVisibility, and more may remain: do it again.
 	More bool `json:"more,omitempty"`
 }
 
@@ -311,7 +317,12 @@ func Requeue(ctx context.Context, pq *queue.Queue, dest Dest, sel Selection) (Re
 				put[m.ID] = m.Body
 			}
 		}
-		if err := pq.Delete(ctx, pm.ID, pm.PopReceipt); err != nil {
+		// The body is back in its queue: the delete must happen even if
+		// the caller went away meanwhile, or the message would be in both.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		err := pq.Delete(dctx, pm.ID, pm.PopReceipt)
+		cancel()
+		if err != nil {
 			res.Failed = append(res.Failed, Failure{PoisonID: m.PoisonID, ID: m.ID,
 				Error: fmt.Sprintf("requeued as %s but not deleted from %s (it is now in both): %v", d.NewID, pq.Name(), err)})
 			return false
@@ -392,7 +403,8 @@ func apply(ctx context.Context, pq *queue.Queue, sel Selection, act func(*queue.
 // visit reports whether it took the message out of the queue (deleted it)
 // and whether the scan should stop. Messages not taken stay hidden until
 // the scan ends, then are handed back with UpdateVisibility 0. It stops,
-// with more set, once MaxScan messages are held.
+// with more set, once MaxScan messages are held, or when it outlasted
+// ScanVisibility and its gets return only messages it saw.
 func scan(ctx context.Context, pq *queue.Queue, visit func(*queue.Message) (taken, stop bool)) (more bool, err error) {
 	var held []queue.Receipt
 	at := map[string]int{} // id → index in held
@@ -402,6 +414,7 @@ func scan(ctx context.Context, pq *queue.Queue, visit func(*queue.Message) (take
 		}
 	}()
 	n := pq.Features().MaxBatch
+	stale := 0 // gets in a row that returned only messages seen before
 	for {
 		ms, err := pq.Get(ctx, n, ScanVisibility)
 		if err != nil {
@@ -440,9 +453,17 @@ func scan(ctx context.Context, pq *queue.Queue, visit func(*queue.Message) (take
 			return true, nil
 		}
 		if fresh == 0 {
-			// Only messages seen before came back: everything else is held.
-			return false, nil
+			// Only messages seen before came back: their hiding ran out
+			// during a long scan. A backend that serves the oldest put
+			// first (Azure) serves them before messages not yet seen, so
+			// this does not mean everything was seen: go on, and if
+			// nothing new comes for a few gets, say that more may remain.
+			if stale++; stale >= maxStaleGets {
+				return true, nil
+			}
+			continue
 		}
+		stale = 0
 	}
 }
 
@@ -497,12 +518,12 @@ func (k key) cursor() string {
 func parseCursor(s string) (key, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
-		return key{}, fmt.Errorf("%w %q", ErrBadCursor, s)
+		return key{}, fmt.Errorf("%w: after %q", ErrBadCursor, s)
 	}
 	ns, id, ok := strings.Cut(string(b), "/")
 	n, err := strconv.ParseInt(ns, 10, 64)
 	if !ok || err != nil {
-		return key{}, fmt.Errorf("%w %q", ErrBadCursor, s)
+		return key{}, fmt.Errorf("%w: after %q", ErrBadCursor, s)
 	}
 	return key{time.Unix(0, n), id}, nil
 }
