@@ -289,7 +289,9 @@ type Dest func(name string) (*queue.Queue, error)
 // crash between the two leaves a duplicate, never a loss. The message gets
 // a new id and starts at dequeue count 0 there. A second poison copy of a
 // message already put back by this call (same original id and body) is
-// deleted without a second put. Messages that fail stay in the poison
+// deleted without a second put. A message this call put back and a
+// handler poisoned again before the scan ended stays in the poison queue
+// (it is not requeued twice). Messages that fail stay in the poison
 // queue and are listed in Failed. The error is for the scan itself (a get
 // that failed).
 func Requeue(ctx context.Context, pq *queue.Queue, dest Dest, sel Selection) (Result, error) {
@@ -297,7 +299,14 @@ func Requeue(ctx context.Context, pq *queue.Queue, dest Dest, sel Selection) (Re
 		return Result{}, err
 	}
 	put := map[string][]byte{} // original id → body put back
+	// Queue and id of each message this call put back: a handler that
+	// still fails may poison one again before the scan ends, and that new
+	// copy is left for the operator rather than requeued round and round.
+	newIDs := map[[2]string]bool{}
 	return apply(ctx, pq, sel, func(pm *queue.Message, m Message, res *Result) bool {
+		if m.Enveloped && newIDs[[2]string{m.Queue, m.ID}] {
+			return false
+		}
 		d := Done{PoisonID: m.PoisonID, ID: m.ID, Queue: m.Queue}
 		if body, ok := put[m.ID]; ok && m.Enveloped && string(body) == string(m.Body) {
 			d.Duplicate = true
@@ -313,6 +322,7 @@ func Requeue(ctx context.Context, pq *queue.Queue, dest Dest, sel Selection) (Re
 				return false
 			}
 			d.Queue, d.NewID = q.Name(), id
+			newIDs[[2]string{q.Name(), id}] = true
 			if m.Enveloped {
 				put[m.ID] = m.Body
 			}

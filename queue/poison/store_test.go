@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 	"github.com/adaptq/adaptq/queue/memory"
 	"github.com/adaptq/adaptq/queue/poison"
 	"github.com/adaptq/adaptq/queue/postgres"
@@ -348,4 +349,75 @@ func TestPurgeByIDAndAll(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestRequeueAllLeavesMessagesPoisonedAgainDuringTheCall: a handler that
+// still fails poisons a requeued message again while "requeue all" is
+// still scanning; the new poison copy (whose original id is the id the
+// requeue just put) is not requeued a second time in the same call, which
+// would otherwise go round for as long as the scan finds new copies.
+func TestRequeueAllLeavesMessagesPoisonedAgainDuringTheCall(t *testing.T) {
+	t.Parallel()
+	for name, open := range map[string]func(t *testing.T) func(string, ...queue.Option) (*queue.Queue, error){
+		"memory": func(*testing.T) func(string, ...queue.Option) (*queue.Queue, error) { return memory.NewStore().Queue },
+		"sqlite": func(t *testing.T) func(string, ...queue.Option) (*queue.Queue, error) {
+			db, err := sqlite.Open(filepath.Join(t.TempDir(), "q.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = db.Close() })
+			return db.Queue
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			q := open(t)
+			pq, err := q("orders-poison")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Every put to orders is poisoned again at once, as a busy
+			// worker whose handler still fails would do.
+			home, err := q("orders", queue.WithWrapper(func(d driver.Queue) driver.Queue { return repoisoning{d, pq} }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			poisonN(t, pq, 40)
+			res, err := poison.Requeue(ctx, pq, onlyOrders(home), poison.Selection{All: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Done) != 40 || len(res.Failed) != 0 {
+				t.Fatalf("requeue all: %d done, %d failed, want 40 and 0", len(res.Done), len(res.Failed))
+			}
+			if back := drain(t, home); len(back) != 40 {
+				t.Errorf("%d messages back in the queue, want 40", len(back))
+			}
+			if left := drain(t, pq); len(left) != 40 {
+				t.Errorf("%d messages in the poison queue after the call, want the 40 poisoned again", len(left))
+			}
+		})
+	}
+}
+
+// repoisoning is a driver whose every put is followed by a poison copy of
+// the message in pq.
+type repoisoning struct {
+	driver.Queue
+	pq *queue.Queue
+}
+
+func (r repoisoning) Put(ctx context.Context, body []byte, opts driver.PutOptions) (string, error) {
+	id, err := r.Queue.Put(ctx, body, opts)
+	if err != nil {
+		return id, err
+	}
+	m := sample(body)
+	m.ID = id
+	b, err := poison.Encode(m, 0)
+	if err == nil {
+		_, err = r.pq.Put(ctx, b, queue.PutOptions{TTL: queue.NoExpiry})
+	}
+	return id, err
 }
