@@ -59,6 +59,9 @@ type Stats struct {
 type QueueStats struct {
 	Name  string `json:"name"`
 	Depth int    `json:"depth"`
+	// PricePer10k is what 10,000 calls to this queue cost: 0 where calls
+	// are free, price_per_10k (or the backend's list price) where billed.
+	PricePer10k float64 `json:"price_per_10k"`
 	// DepthError is set when the depth could not be read.
 	DepthError string `json:"depth_error,omitempty"`
 
@@ -151,7 +154,7 @@ func (w *Worker) Stats(ctx context.Context) Stats {
 
 func queueStats(name string, st listener.State, m meter.Snapshot, win QueueWindows) QueueStats {
 	q := QueueStats{
-		Name: name, Depth: st.Depth,
+		Name: name, Depth: st.Depth, PricePer10k: m.PricePer10k,
 		ActiveTasks: st.ActiveTasks, TotalTasks: st.TotalTasks, IdleTasks: st.IdleTasks, InFlight: st.InFlight,
 		HandlerTime: Duration(st.HandlerTime),
 		Processed:   st.Processed, Failed: st.Failed, Deleted: st.Deleted, ReceiptMismatches: st.ReceiptMismatches,

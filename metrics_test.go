@@ -179,8 +179,11 @@ queues:
 	for _, m := range fams["adaptq_backend_calls_total"].GetMetric() {
 		calls += m.GetCounter().GetValue()
 	}
-	if got, want := value(fams, "adaptq_backend_cost_dollars_total", "queue", name), calls/10000*0.01; got < want*0.999 || got > want*1.001 {
-		t.Errorf("cost = %v, want %v for %v calls at $0.01 per 10,000", got, want, calls)
+	if calls < 1 {
+		t.Errorf("%v backend calls, want some", calls)
+	}
+	if got := value(fams, "adaptq_backend_cost_dollars_total", "queue", name); got != 0 {
+		t.Errorf("cost = %v for %v calls to a memory queue, want 0 (its calls are free)", got, calls)
 	}
 	if got := value(fams, "adaptq_tasks_active", "queue", name); got < 1 {
 		t.Errorf("adaptq_tasks_active = %v, want at least 1", got)

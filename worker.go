@@ -21,6 +21,7 @@ import (
 	"github.com/adaptq/adaptq/internal/statuspage"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 	"github.com/adaptq/adaptq/queue/meter"
 	"github.com/adaptq/adaptq/scaling"
 
@@ -349,13 +350,14 @@ func (w *Worker) build(ctx context.Context) (qs []*workerQueue, err error) {
 	var causes []error
 	for i, qc := range w.cfg.Queues {
 		at := fmt.Sprintf("queues[%d]", i)
-		m := meter.New(w.cfg.PricePer10k)
+		m := meter.New(0)
 		raw, err := queue.Open(ctx, qc.URL, append([]queue.Option{queue.WithObserver(m)}, w.queueOpts...)...)
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("%s.url: %v", at, err))
 			causes = append(causes, err)
 			continue
 		}
+		m.SetPrice(callPrice(w.cfg.PricePer10k, raw.Features()))
 		if qc.Name != "" && raw.Name() != qc.Name {
 			_ = raw.Close()
 			problems = append(problems, fmt.Sprintf("%s.name: %q but the url opens queue %q", at, qc.Name, raw.Name()))
@@ -648,4 +650,19 @@ func (w *Worker) Put(ctx context.Context, queueName string, body []byte, opts qu
 		_ = w.Trigger(queueName)
 	}
 	return id, err
+}
+
+// callPrice is what 10,000 calls to a queue with features f cost, for its
+// meter: nothing on a backend whose calls are free (SQLite, memory,
+// PostgreSQL, Redis: a server's cost does not grow with its calls); on a
+// billed one the configured price_per_10k, or the backend's own list
+// price (SQS: $0.004) when the config leaves the default.
+func callPrice(configured float64, f driver.Features) float64 {
+	switch {
+	case !f.Billed:
+		return 0
+	case configured == meter.DefaultPricePer10k && f.PricePer10k > 0:
+		return f.PricePer10k
+	}
+	return configured
 }

@@ -21,6 +21,8 @@ import (
 	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
+	"github.com/adaptq/adaptq/queue/meter"
 	"github.com/adaptq/adaptq/queue/poison"
 )
 
@@ -129,7 +131,7 @@ queues:
 		t.Fatalf("stats queues: %+v", st.Queues)
 	}
 	o := st.Queues[0]
-	if o.Calls["put"] != 500 || o.Processed != 500 || o.TotalCalls < 500 || o.Cost <= 0 || o.CallsPerMessage < 1 {
+	if o.Calls["put"] != 500 || o.Processed != 500 || o.TotalCalls < 500 || o.Cost != 0 || o.PricePer10k != 0 || o.CallsPerMessage < 1 {
 		t.Errorf("orders stats: %+v", o)
 	}
 	if err := stop(); err != nil {
@@ -435,5 +437,24 @@ queues: [{url: 'sqlite://$DIR/w.db?queue=warn-q', handler: 'exec: cat', trigger:
 	found := logs.FilterMessageSnippet("admin.address is empty").FilterField(zap.String("queue", "warn-q"))
 	if found.Len() != 1 {
 		t.Errorf("want one warning naming the queue, got %v", logs.All())
+	}
+}
+
+func TestCallPriceIsZeroWhereCallsAreFree(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		configured float64
+		f          driver.Features
+		want       float64
+	}{
+		{"free backend, default price", meter.DefaultPricePer10k, driver.Features{}, 0},
+		{"free backend, a price configured", 0.05, driver.Features{PricePer10k: 0.05}, 0},
+		{"billed, default price, the backend's list price", meter.DefaultPricePer10k, driver.Features{Billed: true, PricePer10k: 0.004}, 0.004},
+		{"billed, a price configured", 0.02, driver.Features{Billed: true, PricePer10k: 0.004}, 0.02},
+		{"billed, no list price", meter.DefaultPricePer10k, driver.Features{Billed: true}, meter.DefaultPricePer10k},
+	} {
+		if got := callPrice(tc.configured, tc.f); got != tc.want {
+			t.Errorf("%s: callPrice(%v, %+v) = %v, want %v", tc.name, tc.configured, tc.f, got, tc.want)
+		}
 	}
 }

@@ -66,7 +66,7 @@ func Kinds() []Kind {
 // Meter accumulates counts. One Meter may wrap many queues (to total a
 // worker) and is safe for concurrent use.
 type Meter struct {
-	price float64
+	price atomic.Uint64 // math.Float64bits of the price per 10,000 calls
 	calls [NumKinds]atomic.Int64
 	errs  [NumKinds]atomic.Int64
 	trans atomic.Int64
@@ -83,8 +83,15 @@ func New(pricePer10k float64) *Meter {
 	if pricePer10k == 0 {
 		pricePer10k = DefaultPricePer10k
 	}
-	return &Meter{price: pricePer10k}
+	m := &Meter{}
+	m.price.Store(math.Float64bits(pricePer10k))
+	return m
 }
+
+// SetPrice prices the calls at pricePer10k dollars per 10,000 from now on;
+// 0 means they are free (a backend that does not bill per call). Costs
+// are computed from the price at the time of a Snapshot.
+func (m *Meter) SetPrice(pricePer10k float64) { m.price.Store(math.Float64bits(pricePer10k)) }
 
 // Snapshot is the meter's counts at one moment.
 type Snapshot struct {
@@ -113,7 +120,7 @@ type Snapshot struct {
 // Snapshot reads the counters. Counters are read one by one, so a snapshot
 // taken while calls run may be off by the calls in flight.
 func (m *Meter) Snapshot() Snapshot {
-	s := Snapshot{PricePer10k: m.price}
+	s := Snapshot{PricePer10k: math.Float64frombits(m.price.Load())}
 	for k := range s.Calls {
 		s.Calls[k] = m.calls[k].Load()
 		s.Errors[k] = m.errs[k].Load()
