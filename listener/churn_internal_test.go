@@ -88,13 +88,16 @@ func TestStoppedTasksEndTheirHandlerContext(t *testing.T) {
 		settledTo(t, l, 1)
 	}
 	// One task is left; it may hold one context for its inline batches.
-	n := l.liveContexts.Load()
+	// The pool counts a task stopped as it takes its stop request, before
+	// its goroutine returns and ends its context, and a parallel runner
+	// settles its last message before it ends its own: wait for them to
+	// finish, as a leaked context never would.
+	waitFor(t, "stopped tasks and finished runners end their handler contexts", func() bool {
+		return l.liveContexts.Load() <= 1
+	})
 	cancel()
 	if err := l.Wait(); err != nil {
 		t.Fatal(err)
-	}
-	if n > 1 {
-		t.Fatalf("after %d grow/shrink cycles with 1 task left, %d handler contexts are live (want <= 1): stopped tasks leak their handler context", cycles, n)
 	}
 	if n := l.liveContexts.Load(); n != 0 {
 		t.Fatalf("%d handler contexts live after Wait", n)

@@ -3,6 +3,7 @@ package listener_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -241,7 +242,16 @@ func TestSlowMessageDoesNotHoldBackTheRest(t *testing.T) {
 	ids := f.put(200)
 	slowID.Store(ids[0])
 	f.start()
-	eventually(t, "the other 199 are handled", func() bool { return rec.distinct() == 199 })
+	// Wait for their runners to count them succeeded, not only for the
+	// handlers to have seen them: a runner descheduled between its handler's
+	// return and that mark would otherwise miss the flush below, and the
+	// next one a second later, which this test never reaches. (The flush
+	// timer itself is armed before the first handler starts: the first
+	// batch, holding the slow message, is dispatched in parallel.)
+	eventually(t, "the other 199 succeed", func() bool { return f.l.Stats().Processed == 199 })
+	if rec.distinct() != 199 {
+		t.Fatalf("%d messages handled, want 199", rec.distinct())
+	}
 	// Their deletes do not wait for the slow one: a flush comes within a
 	// second of virtual time.
 	f.clock.Advance(time.Second)
@@ -345,17 +355,34 @@ func TestLongHandlerIsRenewedWithTheNewestReceipt(t *testing.T) {
 		<-finish
 		return nil
 	}
-	f := newFixture(t, h, listener.Options{VisibilityTimeout: vis})
+	f := newFixture(t, h, listener.Options{
+		VisibilityTimeout: vis,
+		// The idle task sleeps an hour between its gets, so that the only
+		// timer due within a second is the batch's maintenance tick.
+		QueueEmpty: func(*listener.Listener, int) (time.Duration, bool) { return time.Hour, false },
+	})
 	f.put(1)
 	f.start()
 	m := <-started
+	// The maintenance tick (flush and renewal) runs in its own goroutine
+	// and re-arms itself from the time it reads: the clock moves only once
+	// it has, else a step could pass its renewal deadline before it reads
+	// the time, and the renewal would come a step late.
+	maintained := func(at string) {
+		eventually(t, "the batch's maintenance tick is armed "+at, func() bool {
+			ds := f.clock.Deadlines()
+			return len(ds) > 0 && ds[0] <= time.Second
+		})
+	}
+	maintained("at the start") // armed by the dispatch, before the handler ran
 	// Thirty virtual seconds, three visibility timeouts, in small steps;
 	// another consumer polls all along and must never get the message.
 	for i := 0; i < 30; i++ {
 		f.clock.Advance(time.Second)
-		eventually(t, "renewals keep up", func() bool {
-			return f.l.Stats().Renewed >= int64((i+1)/5)
-		})
+		maintained(fmt.Sprintf("after %ds", i+1))
+		if got, want := f.l.Stats().Renewed, int64((i+1)/5); got < want {
+			t.Fatalf("at %ds %d renewals, want ≥ %d (every half visibility timeout)", i+1, got, want)
+		}
 		if ms, err := f.raw.Get(context.Background(), 32, time.Minute); err != nil || len(ms) != 0 {
 			t.Fatalf("at %ds another consumer got %d messages (%v) while the handler ran", i+1, len(ms), err)
 		}
@@ -399,7 +426,12 @@ func TestStalledInlineBatchHandsTheTaskOn(t *testing.T) {
 	f.clock.AdvanceToNext()
 	// The rest of its batch and the 268 messages behind it are handled by
 	// the task, which went on without the stalled goroutine.
-	eventually(t, "the other 299 are handled", func() bool { return rec.distinct() == 499 })
+	// Succeeded, not only seen by the handler: a spilled runner descheduled
+	// before it marks its message succeeded would miss the flush below.
+	eventually(t, "the other 299 succeed", func() bool { return f.l.Stats().Processed == 499 })
+	if got := rec.distinct(); got != 499 {
+		t.Fatalf("%d messages handled, want 499", got)
+	}
 	f.clock.Advance(time.Second) // the stalled batch's flush
 	eventually(t, "the other 299 are deleted", func() bool { return f.l.Stats().Deleted == 499 })
 	if got := f.l.ActiveTasks(); got != 1 {
