@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -50,22 +49,7 @@ queues:
 // and returns the status and the response body.
 func adminCall(t *testing.T, w *Worker, method, path, body string, headers ...string) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+w.AdminAddress()+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, b := adminSend(t, w.AdminAddress(), method, path, strings.NewReader(body), headers...)
 	return resp.StatusCode, b
 }
 

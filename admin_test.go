@@ -28,21 +28,10 @@ queues: [{url: 'memory://admin-q', handler: 'exec: cat'}]
 // if empty) and the extra headers, and returns the status.
 func adminRequest(t *testing.T, addr, method, path, host, body string, headers ...string) int {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
 	if host != "" {
-		req.Host = host
+		headers = append(headers, "Host", host)
 	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	resp, _ := adminSend(t, addr, method, path, strings.NewReader(body), headers...)
 	return resp.StatusCode
 }
 

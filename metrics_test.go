@@ -1,10 +1,10 @@
 package adaptq
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -34,24 +34,12 @@ func uniqueQueue(prefix string) string {
 // parses it with the Prometheus text parser.
 func scrape(t *testing.T, addr, token string) map[string]*dto.MetricFamily {
 	t.Helper()
-	req, err := http.NewRequest("GET", "http://"+addr+MetricsPath, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp, b := adminSend(t, addr, http.MethodGet, MetricsPath, nil, bearer(token)...)
 	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
 		t.Fatalf("GET %s: %s: %s", MetricsPath, resp.Status, b)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
 	if err != nil {
 		t.Fatalf("parse %s: %v", MetricsPath, err)
 	}

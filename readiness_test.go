@@ -3,7 +3,6 @@ package adaptq
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -53,15 +52,7 @@ func (q *switchedQueue) Get(ctx context.Context, n int, vis time.Duration) ([]*d
 // readyz GETs /readyz and returns the status and body.
 func readyz(t *testing.T, addr string) (int, string) {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + ReadyPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, b := adminSend(t, addr, http.MethodGet, ReadyPath, nil)
 	return resp.StatusCode, string(b)
 }
 

@@ -29,30 +29,12 @@ func pageRequest(t *testing.T, addr, method, path string, form url.Values, cooki
 	var body io.Reader
 	if form != nil {
 		body = strings.NewReader(form.Encode())
-	}
-	req, err := http.NewRequest(method, "http://"+addr+path, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if form != nil {
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		headers = append(headers, "Content-Type", "application/x-www-form-urlencoded")
 	}
 	if cookie != nil {
-		req.AddCookie(cookie)
+		headers = append(headers, "Cookie", (&http.Cookie{Name: cookie.Name, Value: cookie.Value}).String())
 	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, b := adminSend(t, addr, method, path, body, headers...)
 	return resp, string(b)
 }
 

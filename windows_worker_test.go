@@ -17,22 +17,11 @@ import (
 // getJSON GETs path from the admin endpoint at addr and decodes the answer.
 func getJSON(t *testing.T, addr, token, path string, v any) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp, b := adminSend(t, addr, http.MethodGet, path, nil, bearer(token)...)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s: %s", path, resp.Status)
 	}
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+	if err := json.Unmarshal(b, v); err != nil {
 		t.Fatalf("GET %s: %v", path, err)
 	}
 }
