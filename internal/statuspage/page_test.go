@@ -164,3 +164,18 @@ func TestFormats(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionSurvivesATossedCookie: cookies are per host, not per port, so
+// any other service on the endpoint's host (or a page it serves) can set a
+// cookie of the session's name with a longer path, which the browser then
+// sends first. A bad cookie of that name must not hide the good one.
+func TestSessionSurvivesATossedCookie(t *testing.T) {
+	t.Parallel()
+	s := NewSessions("tok-1", "8089", time.Now)
+	good := s.Login()
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("Cookie", good.Name+"=tossed.by-another-port; "+good.Name+"="+good.Value)
+	if got := s.Session(r); got != good.Value {
+		t.Errorf("Session with a tossed cookie before the real one = %q, want the real session", got)
+	}
+}

@@ -88,21 +88,25 @@ func (s *Sessions) Logout() *http.Cookie {
 }
 
 // Session returns the request's valid, unexpired session cookie value, or
-// "" if it has none.
+// "" if it has none. It looks at every cookie of its name, not the first:
+// cookies are per host, not per port, so another service on the host can
+// set one (with a longer path, sent first) to hide the browser's session.
 func (s *Sessions) Session(r *http.Request) string {
-	c, err := r.Cookie(s.name)
-	if err != nil {
-		return ""
+	for _, c := range r.CookiesNamed(s.name) {
+		if s.valid(c.Value) {
+			return c.Value
+		}
 	}
-	exp, sig, ok := strings.Cut(c.Value, ".")
+	return ""
+}
+
+func (s *Sessions) valid(v string) bool {
+	exp, sig, ok := strings.Cut(v, ".")
 	if !ok || !hmac.Equal([]byte(sig), []byte(s.mac("session", exp))) {
-		return ""
+		return false
 	}
 	t, err := strconv.ParseInt(exp, 10, 64)
-	if err != nil || !s.now().Before(time.Unix(t, 0)) {
-		return ""
-	}
-	return c.Value
+	return err == nil && s.now().Before(time.Unix(t, 0))
 }
 
 // CSRF is the anti-forgery token of a session: the page puts it in every
