@@ -329,3 +329,38 @@ queues: [{url: 'memory://`+name+`', handler: once, trigger: {enabled: true}}]
 		t.Errorf("the page after requeuing a message that is gone:\n%s", page)
 	}
 }
+
+// TestStatusPageSessionRefusesOtherOriginsOfTheSite: SameSite=Strict keeps
+// the cookie from other sites, not from other origins of the same site: a
+// page on another port of the host, or on a sibling subdomain, makes the
+// browser send it. Such a page must not drive the endpoint's GETs with the
+// session (each costs billed calls; a poison lookup scans and hides the
+// poison queue), while the operator's own navigations still work.
+func TestStatusPageSessionRefusesOtherOriginsOfTheSite(t *testing.T) {
+	t.Parallel()
+	const token = "same-site-token"
+	addr := adminWorker(t, token)
+	resp, _ := pageRequest(t, addr, "POST", LoginPath, url.Values{"token": {token}}, nil, "Sec-Fetch-Site", "same-origin")
+	c := sessionCookie(t, resp)
+	poisonMsg := strings.NewReplacer("{name}", "admin-q", "{id}", "nope").Replace(PoisonMessagePath)
+	for _, tc := range []struct {
+		path, site string
+		want       int
+	}{
+		{StatsPath, "same-site", http.StatusUnauthorized},
+		{poisonMsg, "same-site", http.StatusUnauthorized},
+		{StatusPath, "same-site", http.StatusUnauthorized}, // the login form
+		{StatsPath, "cross-site", http.StatusUnauthorized},
+		{StatsPath, "same-origin", http.StatusOK},
+		{StatusPath, "none", http.StatusOK}, // typed or bookmarked
+		{StatusPath, "", http.StatusOK},     // not a browser that says
+	} {
+		var h []string
+		if tc.site != "" {
+			h = []string{"Sec-Fetch-Site", tc.site}
+		}
+		if resp, body := pageRequest(t, addr, "GET", tc.path, nil, c, h...); resp.StatusCode != tc.want {
+			t.Errorf("GET %s with the cookie, Sec-Fetch-Site %q: %s, want %d\n%.200s", tc.path, tc.site, resp.Status, tc.want, body)
+		}
+	}
+}

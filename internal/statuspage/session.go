@@ -91,7 +91,18 @@ func (s *Sessions) Logout() *http.Cookie {
 // "" if it has none. It looks at every cookie of its name, not the first:
 // cookies are per host, not per port, so another service on the host can
 // set one (with a longer path, sent first) to hide the browser's session.
+//
+// A request the browser says another origin's page made (Sec-Fetch-Site
+// same-site or cross-site) has no session: SameSite=Strict keeps the
+// cookie from other sites only, and a page on another port of the host or
+// on a sibling subdomain is the same site, so without this it could make
+// the browser read the endpoint's GET routes (billed calls, poison scans)
+// with the session.
 func (s *Sessions) Session(r *http.Request) string {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "same-site", "cross-site":
+		return ""
+	}
 	for _, c := range r.CookiesNamed(s.name) {
 		if s.valid(c.Value) {
 			return c.Value
