@@ -97,7 +97,8 @@ func (s *Sessions) Logout() *http.Cookie {
 // cookie from other sites only, and a page on another port of the host or
 // on a sibling subdomain is the same site, so without this it could make
 // the browser read the endpoint's GET routes (billed calls, poison scans)
-// with the session.
+// with the session. (Browsers send Sec-Fetch-Site to loopback and HTTPS
+// addresses only.)
 func (s *Sessions) Session(r *http.Request) string {
 	switch r.Header.Get("Sec-Fetch-Site") {
 	case "same-site", "cross-site":
