@@ -364,3 +364,28 @@ func TestStatusPageSessionRefusesOtherOriginsOfTheSite(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminProbeExemptionIsExactPaths: the probes are open without the
+// token, and no spelling of another path reaches a closed route through
+// that exemption.
+func TestAdminProbeExemptionIsExactPaths(t *testing.T) {
+	t.Parallel()
+	addr := adminWorker(t, "probe-exemption-token")
+	for path, open := range map[string]bool{
+		HealthPath:                       true,
+		ReadyPath:                        true,
+		"/%72eadyz":                      true, // an escape of /readyz is /readyz
+		"/" + ReadyPath:                  false,
+		ReadyPath + "/":                  false,
+		ReadyPath + "/.." + StatsPath:    false,
+		"/readyz%2F..%2Fv1%2Fstats":      false,
+		StatsPath + "/../.." + ReadyPath: false,
+		"/." + StatsPath:                 false,
+	} {
+		// Open: answered by the probe (readiness may say 503), not 401.
+		resp, body := adminSend(t, addr, "GET", path, nil)
+		if got := resp.StatusCode != http.StatusUnauthorized; got != open {
+			t.Errorf("GET %s without the token: %s, want open=%v\n%.200s", path, resp.Status, open, body)
+		}
+	}
+}
