@@ -223,9 +223,13 @@ func TestListenerFaults(t *testing.T) {
 	}
 	// Errors are the injected faults, plus the 404s of retried deletes whose
 	// first attempt deleted the message but lost its answer (drop_after):
-	// the listener retries a message's failed delete, and counts NotFound.
-	if e, max := s.TotalErrors(), int64(sum(faults))+st.NotFound; e > max {
-		t.Errorf("meter counts %d errors but the proxy injected %d faults and %d retried deletes found the message gone", e, sum(faults), st.NotFound)
+	// the listener retries a message's failed delete, and counts NotFound;
+	// plus the stale receipts of deletes that the faults' retries held back
+	// until the 3 s visibility ended and another get took the message (the
+	// re-runs logged above).
+	if e, max := s.TotalErrors(), int64(sum(faults))+st.NotFound+st.ReceiptMismatches; e > max {
+		t.Errorf("meter counts %d errors but the proxy injected %d faults, %d retried deletes found the message gone and %d found it taken again",
+			e, sum(faults), st.NotFound, st.ReceiptMismatches)
 	}
 	if st.NotFound > int64(faults["drop_after"]) {
 		t.Errorf("%d deletes found the message gone, more than the %d answers dropped after the fact", st.NotFound, faults["drop_after"])
