@@ -2,8 +2,10 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -44,6 +46,87 @@ func Register(scheme string, o Opener) {
 	registry[scheme] = o
 }
 
+// The import paths of the drivers in this module, by the URL schemes they
+// register: a program that names a scheme whose driver it did not import
+// gets the line to add (NoDriverError). Package queue/all imports them all.
+var builtinDrivers = map[string]string{
+	"memory":     "github.com/adaptq/adaptq/queue/memory",
+	"sqlite":     "github.com/adaptq/adaptq/queue/sqlite",
+	"azure":      "github.com/adaptq/adaptq/queue/azure",
+	"postgres":   "github.com/adaptq/adaptq/queue/postgres",
+	"postgresql": "github.com/adaptq/adaptq/queue/postgres",
+	"redis":      "github.com/adaptq/adaptq/queue/redis",
+	"rediss":     "github.com/adaptq/adaptq/queue/redis",
+	"sqs":        "github.com/adaptq/adaptq/queue/sqs",
+}
+
+// ErrNoDriver: no driver is registered for a URL's scheme (its package is
+// not imported). The error is a *NoDriverError; it also matches
+// ErrInvalidURL.
+var ErrNoDriver = errors.New("queue: no driver")
+
+// NoDriverError is Open's error for a URL whose scheme no imported driver
+// registered: it names the scheme and, for a driver of this module, the
+// import line the program lacks.
+type NoDriverError struct {
+	Scheme string
+	// Import is the driver's import path for a scheme of this module's
+	// drivers, "" for any other scheme.
+	Import string
+	// Registered are the schemes registered when Open failed.
+	Registered []string
+}
+
+// Error reads `queue: no driver for scheme "redis": import _
+// "github.com/adaptq/adaptq/queue/redis"`.
+func (e *NoDriverError) Error() string {
+	if e.Import != "" {
+		return fmt.Sprintf("queue: no driver for scheme %q: import _ %q", e.Scheme, e.Import)
+	}
+	reg := "none"
+	if len(e.Registered) > 0 {
+		reg = strings.Join(e.Registered, ", ")
+	}
+	return fmt.Sprintf("queue: no driver for scheme %q: its driver's package is not imported (registered: %s)", e.Scheme, reg)
+}
+
+// Is matches ErrNoDriver and ErrInvalidURL.
+func (e *NoDriverError) Is(target error) bool {
+	return target == ErrNoDriver || target == ErrInvalidURL
+}
+
+// CheckScheme returns a *NoDriverError if no driver is registered for
+// scheme, nil if one is: a program's configuration can be checked before
+// anything is opened.
+func CheckScheme(scheme string) error {
+	registryMu.RLock()
+	_, ok := registry[scheme]
+	registryMu.RUnlock()
+	if ok {
+		return nil
+	}
+	return &NoDriverError{Scheme: scheme, Import: builtinDrivers[scheme], Registered: Schemes()}
+}
+
+// KnownSchemes lists the schemes of this module's drivers and the
+// registered ones, sorted: what a URL may start with, whether or not its
+// driver is imported yet.
+func KnownSchemes() []string {
+	seen := map[string]bool{}
+	for s := range builtinDrivers {
+		seen[s] = true
+	}
+	for _, s := range Schemes() {
+		seen[s] = true
+	}
+	out := make([]string, 0, len(seen))
+	for s := range seen {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // Schemes lists the registered URL schemes, sorted.
 func Schemes() []string {
 	registryMu.RLock()
@@ -58,7 +141,9 @@ func Schemes() []string {
 
 // Open opens the queue named by rawURL with the driver registered for its
 // scheme, for example memory://orders, sqlite://./data/adaptq.db?queue=orders
-// or azure://account/orders. The driver's package must be imported. opts
+// or azure://account/orders. The driver's package must be imported
+// (import _ "github.com/adaptq/adaptq/queue/sqlite"); a scheme without a
+// registered driver is a *NoDriverError that names the import line. opts
 // configure the Queue as in New.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Queue, error) {
 	u, err := url.Parse(rawURL)
@@ -66,14 +151,13 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Queue, error) {
 		return nil, fmt.Errorf("%w %q: %v", ErrInvalidURL, Redact(rawURL), err)
 	}
 	if u.Scheme == "" {
-		return nil, fmt.Errorf("%w %q: no scheme (want one of %s)", ErrInvalidURL, Redact(rawURL), strings.Join(Schemes(), ", "))
+		return nil, fmt.Errorf("%w %q: no scheme (want one of %s)", ErrInvalidURL, Redact(rawURL), strings.Join(KnownSchemes(), ", "))
 	}
 	registryMu.RLock()
 	o, ok := registry[u.Scheme]
 	registryMu.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("%w %q: unknown scheme %q (registered: %s; is the driver imported?)",
-			ErrInvalidURL, Redact(rawURL), u.Scheme, strings.Join(Schemes(), ", "))
+		return nil, CheckScheme(u.Scheme)
 	}
 	d, err := o.OpenQueueURL(ctx, u)
 	if err != nil {
@@ -115,6 +199,18 @@ func Redact(rawURL string) string {
 		u = &c
 	}
 	return u.Redacted()
+}
+
+// urlInText finds URLs in an error's text, where a backend's client may
+// have quoted a request URL with its signature.
+var urlInText = regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^\s"'<>]+`)
+
+// RedactText hides the secrets of every URL in s (Redact) and keeps it to
+// one line: for an error's text shown to people (a probe's reason, a status
+// page).
+func RedactText(s string) string {
+	s = urlInText.ReplaceAllStringFunc(s, Redact)
+	return strings.Join(strings.Fields(s), " ")
 }
 
 // CheckParams returns ErrInvalidURL naming the first query parameter of u

@@ -1,6 +1,9 @@
 package queue_test
 
 import (
+	"context"
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -35,5 +38,57 @@ func TestValidateName(t *testing.T) {
 		if err := queue.ValidateName(name); (err == nil) != ok {
 			t.Errorf("ValidateName(%q) = %v", name, err)
 		}
+	}
+}
+
+// A URL whose driver the program did not import names the scheme and, for
+// a driver of this module, the import line to add; this test binary
+// imports the memory driver only.
+func TestOpenNamesTheMissingDriverImport(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		url, want string
+		builtin   bool
+	}{
+		{"redis://127.0.0.1:6379/0?queue=orders", `queue: no driver for scheme "redis": import _ "github.com/adaptq/adaptq/queue/redis"`, true},
+		{"rediss://127.0.0.1:6379/0?queue=orders", `queue: no driver for scheme "rediss": import _ "github.com/adaptq/adaptq/queue/redis"`, true},
+		{"postgresql://127.0.0.1/test?queue=orders", `import _ "github.com/adaptq/adaptq/queue/postgres"`, true},
+		{"sqlite://./x.db?queue=orders", `import _ "github.com/adaptq/adaptq/queue/sqlite"`, true},
+		{"azure://acct/orders", `import _ "github.com/adaptq/adaptq/queue/azure"`, true},
+		{"sqs://orders", `import _ "github.com/adaptq/adaptq/queue/sqs"`, true},
+		{"nosuch://x", `queue: no driver for scheme "nosuch": its driver's package is not imported (registered: memory`, false},
+	} {
+		_, err := queue.Open(context.Background(), tc.url)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Open(%q) = %v, want %q", tc.url, err, tc.want)
+			continue
+		}
+		var nd *queue.NoDriverError
+		if !errors.As(err, &nd) || !errors.Is(err, queue.ErrNoDriver) || !errors.Is(err, queue.ErrInvalidURL) {
+			t.Errorf("Open(%q) = %#v: want a *NoDriverError matching ErrNoDriver and ErrInvalidURL", tc.url, err)
+			continue
+		}
+		if (nd.Import != "") != tc.builtin {
+			t.Errorf("Open(%q): Import %q", tc.url, nd.Import)
+		}
+	}
+	if err := queue.CheckScheme("memory"); err != nil {
+		t.Errorf("CheckScheme(memory) = %v, want nil: the test imports the driver", err)
+	}
+	if got := queue.KnownSchemes(); !slices.Contains(got, "redis") || !slices.Contains(got, "memory") {
+		t.Errorf("KnownSchemes() = %v, want the built-in schemes, imported or not", got)
+	}
+}
+
+func TestRedactText(t *testing.T) {
+	t.Parallel()
+	got := queue.RedactText("azure: get \"q\": Get \"https://a.queue.core.windows.net/q?sig=abc&sv=1\":\n dial tcp: refused; redis://u:pw@h:6379/0")
+	for _, secret := range []string{"sig=abc", "pw@"} {
+		if strings.Contains(got, secret) {
+			t.Errorf("RedactText kept %q: %q", secret, got)
+		}
+	}
+	if strings.Contains(got, "\n") || !strings.Contains(got, "refused") {
+		t.Errorf("RedactText = %q", got)
 	}
 }
