@@ -800,7 +800,11 @@ func (q *QueueConfig) validate(at string) []string {
 	if q.URL == "" {
 		add("url", "is missing (for example sqlite://./data/adaptq.db?queue=orders)")
 	} else if u, err := url.Parse(q.URL); err != nil || u.Scheme == "" {
-		add("url", "%q is not a queue URL (want scheme://…, one of %s)", queue.Redact(q.URL), strings.Join(queue.Schemes(), ", "))
+		add("url", "%q is not a queue URL (want scheme://…, one of %s)", queue.Redact(q.URL), strings.Join(queue.KnownSchemes(), ", "))
+	} else if err := queue.CheckScheme(u.Scheme); err != nil {
+		// The program did not import the scheme's driver: say which line
+		// to add, before anything starts.
+		add("url", "%s", strings.TrimPrefix(err.Error(), "queue: "))
 	}
 	if err := checkHandlerSpec(q.Handler); err != nil {
 		add("handler", "%v", err)

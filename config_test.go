@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 const goodQueue = `
@@ -250,5 +252,38 @@ func TestSecretsStayOutOfConfigErrors(t *testing.T) {
 				t.Errorf("error shows the secret %q: %v", secret, err)
 			}
 		}
+	}
+}
+
+// A URL whose driver the program did not import fails when the config is
+// loaded, and when a worker is made of a config built in code, before
+// anything starts: the error names the field, the scheme and, for a driver
+// of this module, the import line to add. This test binary imports the
+// memory, sqlite and azure drivers only.
+func TestConfigNamesTheMissingDriverImport(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ url, want string }{
+		{"redis://127.0.0.1:6379/0?queue=orders", `queues[0].url: no driver for scheme "redis": import _ "github.com/adaptq/adaptq/queue/redis"`},
+		{"postgres://127.0.0.1/test?queue=orders", `queues[0].url: no driver for scheme "postgres": import _ "github.com/adaptq/adaptq/queue/postgres"`},
+		{"sqs://orders", `queues[0].url: no driver for scheme "sqs": import _ "github.com/adaptq/adaptq/queue/sqs"`},
+		{"nosuch://x", `queues[0].url: no driver for scheme "nosuch": its driver's package is not imported (registered: `},
+	} {
+		_, err := ParseConfig("test.yaml", []byte("queues: [{url: '"+tc.url+"'}]"))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseConfig(url %s) = %v, want an error containing %q", tc.url, err, tc.want)
+		}
+		cfg := DefaultConfig()
+		qc := DefaultQueueConfig()
+		qc.URL = tc.url
+		cfg.Queues = []QueueConfig{qc}
+		_, err = New(cfg, WithLogger(zap.NewNop()))
+		var ce *ConfigError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(url %s) = %v, want a ConfigError containing %q", tc.url, err, tc.want)
+		}
+	}
+	// A driver the program imports passes.
+	if _, err := ParseConfig("test.yaml", []byte("queues: [{url: 'memory://orders'}]")); err != nil {
+		t.Errorf("a memory:// URL with its driver imported: %v", err)
 	}
 }

@@ -5,9 +5,20 @@
 // parts: for each configured queue it opens the queue by URL, wraps it in
 // the cost meter, and runs an adaptive listener (package listener) with a
 // scaling agent (package scaling) that resizes the listener's pool from the
-// queue's depth. An admin HTTP endpoint serves the worker's state and
-// costs. Register handler funcs by name with Handle, then Run until the
-// context ends; shutdown drains every listener gracefully.
+// queue's depth. When admin.address is set, Run also serves the admin HTTP
+// endpoint (package admin: probes, metrics, stats, the scaling signal, the
+// push trigger, the poison tools and the status page), which reads the
+// worker through admin.Worker. Register handler funcs by name with Handle,
+// then Run until the context ends; shutdown drains every listener
+// gracefully.
+//
+// The worker imports no queue driver: a program imports the driver of each
+// URL scheme its config names, as database/sql programs do, and compiles no
+// other backend's SDK. A config naming a scheme whose driver is not
+// imported fails at LoadConfig and New with the import line to add
+// (queue.NoDriverError). Package queue/all imports every driver.
+//
+//	import _ "github.com/adaptq/adaptq/queue/sqlite" // sqlite:// URLs
 //
 //	cfg, err := adaptq.LoadConfig("configs/adaptq.yaml")
 //	w, err := adaptq.New(cfg)

@@ -14,6 +14,7 @@ import (
 	"github.com/tidwall/gjson"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/internal/clock"
 )
 
@@ -92,8 +93,8 @@ func TestKEDAExampleReadsTheScalingSignal(t *testing.T) {
 		t.Fatalf("secretTargetRef %+v does not give the bearer token from the Secret %+v", ref, secret)
 	}
 	u, err := url.Parse(md["url"])
-	if err != nil || u.Path != ScalingPath {
-		t.Fatalf("url %q is not the scaling signal %s", md["url"], ScalingPath)
+	if err != nil || u.Path != admin.ScalingPath {
+		t.Fatalf("url %q is not the scaling signal %s", md["url"], admin.ScalingPath)
 	}
 	target, err := strconv.ParseFloat(md["targetValue"], 64)
 	if err != nil || target <= 0 {

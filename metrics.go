@@ -2,22 +2,17 @@ package adaptq
 
 import (
 	"context"
-	"net/http"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/meter"
 )
-
-// MetricsPath serves the worker's metrics in the Prometheus text format.
-const MetricsPath = "/metrics"
 
 // How often /metrics reads a queue's depth. A depth is one backend call,
 // and on a billed backend (Azure, SQS: Features().Billed) a billed
@@ -79,10 +74,10 @@ func newMetrics(w *Worker) *metrics {
 	return m
 }
 
-// handler returns the /metrics handler.
-func (m *metrics) handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
-}
+// Metrics is the worker's Prometheus registry, a registry of its own: what
+// GET /metrics serves (admin.MetricsPath). A program that serves its own
+// metrics can gather it there too.
+func (w *Worker) Metrics() prometheus.Gatherer { return w.metrics.reg }
 
 // observe is the middleware that times each message's handler and records
 // its dequeue count, by the worker's clock.

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/model"
 	"go.uber.org/zap"
 
+	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/driver"
@@ -34,14 +35,14 @@ func uniqueQueue(prefix string) string {
 // parses it with the Prometheus text parser.
 func scrape(t *testing.T, addr, token string) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, b := adminSend(t, addr, http.MethodGet, MetricsPath, nil, bearer(token)...)
+	resp, b := adminSend(t, addr, http.MethodGet, admin.MetricsPath, nil, bearer(token)...)
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s: %s", MetricsPath, resp.Status, b)
+		t.Fatalf("GET %s: %s: %s", admin.MetricsPath, resp.Status, b)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
 	if err != nil {
-		t.Fatalf("parse %s: %v", MetricsPath, err)
+		t.Fatalf("parse %s: %v", admin.MetricsPath, err)
 	}
 	return fams
 }
@@ -340,45 +341,6 @@ func TestDepthCacheInterval(t *testing.T) {
 	fake.Advance(time.Second)
 	if d, _, _ := c.get(); d.Messages != 2 {
 		t.Errorf("depth after the interval = %d, want 2", d.Messages)
-	}
-}
-
-// /metrics needs the token when one is set (Prometheus sends it as a
-// bearer token); the probes need neither the token nor a local Host.
-func TestMetricsAndProbesAccess(t *testing.T) {
-	t.Parallel()
-	for _, token := range []string{"", "s3cret"} {
-		addr := adminWorker(t, token)
-		_, port, _ := strings.Cut(addr, ":")
-		foreign := "10.0.0.1:" + port
-		waitUntil(t, "the worker is ready", func() bool {
-			return adminRequest(t, addr, "GET", ReadyPath, "", "") == http.StatusOK
-		})
-		for _, tc := range []struct {
-			path, host string
-			headers    []string
-			want       int
-		}{
-			{ReadyPath, foreign, nil, http.StatusOK},
-			{HealthPath, foreign, nil, http.StatusOK},
-			{MetricsPath, "", []string{"Authorization", "Bearer " + token}, http.StatusOK},
-		} {
-			if got := adminRequest(t, addr, "GET", tc.path, tc.host, "", tc.headers...); got != tc.want {
-				t.Errorf("token %q: GET %s (Host %q): %d, want %d", token, tc.path, tc.host, got, tc.want)
-			}
-		}
-		if token == "" {
-			if got := adminRequest(t, addr, "GET", MetricsPath, foreign, ""); got != http.StatusForbidden {
-				t.Errorf("no token: GET %s from a foreign Host: %d, want 403", MetricsPath, got)
-			}
-		} else {
-			if got := adminRequest(t, addr, "GET", MetricsPath, "", ""); got != http.StatusUnauthorized {
-				t.Errorf("token set: GET %s without it: %d, want 401", MetricsPath, got)
-			}
-		}
-		if got := adminRequest(t, addr, "POST", MetricsPath, "", "", "Authorization", "Bearer "+token); got != http.StatusMethodNotAllowed {
-			t.Errorf("POST %s: %d, want 405", MetricsPath, got)
-		}
 	}
 }
 

@@ -2,19 +2,11 @@ package adaptq
 
 import (
 	"fmt"
-	"regexp"
-	"strings"
 	"time"
 
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
 )
-
-// ReadyPath answers 200 when the worker is ready (every queue opened and
-// answering its gets) and 503 with a reason per queue otherwise: the
-// Kubernetes readiness probe. HealthPath (/healthz) says only that the
-// process is alive.
-const ReadyPath = "/readyz"
 
 // A queue is ready while its last get succeeded and came no longer ago
 // than ReadyCadences times its longest poll interval (idle.max, or
@@ -38,7 +30,8 @@ func readyWindow(o listener.Options) time.Duration {
 }
 
 // Readiness reports whether the worker is ready and, per queue, why or
-// why not: what GET /readyz serves.
+// why not: what GET /readyz serves (admin.ReadyPath; /healthz says only
+// that the process is alive).
 func (w *Worker) Readiness() (ready bool, lines []string) {
 	w.mu.Lock()
 	running := w.running
@@ -81,7 +74,7 @@ func queueReady(o listener.Options, st listener.Stats, held int, now time.Time) 
 		if !st.LastGet.IsZero() {
 			since = fmt.Sprintf("the last successful one was %s ago", ago(now, st.LastGet))
 		}
-		return fmt.Sprintf("the last get failed %s ago (%s); %s", ago(now, st.LastGetError), redactText(errText(st.LastGetErr)), since)
+		return fmt.Sprintf("the last get failed %s ago (%s); %s", ago(now, st.LastGetError), queue.RedactText(errText(st.LastGetErr)), since)
 	case st.LastGet.IsZero():
 		return "no get yet"
 	}
@@ -104,15 +97,4 @@ func errText(err error) string {
 		return "unknown error"
 	}
 	return err.Error()
-}
-
-// urlInText finds URLs in an error's text, where a backend's client may
-// have quoted a request URL with its signature.
-var urlInText = regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^\s"'<>]+`)
-
-// redactText hides the secrets of every URL in s (queue.Redact) and keeps
-// it to one line.
-func redactText(s string) string {
-	s = urlInText.ReplaceAllStringFunc(s, queue.Redact)
-	return strings.Join(strings.Fields(s), " ")
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/internal/testutil"
 
 	"go.uber.org/zap"
@@ -63,7 +64,7 @@ queues:
 		st := w.Stats(ctx)
 		return len(st.Queues) == 1 && st.Queues[0].Failed >= 3
 	})
-	resp, err := http.Get("http://" + w.AdminAddress() + StatsPath)
+	resp, err := http.Get("http://" + w.AdminAddress() + admin.StatsPath)
 	if err != nil {
 		t.Fatal(err)
 	}

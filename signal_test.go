@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/scaling"
@@ -69,11 +70,11 @@ queues:
 		at = at.Add(time.Second)
 		fake.Set(at)
 	}
-	if got := adminRequest(t, w.AdminAddress(), "GET", ScalingPath, "", ""); got != http.StatusUnauthorized {
-		t.Errorf("GET %s without the token: %d, want 401", ScalingPath, got)
+	if got := adminRequest(t, w.AdminAddress(), "GET", admin.ScalingPath, "", ""); got != http.StatusUnauthorized {
+		t.Errorf("GET %s without the token: %d, want 401", admin.ScalingPath, got)
 	}
-	var s Scaling
-	getJSON(t, w.AdminAddress(), "tok", ScalingPath, &s)
+	var s admin.Scaling
+	getJSON(t, w.AdminAddress(), "tok", admin.ScalingPath, &s)
 	if len(s.Queues) != 1 {
 		t.Fatalf("signal of %d queues: %+v", len(s.Queues), s)
 	}
@@ -106,8 +107,8 @@ queues:
     handler: work
     instances: {min: 2}
 `, clock.Real, 0)
-	var s Scaling
-	getJSON(t, w.AdminAddress(), "", ScalingPath, &s)
+	var s admin.Scaling
+	getJSON(t, w.AdminAddress(), "", admin.ScalingPath, &s)
 	if len(s.Queues) != 2 {
 		t.Fatalf("signal of %d queues: %+v", len(s.Queues), s)
 	}

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue/meter"
@@ -29,58 +30,6 @@ const (
 	// window's resolution. The hour window keeps one sample a minute.
 	WindowTick = time.Second
 )
-
-// Window is one queue's activity over a recent span, the differences of
-// its counters between a sample at the window's start and now.
-type Window struct {
-	// Span is the window asked for (1m, 1h). Elapsed is the time it covers:
-	// at least Span once the worker has run that long (up to one sample
-	// interval more), the whole run until then. Full says Elapsed ≥ Span.
-	Span    Duration `json:"span"`
-	Elapsed Duration `json:"elapsed"`
-	Full    bool     `json:"full"`
-
-	// Handler runs and messages, as the listener counts them.
-	Processed int64 `json:"processed"`
-	Failed    int64 `json:"failed"`
-	Deleted   int64 `json:"deleted"`
-	Poisoned  int64 `json:"poisoned"`
-	// Rate is messages processed a second; DrainRate messages deleted a
-	// second (the scaling signal's measure).
-	Rate      float64 `json:"rate"`
-	DrainRate float64 `json:"drain_rate"`
-
-	// The backend calls in the window; EmptyGets are the gets that found
-	// nothing (the cost of idling).
-	CallFigures
-	EmptyGets int64 `json:"empty_gets"`
-	// MonthlyCost is Cost scaled to a 30-day month and EmptyGetsPerHour
-	// the empty gets scaled to an hour; both are null when the window
-	// covers less than MinExtrapolation.
-	MonthlyCost      *float64 `json:"monthly_cost"`
-	EmptyGetsPerHour *float64 `json:"empty_gets_per_hour"`
-
-	// PickupLatency is the mean time from put to first get of the PickedUp
-	// messages first delivered in the window (0 if none was).
-	PickupLatency Duration `json:"pickup_latency"`
-	PickedUp      int64    `json:"picked_up"`
-}
-
-// QueueWindows is one queue's last minute and last hour.
-type QueueWindows struct {
-	Name       string `json:"name"`
-	LastMinute Window `json:"last_minute"`
-	LastHour   Window `json:"last_hour"`
-}
-
-// Current returns the window that gives the queue's current rate: the
-// last hour once the worker has run an hour, else the last minute.
-func (q QueueWindows) Current() Window {
-	if q.LastHour.Full {
-		return q.LastHour
-	}
-	return q.LastMinute
-}
 
 // counterSample is a queue's cumulative counters at one moment.
 type counterSample struct {
@@ -175,7 +124,7 @@ func (qw *queueWindows) sample(now time.Time) counterSample {
 }
 
 // windows samples at now and returns the last minute and the last hour.
-func (qw *queueWindows) windows(now time.Time) (minute, hour Window) {
+func (qw *queueWindows) windows(now time.Time) (minute, hour admin.Window) {
 	cur := qw.sample(now)
 	qw.mu.Lock()
 	bm, okm := qw.seconds.base(now, MinuteWindow)
@@ -191,12 +140,12 @@ func (qw *queueWindows) windows(now time.Time) (minute, hour Window) {
 }
 
 // window is the activity between the samples from and to.
-func window(span time.Duration, from, to counterSample) Window {
+func window(span time.Duration, from, to counterSample) admin.Window {
 	el := to.at.Sub(from.at)
 	m := to.meter.Sub(from.meter)
 	a, b := from.stats, to.stats
-	w := Window{
-		Span: Duration(span), Elapsed: Duration(el), Full: el >= span,
+	w := admin.Window{
+		Span: admin.Duration(span), Elapsed: admin.Duration(el), Full: el >= span,
 		Processed: b.Processed - a.Processed, Failed: b.Failed - a.Failed,
 		Deleted: b.Deleted - a.Deleted, Poisoned: b.Poisoned - a.Poisoned,
 		CallFigures: callFigures(m), EmptyGets: m.Calls[meter.GetEmpty],
@@ -212,7 +161,7 @@ func window(span time.Duration, from, to counterSample) Window {
 		w.MonthlyCost, w.EmptyGetsPerHour = &monthly, &perHour
 	}
 	if w.PickedUp > 0 {
-		w.PickupLatency = Duration((b.PickupLatency - a.PickupLatency) / time.Duration(w.PickedUp))
+		w.PickupLatency = admin.Duration((b.PickupLatency - a.PickupLatency) / time.Duration(w.PickedUp))
 	}
 	return w
 }
@@ -234,15 +183,15 @@ func tickWindows(ctx context.Context, c clock.Clock, qs []*workerQueue) {
 // Windows returns every queue's last minute and last hour, from the
 // worker's samples of its counters: no backend call. It is empty while the
 // worker does not run.
-func (w *Worker) Windows() []QueueWindows {
+func (w *Worker) Windows() []admin.QueueWindows {
 	w.mu.Lock()
 	qs := append([]*workerQueue(nil), w.queues...)
 	w.mu.Unlock()
 	now := w.clock.Now()
-	out := make([]QueueWindows, 0, len(qs))
+	out := make([]admin.QueueWindows, 0, len(qs))
 	for _, wq := range qs {
 		m, h := wq.win.windows(now)
-		out = append(out, QueueWindows{Name: wq.name, LastMinute: m, LastHour: h})
+		out = append(out, admin.QueueWindows{Name: wq.name, LastMinute: m, LastHour: h})
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue/meter"
@@ -65,7 +66,7 @@ func TestWindowsSayWhatTheyCover(t *testing.T) {
 	qw.sample(clock.Epoch)
 	c.gets.Add(7)
 	m, h := qw.windows(clock.Epoch.Add(10 * time.Minute))
-	for _, w := range []Window{m, h} {
+	for _, w := range []admin.Window{m, h} {
 		if time.Duration(w.Elapsed) != 10*time.Minute || w.TotalCalls != 7 {
 			t.Errorf("%s window: %+v", time.Duration(w.Span), w)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/internal/testutil"
 	"github.com/adaptq/adaptq/queue"
@@ -74,9 +75,9 @@ queues:
 	runWorker(t, w)
 	l, _ := w.Listener(name)
 	addr := w.AdminAddress()
-	stats := func() QueueStats {
-		var s Stats
-		getJSON(t, addr, "", StatsPath, &s)
+	stats := func() admin.QueueStats {
+		var s admin.Stats
+		getJSON(t, addr, "", admin.StatsPath, &s)
 		if len(s.Queues) != 1 {
 			t.Fatalf("stats of %d queues", len(s.Queues))
 		}

@@ -16,24 +16,14 @@ import (
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/internal/clock"
-	"github.com/adaptq/adaptq/internal/statuspage"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/driver"
 	"github.com/adaptq/adaptq/queue/meter"
 	"github.com/adaptq/adaptq/scaling"
-
-	// The built-in drivers: memory://, the embedded default sqlite://,
-	// azure:// (Azure Queue Storage), postgres:// (PostgreSQL, woken by
-	// LISTEN/NOTIFY), redis:// (Redis, with a blocking wake-up) and sqs://.
-	_ "github.com/adaptq/adaptq/queue/azure"
-	_ "github.com/adaptq/adaptq/queue/memory"
-	_ "github.com/adaptq/adaptq/queue/postgres"
-	_ "github.com/adaptq/adaptq/queue/redis"
-	_ "github.com/adaptq/adaptq/queue/sqlite"
-	_ "github.com/adaptq/adaptq/queue/sqs"
 )
 
 // ErrNoHandler: a configured queue names a handler that is not registered.
@@ -65,9 +55,6 @@ type Worker struct {
 	running  bool
 	admin    string        // address the admin endpoint listens on, once up
 	ready    chan struct{} // closed once Run has started everything
-	// sessions are the status page's logins, when the admin endpoint has a
-	// token (set before it serves).
-	sessions *statuspage.Sessions
 	// draining is set when Run's context ends: readiness then fails.
 	draining atomic.Bool
 
@@ -246,7 +233,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.checkHandlers(); err != nil {
 		return fmt.Errorf("%w: %w", ErrStart, err)
 	}
-	admin, err := w.startAdmin()
+	adminSrv, err := w.startAdmin()
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
 			err = fmt.Errorf("%w (another process listens there, perhaps a worker already running on this config: stop it, or give this worker an admin.address of its own, or \"\" for none)", err)
@@ -254,9 +241,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", ErrStart, err)
 	}
 	stopAdmin := func() {
-		if admin != nil {
-			admin.shutdown()
-			admin = nil
+		if adminSrv != nil {
+			adminSrv.Stop()
+			adminSrv = nil
 		}
 	}
 	defer stopAdmin()
@@ -618,8 +605,10 @@ func (w *Worker) Ready() <-chan struct{} {
 	return w.ready
 }
 
-// ErrNotRunning: Put or Queue was called while the worker is not running.
-var ErrNotRunning = errors.New("adaptq: worker is not running")
+// ErrNotRunning: Put, Queue or an admin method (Scaling, the poison tools)
+// was called while the worker is not running. It is admin.ErrNotRunning, so
+// that the admin endpoint answers 503.
+var ErrNotRunning = admin.ErrNotRunning
 
 // Queue returns the named queue, metered, while the worker runs. Producers
 // in the worker's process (a handler that passes work on) should put

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/internal/testutil"
 
 	"go.uber.org/zap"
@@ -117,11 +118,11 @@ queues:
 	})
 
 	// The admin endpoint serves the same stats.
-	resp, err := http.Get("http://" + w.AdminAddress() + StatsPath)
+	resp, err := http.Get("http://" + w.AdminAddress() + admin.StatsPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st Stats
+	var st admin.Stats
 	err = json.NewDecoder(resp.Body).Decode(&st)
 	resp.Body.Close()
 	if err != nil {
@@ -156,7 +157,6 @@ func TestStartupErrorsNameTheQueue(t *testing.T) {
 			`queues[0] (orders-a).handler: no handler registered: "orders-a" (registered: none)`},
 		{"named handler not registered", "queues: [{url: 'memory://orders-b', handler: billing}]",
 			`queues[0].handler: no handler registered: "billing"`},
-		{"unknown scheme", "queues: [{url: 'nosuch://x'}]", `queues[0].url:`},
 		{"bad sqlite URL", "queues: [{url: 'sqlite:///tmp/x.db'}]", `queues[0].url:`},
 		{"name and url disagree", "queues: [{name: abc, url: 'memory://xyz', handler: 'exec: cat'}]", `queues[0].name: "abc" but the url opens queue "xyz"`},
 		{"poison queue is the queue, name from the url", "queues: [{url: 'memory://selfp', handler: 'exec: cat', poison_queue: selfp}]",
@@ -217,16 +217,16 @@ queues: [{url: 'memory://token-q', handler: 'exec: cat'}]
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	if c := get(StatsPath, ""); c != http.StatusUnauthorized {
+	if c := get(admin.StatsPath, ""); c != http.StatusUnauthorized {
 		t.Errorf("stats without a token: %d", c)
 	}
-	if c := get(StatsPath, "wrong"); c != http.StatusUnauthorized {
+	if c := get(admin.StatsPath, "wrong"); c != http.StatusUnauthorized {
 		t.Errorf("stats with a wrong token: %d", c)
 	}
-	if c := get(StatsPath, "s3cret"); c != http.StatusOK {
+	if c := get(admin.StatsPath, "s3cret"); c != http.StatusOK {
 		t.Errorf("stats with the token: %d", c)
 	}
-	if c := get(HealthPath, ""); c != http.StatusOK {
+	if c := get(admin.HealthPath, ""); c != http.StatusOK {
 		t.Errorf("health check: %d", c)
 	}
 }
@@ -380,13 +380,13 @@ queues:
 	if _, err := q.Put(ctx, []byte("wake"), queue.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := SendTrigger(ctx, w.AdminAddress(), "wrong", "events"); err == nil || !strings.Contains(err.Error(), "401") {
+	if err := admin.SendTrigger(ctx, w.AdminAddress(), "wrong", "events"); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("trigger with a wrong token: %v", err)
 	}
-	if err := SendTrigger(ctx, w.AdminAddress(), "tok", "nosuch"); err == nil || !strings.Contains(err.Error(), "404") {
+	if err := admin.SendTrigger(ctx, w.AdminAddress(), "tok", "nosuch"); err == nil || !strings.Contains(err.Error(), "404") {
 		t.Fatalf("trigger of an unknown queue: %v", err)
 	}
-	if err := SendTrigger(ctx, w.AdminAddress(), "tok", "events"); err != nil {
+	if err := admin.SendTrigger(ctx, w.AdminAddress(), "tok", "events"); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the woken task waits out the trigger floor", func() bool {

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/adaptq/adaptq"
+	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/internal/durationhint"
 	"github.com/adaptq/adaptq/queue"
 )
@@ -155,17 +156,17 @@ func trigger(ctx context.Context, from *configured, q *queue.Queue) string {
 	if from.qc == nil {
 		return "" // a poison queue: no worker listens to it
 	}
-	qc, admin := from.qc, from.cfg.Admin
+	qc, ac := from.qc, from.cfg.Admin
 	switch {
 	case !qc.Trigger.Enabled:
 		return fmt.Sprintf("; no trigger configured (trigger.enabled is false): the worker finds the messages at its next poll, within idle.max (%s)", qc.Idle.Max)
-	case admin.Address == "" && q.Features().NativeNotify:
+	case ac.Address == "" && q.Features().NativeNotify:
 		return "; the queue's backend wakes the worker itself (native notify)"
-	case admin.Address == "":
+	case ac.Address == "":
 		return fmt.Sprintf("; worker not triggered: admin.address is empty, so the worker listens for no trigger (it finds the messages within trigger.safety_interval, %s)", qc.Trigger.SafetyInterval)
 	}
-	if err := adaptq.SendTrigger(ctx, adaptq.DialAddress(admin.Address), admin.Token, q.Name()); err != nil {
-		return fmt.Sprintf("; worker at %s not triggered (it finds the messages within trigger.safety_interval, %s)", admin.Address, qc.Trigger.SafetyInterval)
+	if err := admin.SendTrigger(ctx, admin.DialAddress(ac.Address), ac.Token, q.Name()); err != nil {
+		return fmt.Sprintf("; worker at %s not triggered (it finds the messages within trigger.safety_interval, %s)", ac.Address, qc.Trigger.SafetyInterval)
 	}
 	return "; worker triggered"
 }

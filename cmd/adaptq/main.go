@@ -30,6 +30,9 @@ import (
 
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
+
+	// The binary opens every scheme: it imports every driver.
+	_ "github.com/adaptq/adaptq/queue/all"
 )
 
 // Exit codes.

@@ -118,7 +118,7 @@ func TestBadUsageExitsTwoAndNamesTheProblem(t *testing.T) {
 		{"count zero", "", []string{"enqueue", "-c", cfg, "--count", "0", "x"}, []string{"--count 0", "at least 1"}},
 		{"unknown queue", "", []string{"enqueue", "-c", cfg, "--queue", "nope", "x"}, []string{`--queue "nope"`, "no such queue", "orders"}},
 		{"url and queue", "", []string{"enqueue", "--url", url, "--queue", "orders", "x"}, []string{"--url", "not both"}},
-		{"unknown scheme", "", []string{"enqueue", "--url", "nosuch://x", "x"}, []string{"--url", `unknown scheme "nosuch"`}},
+		{"unknown scheme", "", []string{"enqueue", "--url", "nosuch://x", "x"}, []string{"--url", `no driver for scheme "nosuch"`}},
 		{"oversized body", "", []string{"enqueue", "-c", cfg, "--file", big}, []string{"--file " + big, "65537 bytes", "limit"}},
 		{"oversized line", "ok\n" + strings.Repeat("x", queue.DefaultMaxBodySize+1) + "\n", []string{"enqueue", "-c", cfg, "--lines", "-"}, []string{"line 2 of standard input", "limit"}},
 		{"no lines", "\n\n", []string{"enqueue", "-c", cfg, "--lines", "-"}, []string{"--lines", "no non-empty line"}},

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/adaptq/adaptq"
+	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/poison"
 )
@@ -204,7 +205,7 @@ func (o *poisonListCmd) run(cmd *cobra.Command, e env) (err error) {
 		return failuref("list %s: %w", p.pq.Name(), err)
 	}
 	if o.json {
-		return writeJSONTo(e.stdout, adaptq.PoisonPage{Queue: p.home, PoisonQueue: p.pq.Name(), Page: page})
+		return writeJSONTo(e.stdout, admin.PoisonPage{Queue: p.home, PoisonQueue: p.pq.Name(), Page: page})
 	}
 	if len(page.Messages) == 0 {
 		fmt.Fprintf(e.stdout, "%s: no poison messages\n", p.pq.Name())

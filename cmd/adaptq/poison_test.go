@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/adaptq/adaptq"
+	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/poison"
 )
@@ -109,7 +110,7 @@ func TestPoisonCommands(t *testing.T) {
 	}
 
 	// --json, and the poison queue named by itself.
-	var page adaptq.PoisonPage
+	var page admin.PoisonPage
 	r := mustCLI(t, "", "poison", "list", "-c", cfg, "-q", "orders-poison", "--json", "--limit", "1000")
 	if err := json.Unmarshal([]byte(r.stdout), &page); err != nil || len(page.Messages) != 41 || page.Queue != "orders" || page.Next != "" {
 		t.Fatalf("list --json: %v %s", err, r.stdout)

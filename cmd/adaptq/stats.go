@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/adaptq/adaptq"
+	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/meter"
 )
@@ -74,8 +75,8 @@ type workerReport struct {
 	Address string `json:"address"`
 	Running bool   `json:"running"`
 	// Note says why there are no stats.
-	Note  string        `json:"note,omitempty"`
-	Stats *adaptq.Stats `json:"stats,omitempty"`
+	Note  string       `json:"note,omitempty"`
+	Stats *admin.Stats `json:"stats,omitempty"`
 }
 
 func (o *statsCmd) run(cmd *cobra.Command, e env) error {
@@ -126,7 +127,7 @@ func (o *statsCmd) run(cmd *cobra.Command, e env) error {
 		}
 		r.Worker = fetchWorker(ctx, cfg.Admin)
 		if r.Worker.Stats != nil && o.queue != "" {
-			var keep []adaptq.QueueStats
+			var keep []admin.QueueStats
 			for _, qs := range r.Worker.Stats.Queues {
 				if qs.Name == o.queue {
 					keep = append(keep, qs)
@@ -188,45 +189,45 @@ func depth(ctx context.Context, q *queue.Queue, rawURL, poison string) queueDept
 }
 
 // fetchWorker reads the worker's stats from its admin endpoint.
-func fetchWorker(ctx context.Context, admin adaptq.AdminConfig) *workerReport {
-	w := &workerReport{Address: admin.Address}
-	if admin.Address == "" {
+func fetchWorker(ctx context.Context, ac adaptq.AdminConfig) *workerReport {
+	w := &workerReport{Address: ac.Address}
+	if ac.Address == "" {
 		w.Note = "the worker's admin endpoint is disabled: admin.address is empty"
 		return w
 	}
 	ctx, cancel := context.WithTimeout(ctx, adminTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+adaptq.DialAddress(admin.Address)+adaptq.StatsPath, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin.DialAddress(ac.Address)+admin.StatsPath, nil)
 	if err != nil {
-		w.Note = fmt.Sprintf("admin.address %q: %v", admin.Address, err)
+		w.Note = fmt.Sprintf("admin.address %q: %v", ac.Address, err)
 		return w
 	}
-	if admin.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+admin.Token)
+	if ac.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+ac.Token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		w.Note = fmt.Sprintf("worker not running at %s", admin.Address)
+		w.Note = fmt.Sprintf("worker not running at %s", ac.Address)
 		return w
 	}
 	defer resp.Body.Close()
 	w.Running = true
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized:
-		w.Note = fmt.Sprintf("the worker at %s refused the request (HTTP 401): check admin.token", admin.Address)
+		w.Note = fmt.Sprintf("the worker at %s refused the request (HTTP 401): check admin.token", ac.Address)
 		return w
 	case resp.StatusCode != http.StatusOK:
-		w.Note = fmt.Sprintf("the worker at %s answered %s", admin.Address, resp.Status)
+		w.Note = fmt.Sprintf("the worker at %s answered %s", ac.Address, resp.Status)
 		return w
 	}
-	var s adaptq.Stats
+	var s admin.Stats
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&s); err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			w.Running = false
-			w.Note = fmt.Sprintf("worker not running at %s (no answer within %s)", admin.Address, adminTimeout)
+			w.Note = fmt.Sprintf("worker not running at %s (no answer within %s)", ac.Address, adminTimeout)
 			return w
 		}
-		w.Note = fmt.Sprintf("the worker at %s sent stats that do not decode: %v", admin.Address, err)
+		w.Note = fmt.Sprintf("the worker at %s sent stats that do not decode: %v", ac.Address, err)
 		return w
 	}
 	w.Stats = &s
@@ -279,7 +280,7 @@ func printStats(w io.Writer, r statsReport) {
 
 // printWindow shows one window of a queue: what it covers, its messages,
 // calls and cost.
-func printWindow(w io.Writer, label string, win adaptq.Window) {
+func printWindow(w io.Writer, label string, win admin.Window) {
 	span := time.Duration(win.Span)
 	covers := "over " + span.String()
 	if !win.Full {
@@ -300,7 +301,7 @@ func printWindow(w io.Writer, label string, win adaptq.Window) {
 
 // monthly says what the queue costs a month at the current rate, and from
 // which window, or why that is not known yet.
-func monthly(q adaptq.QueueStats) string {
+func monthly(q admin.QueueStats) string {
 	if q.MonthlyCost == nil {
 		return fmt.Sprintf("a month at the current rate: not known before the worker has run %s", adaptq.MinExtrapolation)
 	}

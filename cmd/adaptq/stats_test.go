@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/adaptq/adaptq"
+	"github.com/adaptq/adaptq/admin"
 )
 
 // startWorker runs a worker in-process on workerYAML, with $DIR replaced by
@@ -217,11 +218,11 @@ func TestStatsNamesTheWindowOfTheMonthlyCost(t *testing.T) {
 		{false, "$0.0086 a month at the rate of the last minute, 12 empty gets an hour"},
 		{true, "$0.0086 a month at the rate of the last hour, 12 empty gets an hour"},
 	} {
-		q := adaptq.QueueStats{Name: "orders", MonthlyCost: &monthly, IdleCallsPerHour: &idle}
-		q.LastMinute = adaptq.Window{Span: adaptq.Duration(time.Minute), Elapsed: adaptq.Duration(time.Minute), Full: true, EmptyGets: 1}
-		q.LastHour = adaptq.Window{Span: adaptq.Duration(time.Hour), Elapsed: adaptq.Duration(20 * time.Minute), Full: tc.hourFull}
+		q := admin.QueueStats{Name: "orders", MonthlyCost: &monthly, IdleCallsPerHour: &idle}
+		q.LastMinute = admin.Window{Span: admin.Duration(time.Minute), Elapsed: admin.Duration(time.Minute), Full: true, EmptyGets: 1}
+		q.LastHour = admin.Window{Span: admin.Duration(time.Hour), Elapsed: admin.Duration(20 * time.Minute), Full: tc.hourFull}
 		var b strings.Builder
-		printStats(&b, statsReport{Worker: &workerReport{Address: "x", Running: true, Stats: &adaptq.Stats{Queues: []adaptq.QueueStats{q}}}})
+		printStats(&b, statsReport{Worker: &workerReport{Address: "x", Running: true, Stats: &admin.Stats{Queues: []admin.QueueStats{q}}}})
 		if !strings.Contains(b.String(), tc.want) || !strings.Contains(b.String(), "last min   over 1m0s: ") {
 			t.Errorf("hour full %v: stats lacks %q:\n%s", tc.hourFull, tc.want, b.String())
 		}

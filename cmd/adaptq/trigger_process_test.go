@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/adaptq/adaptq"
+	"github.com/adaptq/adaptq/admin"
 
 	"github.com/adaptq/adaptq/internal/testutil"
 )
@@ -127,9 +127,9 @@ type logText string
 
 func (l logText) String() string { b, _ := os.ReadFile(string(l)); return string(b) }
 
-func fetchStats(addr string) (adaptq.Stats, bool) {
-	var s adaptq.Stats
-	resp, err := http.Get("http://" + addr + adaptq.StatsPath)
+func fetchStats(addr string) (admin.Stats, bool) {
+	var s admin.Stats
+	resp, err := http.Get("http://" + addr + admin.StatsPath)
 	if err != nil {
 		return s, false
 	}

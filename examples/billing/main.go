@@ -29,9 +29,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/adaptq/adaptq"
+	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/meter"
+	_ "github.com/adaptq/adaptq/queue/sqlite" // the sqlite:// scheme both queues use
 )
 
 // Params shape a run.
@@ -358,7 +360,7 @@ func putBurst(ctx context.Context, q *queue.Queue, burst int, p Params, want *Su
 	return <-errs
 }
 
-func report(out io.Writer, p Params, s Summary, st adaptq.Stats) {
+func report(out io.Writer, p Params, s Summary, st admin.Stats) {
 	fmt.Fprintf(out, "\ndone: %d transactions in %d work messages, %d results aggregated\n", s.Transactions, s.WorkMessages, s.Results)
 	fmt.Fprintf(out, "total %s, fees %s (checksum %d)\n", dollars(s.Cents), dollars(s.FeeCents), s.Checksum)
 	busy := s.Wall - time.Duration(p.Bursts-1)*p.Gap

@@ -14,6 +14,7 @@ import (
 
 	"github.com/adaptq/adaptq"
 	"github.com/adaptq/adaptq/handler"
+	_ "github.com/adaptq/adaptq/queue/sqlite" // the driver of adaptq.yaml's sqlite:// URL
 )
 
 type Order struct {

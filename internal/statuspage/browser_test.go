@@ -22,10 +22,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/adaptq/adaptq"
+	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/internal/statuspage"
 	"github.com/adaptq/adaptq/internal/testutil"
 	"github.com/adaptq/adaptq/queue"
+	_ "github.com/adaptq/adaptq/queue/sqlite"
 )
 
 // screenshot, if set, is where TestStatusPageInABrowser saves a PNG of the
@@ -127,7 +129,7 @@ queues:
 		return nil
 	})
 	testutil.RunInBackground(t, w)
-	return w, "http://" + w.AdminAddress() + adaptq.StatusPath
+	return w, "http://" + w.AdminAddress() + admin.StatusPath
 }
 
 // pageText returns the text of the first element sel matches on the page

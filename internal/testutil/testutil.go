@@ -5,6 +5,10 @@ package testutil
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -94,4 +98,83 @@ func RunInBackground(t testing.TB, r Runner) {
 	case <-time.After(HangGuard):
 		t.Fatal("did not start")
 	}
+}
+
+// Send sends method path to the HTTP endpoint at addr (an admin endpoint)
+// with body (nil for none) and headers given as name, value pairs ("Host"
+// sets the request's Host), without following redirects, and returns the
+// response and its whole body.
+func Send(t testing.TB, addr, method, path string, body io.Reader, headers ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+addr+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		if headers[i] == "Host" {
+			req.Host = headers[i+1]
+			continue
+		}
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}
+
+// Request sends method path to addr with the Host header host (addr if
+// empty), body and the extra headers, and returns the status.
+func Request(t testing.TB, addr, method, path, host, body string, headers ...string) int {
+	t.Helper()
+	if host != "" {
+		headers = append(headers, "Host", host)
+	}
+	resp, _ := Send(t, addr, method, path, strings.NewReader(body), headers...)
+	return resp.StatusCode
+}
+
+// Bearer is the header pair that sends token, none when it is empty.
+func Bearer(token string) []string {
+	if token == "" {
+		return nil
+	}
+	return []string{"Authorization", "Bearer " + token}
+}
+
+// PageRequest sends method path to the admin endpoint at addr with a form
+// body (if form is not nil) and the cookie and extra headers given, without
+// following redirects; it returns the response and its body.
+func PageRequest(t testing.TB, addr, method, path string, form url.Values, cookie *http.Cookie, headers ...string) (*http.Response, string) {
+	t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+		headers = append(headers, "Content-Type", "application/x-www-form-urlencoded")
+	}
+	if cookie != nil {
+		headers = append(headers, "Cookie", (&http.Cookie{Name: cookie.Name, Value: cookie.Value}).String())
+	}
+	resp, b := Send(t, addr, method, path, body, headers...)
+	return resp, string(b)
+}
+
+// SessionCookie returns the status page's session cookie a response sets,
+// failing the test if it sets none.
+func SessionCookie(t testing.TB, resp *http.Response) *http.Cookie {
+	t.Helper()
+	for _, c := range resp.Cookies() {
+		if strings.HasPrefix(c.Name, "adaptq_admin_") {
+			return c
+		}
+	}
+	t.Fatalf("%s: no session cookie in %q", resp.Status, resp.Header.Values("Set-Cookie"))
+	return nil
 }

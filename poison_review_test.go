@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/poison"
 )
@@ -65,7 +66,7 @@ queues:
 func TestPoisonListBadCursorNamesTheParameter(t *testing.T) {
 	var failing atomic.Bool
 	w, _ := poisonWorker(t, "", &failing)
-	code, body := adminCall(t, w, "GET", poisonPath(PoisonPath, "jobs")+"?after=not-a-cursor", "")
+	code, body := adminCall(t, w, "GET", poisonPath(admin.PoisonPath, "jobs")+"?after=not-a-cursor", "")
 	if code != http.StatusBadRequest || !strings.Contains(string(body), `after "not-a-cursor"`) {
 		t.Fatalf("%d %q: want 400 naming after and its value", code, body)
 	}

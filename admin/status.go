@@ -1,4 +1,4 @@
-package adaptq
+package admin
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/adaptq/adaptq/internal/statuspage"
+	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/poison"
 )
 
@@ -32,30 +33,30 @@ const (
 // browser logs in once (POST LoginPath with the token) and then holds a
 // cookie that authorize accepts in place of the bearer token; see
 // sessionAuthorize.
-func (w *Worker) serveStatusPage(mux *http.ServeMux, listen string) {
-	if w.cfg.Admin.Token != "" {
+func (s *Server) serveStatusPage(mux *http.ServeMux, listen string) {
+	if s.token != "" {
 		_, port, _ := net.SplitHostPort(listen)
-		w.sessions = statuspage.NewSessions(w.cfg.Admin.Token, port, w.clock.Now)
+		s.sessions = statuspage.NewSessions(s.token, port, s.clock.Now)
 	}
-	mux.HandleFunc("GET "+StatusPath+"{$}", w.statusPage)
-	mux.HandleFunc("POST "+LoginPath, w.login)
-	mux.HandleFunc("POST "+LogoutPath, w.logout)
-	mux.HandleFunc("POST "+StatusRequeuePath, w.statusRequeue)
+	mux.HandleFunc("GET "+StatusPath+"{$}", s.statusPage)
+	mux.HandleFunc("POST "+LoginPath, s.login)
+	mux.HandleFunc("POST "+LogoutPath, s.logout)
+	mux.HandleFunc("POST "+StatusRequeuePath, s.statusRequeue)
 }
 
 // statusPage renders the page.
-func (w *Worker) statusPage(rw http.ResponseWriter, r *http.Request) {
-	v := w.statusView(r.Context())
+func (s *Server) statusPage(rw http.ResponseWriter, r *http.Request) {
+	v := s.statusView(r.Context())
 	v.Paused = r.URL.Query().Get("refresh") == "off" // statuspage.PauseQuery
 	v.Notice = requeueNotice(r.URL.Query(), v.Queues)
-	if s := w.sessions; s != nil {
-		if sess := s.Session(r); sess != "" {
-			v.LoggedIn, v.CSRF = true, s.CSRF(sess)
+	if ss := s.sessions; ss != nil {
+		if sess := ss.Session(r); sess != "" {
+			v.LoggedIn, v.CSRF = true, ss.CSRF(sess)
 		}
 	}
 	htmlHeaders(rw)
 	if err := statuspage.Render(rw, v); err != nil {
-		w.log.Error("adaptq: rendering the status page failed", zap.Error(err))
+		s.log.Error("adaptq: rendering the status page failed", zap.Error(err))
 		http.Error(rw, "the status page failed to render", http.StatusInternalServerError)
 	}
 }
@@ -71,27 +72,23 @@ func htmlHeaders(rw http.ResponseWriter) {
 }
 
 // statusView gathers the page's figures.
-func (w *Worker) statusView(ctx context.Context) statuspage.View {
-	st := w.Stats(ctx)
-	v := statuspage.View{Uptime: time.Duration(st.Uptime), PricePer10k: st.PricePer10k, Generated: w.clock.Now()}
+func (s *Server) statusView(ctx context.Context) statuspage.View {
+	st := s.w.Stats(ctx)
+	v := statuspage.View{Uptime: time.Duration(st.Uptime), PricePer10k: st.PricePer10k, Generated: s.clock.Now()}
 	for _, q := range st.Queues {
 		cpm := q.CallsPerMessage
 		if q.Deleted == 0 {
 			cpm = math.NaN() // not 0: no message has been through yet
 		}
-		var poisoned int64
-		if l, ok := w.Listener(q.Name); ok {
-			poisoned = l.Stats().Poisoned
-		}
 		v.Queues = append(v.Queues, statuspage.Queue{
-			Name: q.Name, Depth: q.Depth, DepthError: redactText(q.DepthError), InFlight: q.InFlight,
+			Name: q.Name, Depth: q.Depth, DepthError: queue.RedactText(q.DepthError), InFlight: q.InFlight,
 			ActiveTasks: q.ActiveTasks, IdleTasks: q.IdleTasks, TotalTasks: q.TotalTasks,
-			Processed: q.Processed, Failed: q.Failed, Poisoned: poisoned,
+			Processed: q.Processed, Failed: q.Failed, Poisoned: q.Poisoned,
 			CallsPerMessage: cpm,
 			Rate:            statuspage.Figure{Text: statuspage.FormatRate(q.LastMinute.Rate)},
 			PickupLatency:   pickupFigure(q.LastMinute),
 			MonthlyCost:     statuspage.Figure{Missing: "the worker has run less than a minute: too short to scale to a month"},
-			Poison:          w.poisonView(ctx, q.Name),
+			Poison:          s.poisonView(ctx, q.Name),
 		})
 		if c := q.MonthlyCost; c != nil {
 			v.Queues[len(v.Queues)-1].MonthlyCost = statuspage.Figure{Text: statuspage.FormatMoney(*c)}
@@ -102,27 +99,27 @@ func (w *Worker) statusView(ctx context.Context) statuspage.View {
 
 // login checks the token a browser's login form sent and, if it is right,
 // gives the browser its session cookie.
-func (w *Worker) login(rw http.ResponseWriter, r *http.Request) {
-	s := w.sessions
-	if s == nil {
+func (s *Server) login(rw http.ResponseWriter, r *http.Request) {
+	ss := s.sessions
+	if ss == nil {
 		http.Error(rw, "this endpoint has no token: nothing to log in to", http.StatusNotFound)
 		return
 	}
-	if !s.CheckToken(r.PostFormValue("token")) {
-		w.log.Warn("adaptq: status page login with a wrong token", zap.String("remote", r.RemoteAddr))
+	if !ss.CheckToken(r.PostFormValue("token")) {
+		s.log.Warn("adaptq: status page login with a wrong token", zap.String("remote", r.RemoteAddr))
 		htmlHeaders(rw)
 		rw.WriteHeader(http.StatusUnauthorized)
 		_ = statuspage.RenderLogin(rw, LoginPath, true)
 		return
 	}
-	http.SetCookie(rw, s.Login())
+	http.SetCookie(rw, ss.Login())
 	http.Redirect(rw, r, StatusPath, http.StatusSeeOther)
 }
 
 // logout ends the browser's session.
-func (w *Worker) logout(rw http.ResponseWriter, r *http.Request) {
-	if s := w.sessions; s != nil {
-		http.SetCookie(rw, s.Logout())
+func (s *Server) logout(rw http.ResponseWriter, r *http.Request) {
+	if ss := s.sessions; ss != nil {
+		http.SetCookie(rw, ss.Logout())
 	}
 	http.Redirect(rw, r, StatusPath, http.StatusSeeOther)
 }
@@ -133,17 +130,17 @@ func (w *Worker) logout(rw http.ResponseWriter, r *http.Request) {
 // token). A browser with neither that asks for the page gets the login
 // form. It reports whether it answered the request; if not, authorize
 // refuses it.
-func (w *Worker) sessionAuthorize(rw http.ResponseWriter, r *http.Request, next http.Handler) bool {
-	s := w.sessions
-	if s == nil {
+func (s *Server) sessionAuthorize(rw http.ResponseWriter, r *http.Request, next http.Handler) bool {
+	ss := s.sessions
+	if ss == nil {
 		return false
 	}
 	if r.URL.Path == LoginPath && r.Method == http.MethodPost {
 		next.ServeHTTP(rw, r)
 		return true
 	}
-	if sess := s.Session(r); sess != "" {
-		if !safeMethod(r.Method) && !s.CheckCSRF(r, sess) {
+	if sess := ss.Session(r); sess != "" {
+		if !safeMethod(r.Method) && !ss.CheckCSRF(r, sess) {
 			http.Error(rw, "forbidden: the form's anti-forgery token is missing or wrong (reload the page)", http.StatusForbidden)
 			return true
 		}
@@ -175,20 +172,20 @@ func pickupFigure(w Window) statuspage.Figure {
 
 // poisonView reads the poison queue of the named queue with one peek,
 // which hides nothing and counts no dequeue: the page reloads itself.
-func (w *Worker) poisonView(ctx context.Context, name string) statuspage.Poison {
-	wq, err := w.poisonOf(name)
+func (s *Server) poisonView(ctx context.Context, name string) statuspage.Poison {
+	pq, err := s.w.PoisonQueue(name)
 	if err != nil {
 		return statuspage.Poison{Name: "?", Error: err.Error()}
 	}
-	p := statuspage.Poison{Name: wq.poison.Name()}
-	n := wq.poison.Features().MaxPeek
+	p := statuspage.Poison{Name: pq.Name()}
+	n := pq.Features().MaxPeek
 	if n == 0 {
 		p.Error = "this backend cannot show messages without taking them; list them with adaptq poison list"
 		return p
 	}
-	ms, err := poison.PeekBodies(ctx, wq.poison, n)
+	ms, err := poison.PeekBodies(ctx, pq, n)
 	if err != nil {
-		p.Error = redactText(err.Error())
+		p.Error = queue.RedactText(err.Error())
 		return p
 	}
 	p.More = len(ms) == n
@@ -199,7 +196,7 @@ func (w *Worker) poisonView(ctx context.Context, name string) statuspage.Poison 
 		}
 		p.Messages = append(p.Messages, statuspage.PoisonMessage{
 			PoisonID: m.PoisonID, ID: m.ID, DequeueCount: m.DequeueCount,
-			Rule: string(m.Rule), Reason: redactText(m.Reason), FailedAt: failed,
+			Rule: string(m.Rule), Reason: queue.RedactText(m.Reason), FailedAt: failed,
 			Body: m.Body, Size: m.Size,
 		})
 	}
@@ -209,7 +206,7 @@ func (w *Worker) poisonView(ctx context.Context, name string) statuspage.Poison 
 // statusRequeue is the page's requeue button (form field id, a poison id)
 // and its requeue all (all=1): Worker.PoisonRequeue, then back to the page
 // with what it did.
-func (w *Worker) statusRequeue(rw http.ResponseWriter, r *http.Request) {
+func (s *Server) statusRequeue(rw http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	var sel poison.Selection
 	if r.PostFormValue("all") == "1" {
@@ -217,14 +214,14 @@ func (w *Worker) statusRequeue(rw http.ResponseWriter, r *http.Request) {
 	} else {
 		sel.IDs = r.PostForm["id"]
 	}
-	res, err := w.PoisonRequeue(r.Context(), name, sel)
+	res, err := s.w.PoisonRequeue(r.Context(), name, sel)
 	if err != nil && len(res.Done) == 0 {
 		writePoison(rw, nil, err)
 		return
 	}
 	for _, f := range res.Failed {
-		w.log.Warn("adaptq: requeue from the status page failed", zap.String("queue", name),
-			zap.String("poison_id", f.PoisonID), zap.String("msg_id", f.ID), zap.String("error", redactText(f.Error)))
+		s.log.Warn("adaptq: requeue from the status page failed", zap.String("queue", name),
+			zap.String("poison_id", f.PoisonID), zap.String("msg_id", f.ID), zap.String("error", queue.RedactText(f.Error)))
 	}
 	q := url.Values{"queue": {name}, "requeued": {strconv.Itoa(len(res.Done))}}
 	if len(res.NotFound) > 0 {

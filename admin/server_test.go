@@ -1,43 +1,18 @@
-package adaptq
+package admin
 
 import (
 	"net/http"
 	"strings"
 	"testing"
 
-	"go.uber.org/zap"
+	"github.com/adaptq/adaptq/internal/testutil"
 )
 
-// adminWorker runs a worker with an admin endpoint on loopback and the
-// given token ("" for none), and returns its address.
-func adminWorker(t *testing.T, token string) string {
-	t.Helper()
-	yaml := `
-admin: {address: "127.0.0.1:0", token: "` + token + `"}
-queues: [{url: 'memory://admin-q', handler: 'exec: cat'}]
-`
-	w, err := New(testConfig(t, yaml), WithLogger(zap.NewNop()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runWorker(t, w)
-	return w.AdminAddress()
-}
-
-// adminRequest sends method path to addr with the Host header host (addr
-// if empty) and the extra headers, and returns the status.
-func adminRequest(t *testing.T, addr, method, path, host, body string, headers ...string) int {
-	t.Helper()
-	if host != "" {
-		headers = append(headers, "Host", host)
-	}
-	resp, _ := adminSend(t, addr, method, path, strings.NewReader(body), headers...)
-	return resp.StatusCode
-}
+var adminRequest = testutil.Request
 
 func TestAdminRefusesForeignHostsWithoutAToken(t *testing.T) {
 	t.Parallel()
-	addr := adminWorker(t, "")
+	addr := startAdmin(t, "")
 	_, port, _ := strings.Cut(addr, ":")
 	for _, tc := range []struct {
 		host string
@@ -63,7 +38,7 @@ func TestAdminRefusesForeignHostsWithoutAToken(t *testing.T) {
 
 func TestAdminWithATokenAcceptsAnyHost(t *testing.T) {
 	t.Parallel()
-	addr := adminWorker(t, "s3cret")
+	addr := startAdmin(t, "s3cret")
 	if got := adminRequest(t, addr, "GET", StatsPath, "worker.internal:8089", "", "Authorization", "Bearer s3cret"); got != http.StatusOK {
 		t.Errorf("stats with the token and a non-loopback Host: %d", got)
 	}
@@ -71,7 +46,7 @@ func TestAdminWithATokenAcceptsAnyHost(t *testing.T) {
 
 func TestAdminRefusesCrossOriginChanges(t *testing.T) {
 	t.Parallel()
-	addr := adminWorker(t, "")
+	addr := startAdmin(t, "")
 	trigger := strings.Replace(TriggerPath, "{name}", "admin-q", 1)
 	for _, tc := range []struct {
 		name    string
@@ -92,7 +67,7 @@ func TestAdminRefusesCrossOriginChanges(t *testing.T) {
 
 func TestAdminLimitsBodiesAndSetsTimeouts(t *testing.T) {
 	t.Parallel()
-	addr := adminWorker(t, "")
+	addr := startAdmin(t, "")
 	trigger := strings.Replace(TriggerPath, "{name}", "admin-q", 1)
 	big := strings.Repeat("x", adminMaxBody+1)
 	if got := adminRequest(t, addr, "POST", trigger, "", big); got != http.StatusRequestEntityTooLarge {
@@ -102,5 +77,41 @@ func TestAdminLimitsBodiesAndSetsTimeouts(t *testing.T) {
 	if srv.ReadTimeout <= 0 || srv.ReadHeaderTimeout <= 0 || srv.WriteTimeout <= 0 || srv.IdleTimeout <= 0 || srv.MaxHeaderBytes <= 0 {
 		t.Fatalf("admin server without a bound: read %s, read header %s, write %s, idle %s, max header %d",
 			srv.ReadTimeout, srv.ReadHeaderTimeout, srv.WriteTimeout, srv.IdleTimeout, srv.MaxHeaderBytes)
+	}
+}
+
+// /metrics needs the token when one is set (Prometheus sends it as a
+// bearer token); the probes need neither the token nor a local Host.
+func TestMetricsAndProbesAccess(t *testing.T) {
+	t.Parallel()
+	for _, token := range []string{"", "s3cret"} {
+		addr := startAdmin(t, token)
+		_, port, _ := strings.Cut(addr, ":")
+		foreign := "10.0.0.1:" + port
+		for _, tc := range []struct {
+			path, host string
+			headers    []string
+			want       int
+		}{
+			{ReadyPath, foreign, nil, http.StatusOK},
+			{HealthPath, foreign, nil, http.StatusOK},
+			{MetricsPath, "", []string{"Authorization", "Bearer " + token}, http.StatusOK},
+		} {
+			if got := adminRequest(t, addr, "GET", tc.path, tc.host, "", tc.headers...); got != tc.want {
+				t.Errorf("token %q: GET %s (Host %q): %d, want %d", token, tc.path, tc.host, got, tc.want)
+			}
+		}
+		if token == "" {
+			if got := adminRequest(t, addr, "GET", MetricsPath, foreign, ""); got != http.StatusForbidden {
+				t.Errorf("no token: GET %s from a foreign Host: %d, want 403", MetricsPath, got)
+			}
+		} else {
+			if got := adminRequest(t, addr, "GET", MetricsPath, "", ""); got != http.StatusUnauthorized {
+				t.Errorf("token set: GET %s without it: %d, want 401", MetricsPath, got)
+			}
+		}
+		if got := adminRequest(t, addr, "POST", MetricsPath, "", "", "Authorization", "Bearer "+token); got != http.StatusMethodNotAllowed {
+			t.Errorf("POST %s: %d, want 405", MetricsPath, got)
+		}
 	}
 }

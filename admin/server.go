@@ -1,4 +1,4 @@
-package adaptq
+package admin
 
 import (
 	"context"
@@ -7,30 +7,71 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
-	"github.com/adaptq/adaptq/listener"
-	"github.com/adaptq/adaptq/queue/meter"
+	"github.com/adaptq/adaptq/internal/clock"
+	"github.com/adaptq/adaptq/internal/statuspage"
 )
 
-// Admin endpoint paths.
+// Worker is what the admin endpoint reads and drives: the worker host
+// (*adaptq.Worker implements it). Its methods are safe for concurrent use
+// and answer while the worker is not running too (with ErrNotRunning where
+// they return an error).
+type Worker interface {
+	// Stats reads every queue's state, depth, meter and windows: GET
+	// StatsPath and the status page.
+	Stats(ctx context.Context) Stats
+	// Scaling is the scaling signal, GET ScalingPath; an error (a depth
+	// that could not be read, ErrNotRunning) makes the answer a 503.
+	Scaling(ctx context.Context) (Scaling, error)
+	// Readiness says whether the worker is ready and, per queue, why or
+	// why not: GET ReadyPath.
+	Readiness() (ready bool, lines []string)
+	// Trigger pulls the named queue's push trigger: POST TriggerPath.
+	Trigger(queueName string) error
+	// Metrics is the worker's Prometheus registry: GET MetricsPath.
+	Metrics() prometheus.Gatherer
+	// The poison tools: the poison routes and the status page's requeue.
+	PoisonWorker
+}
+
+// ErrNotRunning: the worker does not run (yet, or any more); a poison route
+// answers 503. The worker's errors wrap it (adaptq.ErrNotRunning is this
+// value).
+var ErrNotRunning = errors.New("adaptq: worker is not running")
+
+// The admin endpoint's paths besides the poison tools' and the status
+// page's: the probes, the metrics, the stats, the scaling signal and the
+// push trigger.
+
 const (
-	StatsPath  = "/v1/stats"
+	StatsPath = "/v1/stats"
+	// HealthPath answers 200 while the process is alive: the liveness probe.
 	HealthPath = "/healthz"
+	// ReadyPath answers 200 when the worker is ready (every queue opened and
+	// answering its gets) and 503 with a reason per queue otherwise: the
+	// Kubernetes readiness probe (see Worker.Readiness).
+	ReadyPath = "/readyz"
+	// MetricsPath serves the worker's metrics in the Prometheus text format.
+	MetricsPath = "/metrics"
+	// ScalingPath serves the scaling signal, GET only: how many worker
+	// instances the queues need, for an autoscaler such as KEDA.
+	ScalingPath = "/v1/scaling"
 	// TriggerPath is POSTed to pull a queue's push trigger; {name} is the
 	// queue's name.
 	TriggerPath = "/v1/queues/{name}/trigger"
 )
 
-// adminShutdownTimeout bounds the admin endpoint's shutdown after the
-// listeners have drained.
+// adminShutdownTimeout bounds the admin endpoint's shutdown (Server.Stop,
+// after the worker's listeners have drained).
 const adminShutdownTimeout = 5 * time.Second
 
 // The admin server's bounds, so that a slow or hostile client cannot hold
@@ -73,6 +114,7 @@ type QueueStats struct {
 
 	Processed         int64 `json:"processed"`
 	Failed            int64 `json:"failed"`
+	Poisoned          int64 `json:"poisoned"`
 	Deleted           int64 `json:"deleted"`
 	ReceiptMismatches int64 `json:"receipt_mismatches"`
 	GetErrors         int64 `json:"get_errors"`
@@ -106,14 +148,6 @@ type CallFigures struct {
 	CallsPerMessage float64          `json:"calls_per_message"`
 }
 
-func callFigures(m meter.Snapshot) CallFigures {
-	f := CallFigures{Calls: m.Map(), TotalCalls: m.Total(), CallErrors: m.TotalErrors(), Cost: m.Cost()}
-	if c := m.CallsPerMessage(); !math.IsNaN(c) {
-		f.CallsPerMessage = c
-	}
-	return f
-}
-
 // Duration is a time.Duration that reads and writes as a Go duration
 // string in JSON.
 type Duration time.Duration
@@ -132,64 +166,51 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return err
 }
 
-// Stats reads every queue's state, depth (one billed Count each), meter
-// and windows.
-func (w *Worker) Stats(ctx context.Context) Stats {
-	w.mu.Lock()
-	qs := append([]*workerQueue(nil), w.queues...)
-	up := w.clock.Now().Sub(w.started)
-	w.mu.Unlock()
-	s := Stats{Uptime: Duration(up), PricePer10k: w.cfg.PricePer10k}
-	for _, wq := range qs {
-		st, err := wq.l.State(ctx)
-		minute, hour := wq.win.windows(w.clock.Now())
-		qs := queueStats(wq.name, st, wq.meter.Snapshot(), QueueWindows{Name: wq.name, LastMinute: minute, LastHour: hour})
-		if err != nil {
-			qs.DepthError = err.Error()
-		}
-		s.Queues = append(s.Queues, qs)
-	}
-	return s
+// Options configure an admin endpoint.
+type Options struct {
+	// Address is the host:port to listen on (port 0: any free port; see
+	// Server.Addr).
+	Address string
+	// Token, if set, must be sent as "Authorization: Bearer TOKEN" (or a
+	// browser logs in to the status page with it); the probes stay open.
+	// Without a token, a request must name the endpoint by its address or
+	// a loopback name.
+	Token string
+	// Logger receives the endpoint's errors and warnings (default: none).
+	Logger *zap.Logger
+	// Clock stamps the status page and its sessions (default: the real
+	// clock).
+	Clock clock.Clock
 }
 
-func queueStats(name string, st listener.State, m meter.Snapshot, win QueueWindows) QueueStats {
-	q := QueueStats{
-		Name: name, Depth: st.Depth, PricePer10k: m.PricePer10k,
-		ActiveTasks: st.ActiveTasks, TotalTasks: st.TotalTasks, IdleTasks: st.IdleTasks, InFlight: st.InFlight,
-		HandlerTime: Duration(st.HandlerTime),
-		Processed:   st.Processed, Failed: st.Failed, Deleted: st.Deleted, ReceiptMismatches: st.ReceiptMismatches,
-		GetErrors: st.GetErrors, Renewed: st.Renewed, Released: st.Released,
-		CallFigures: callFigures(m),
-		LastMinute:  win.LastMinute, LastHour: win.LastHour,
-	}
-	cur := win.Current()
-	q.MonthlyCost, q.IdleCallsPerHour = cur.MonthlyCost, cur.EmptyGetsPerHour
-	return q
-}
+// Server is a running admin endpoint: Start it, Stop it.
+type Server struct {
+	w     Worker
+	token string
+	log   *zap.Logger
+	clock clock.Clock
+	addr  string
+	// sessions are the status page's logins, when the endpoint has a token
+	// (set before it serves).
+	sessions *statuspage.Sessions
 
-// AdminAddress is the address the admin endpoint listens on while the
-// worker runs ("" if it has none or has not started).
-func (w *Worker) AdminAddress() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.admin
-}
-
-type adminServer struct {
 	srv  *http.Server
 	done chan struct{}
-	log  *zap.Logger
 }
 
-// startAdmin serves the admin endpoint if an address is configured.
-func (w *Worker) startAdmin() (*adminServer, error) {
-	addr := w.cfg.Admin.Address
-	if addr == "" {
-		return nil, nil
-	}
+// Start listens on o.Address and serves w's admin endpoint until Stop.
+func Start(w Worker, o Options) (*Server, error) {
+	addr := o.Address
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("admin.address: %q: %w", addr, err)
+	}
+	s := &Server{w: w, token: o.Token, log: o.Logger, clock: o.Clock, addr: ln.Addr().String(), done: make(chan struct{})}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
+	if s.clock == nil {
+		s.clock = clock.Real
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+HealthPath, func(rw http.ResponseWriter, _ *http.Request) {
@@ -197,7 +218,7 @@ func (w *Worker) startAdmin() (*adminServer, error) {
 		_, _ = rw.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET "+ReadyPath, func(rw http.ResponseWriter, _ *http.Request) {
-		ready, lines := w.Readiness()
+		ready, lines := s.w.Readiness()
 		rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		rw.Header().Set("Cache-Control", "no-store")
 		if !ready {
@@ -205,49 +226,49 @@ func (w *Worker) startAdmin() (*adminServer, error) {
 		}
 		_, _ = io.WriteString(rw, strings.Join(lines, "\n")+"\n")
 	})
-	mux.Handle("GET "+MetricsPath, w.metrics.handler())
+	mux.Handle("GET "+MetricsPath, promhttp.HandlerFor(w.Metrics(), promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET "+StatsPath, func(rw http.ResponseWriter, r *http.Request) {
 		rw.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(rw)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(w.Stats(r.Context()))
+		_ = enc.Encode(s.w.Stats(r.Context()))
 	})
-	mux.HandleFunc("GET "+ScalingPath, w.serveScaling)
+	mux.HandleFunc("GET "+ScalingPath, s.serveScaling)
 	mux.HandleFunc("POST "+TriggerPath, func(rw http.ResponseWriter, r *http.Request) {
-		if err := w.Trigger(r.PathValue("name")); err != nil {
+		if err := s.w.Trigger(r.PathValue("name")); err != nil {
 			http.Error(rw, err.Error(), http.StatusNotFound)
 			return
 		}
 		rw.WriteHeader(http.StatusAccepted)
 	})
-	w.poisonRoutes(mux)
-	w.serveStatusPage(mux, ln.Addr().String())
+	s.poisonRoutes(mux)
+	s.serveStatusPage(mux, ln.Addr().String())
 	// Outermost first: the body limit, the Host check (DNS rebinding), the
 	// cross-origin check (a web page posting to loopback), the token.
-	h := limitBody(w.checkHost(ln.Addr().String(), http.NewCrossOriginProtection().Handler(w.authorize(mux))))
-	a := &adminServer{
-		srv:  newAdminHTTPServer(h),
-		done: make(chan struct{}),
-		log:  w.log,
-	}
-	w.mu.Lock()
-	w.admin = ln.Addr().String()
-	w.mu.Unlock()
+	h := limitBody(s.checkHost(ln.Addr().String(), http.NewCrossOriginProtection().Handler(s.authorize(mux))))
+	s.srv = newAdminHTTPServer(h)
 	go func() {
-		defer close(a.done)
-		if err := a.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.log.Error("adaptq: admin endpoint failed", zap.Error(err))
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("adaptq: admin endpoint failed", zap.Error(err))
 		}
 	}()
-	w.log.Info("adaptq: admin endpoint", zap.String("address", ln.Addr().String()))
-	return a, nil
+	s.log.Info("adaptq: admin endpoint", zap.String("address", ln.Addr().String()))
+	return s, nil
 }
 
-func (a *adminServer) shutdown() {
+// Addr is the address the endpoint listens on (the port chosen, if
+// Options.Address asked for port 0).
+func (s *Server) Addr() string { return s.addr }
+
+// Stop closes the endpoint: it stops listening, lets requests in flight
+// finish within adminShutdownTimeout, and returns when the server has
+// ended.
+func (s *Server) Stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), adminShutdownTimeout)
 	defer cancel()
-	_ = a.srv.Shutdown(ctx)
-	<-a.done
+	_ = s.srv.Shutdown(ctx)
+	<-s.done
 }
 
 // newAdminHTTPServer is the admin endpoint's server, with every timeout
@@ -280,8 +301,8 @@ func limitBody(next http.Handler) http.Handler {
 // rebinds its own name to 127.0.0.1 then cannot read or drive the
 // endpoint. With a token the token decides. The probes (health and
 // readiness) stay open: a kubelet names the pod's address.
-func (w *Worker) checkHost(listen string, next http.Handler) http.Handler {
-	if w.cfg.Admin.Token != "" {
+func (s *Server) checkHost(listen string, next http.Handler) http.Handler {
+	if s.token != "" {
 		return next
 	}
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
@@ -322,15 +343,15 @@ func localHost(host, listen string) bool {
 // browser's status page session (sessionAuthorize). The probes (health and
 // readiness) stay open; /metrics needs the token (Prometheus sends it with
 // bearer_token / authorization in its scrape config).
-func (w *Worker) authorize(next http.Handler) http.Handler {
-	token := w.cfg.Admin.Token
+func (s *Server) authorize(next http.Handler) http.Handler {
+	token := s.token
 	if token == "" {
 		return next
 	}
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !probePath(r.URL.Path) && (!ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1) {
-			if w.sessionAuthorize(rw, r, next) {
+			if s.sessionAuthorize(rw, r, next) {
 				return
 			}
 			http.Error(rw, "unauthorized: send Authorization: Bearer <admin.token>", http.StatusUnauthorized)

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/poison"
@@ -91,11 +92,11 @@ func TestPoisonToolsThroughTheAdminEndpoint(t *testing.T) {
 		if after != "" {
 			q.Set("after", after)
 		}
-		code, b := adminCall(t, w, "GET", poisonPath(PoisonPath, "jobs")+"?"+q.Encode(), "")
+		code, b := adminCall(t, w, "GET", poisonPath(admin.PoisonPath, "jobs")+"?"+q.Encode(), "")
 		if code != http.StatusOK {
 			t.Fatalf("list: %d %s", code, b)
 		}
-		var p PoisonPage
+		var p admin.PoisonPage
 		if err := json.Unmarshal(b, &p); err != nil {
 			t.Fatal(err)
 		}
@@ -123,21 +124,21 @@ func TestPoisonToolsThroughTheAdminEndpoint(t *testing.T) {
 	for one, pid = range seen {
 		break
 	}
-	code, b := adminCall(t, w, "GET", poisonPath(PoisonPath, "jobs")+"/"+pid, "")
+	code, b := adminCall(t, w, "GET", poisonPath(admin.PoisonPath, "jobs")+"/"+pid, "")
 	var m poison.Message
 	if err := json.Unmarshal(b, &m); code != http.StatusOK || err != nil || m.ID != one || !strings.HasPrefix(string(m.Body), "job-") {
 		t.Fatalf("show %s: %d %s", pid, code, b)
 	}
-	if code, _ := adminCall(t, w, "GET", poisonPath(PoisonPath, "jobs")+"/nope", ""); code != http.StatusNotFound {
+	if code, _ := adminCall(t, w, "GET", poisonPath(admin.PoisonPath, "jobs")+"/nope", ""); code != http.StatusNotFound {
 		t.Errorf("show of an unknown id: %d", code)
 	}
-	if code, _ := adminCall(t, w, "GET", poisonPath(PoisonPath, "nope"), ""); code != http.StatusNotFound {
+	if code, _ := adminCall(t, w, "GET", poisonPath(admin.PoisonPath, "nope"), ""); code != http.StatusNotFound {
 		t.Errorf("list of an unknown queue: %d", code)
 	}
 
 	// A page on another site cannot requeue or purge.
-	requeue := poisonPath(PoisonRequeuePath, "jobs")
-	for _, path := range []string{requeue, poisonPath(PoisonPurgePath, "jobs")} {
+	requeue := poisonPath(admin.PoisonRequeuePath, "jobs")
+	for _, path := range []string{requeue, poisonPath(admin.PoisonPurgePath, "jobs")} {
 		if code, _ := adminCall(t, w, "POST", path, "all=true", "Content-Type", "application/x-www-form-urlencoded",
 			"Origin", "http://attacker.example"); code != http.StatusForbidden {
 			t.Errorf("cross-origin POST %s: %d, want 403", path, code)
@@ -177,7 +178,7 @@ func TestPoisonToolsThroughTheAdminEndpoint(t *testing.T) {
 	}
 	waitUntil(t, "three more are poisoned", func() bool { return poisonCount(t, w) == 3 })
 	p, _ := w.PoisonList(ctx, "jobs", "", 0)
-	purge := poisonPath(PoisonPurgePath, "jobs")
+	purge := poisonPath(admin.PoisonPurgePath, "jobs")
 	if code, b := adminCall(t, w, "POST", purge, `{"ids": ["`+p.Messages[0].PoisonID+`"]}`, "Content-Type", "application/json"); code != http.StatusOK || poisonCount(t, w) != 2 {
 		t.Fatalf("purge by id: %d %s, %d left", code, b, poisonCount(t, w))
 	}
@@ -193,7 +194,7 @@ func TestPoisonRoutesNeedTheToken(t *testing.T) {
 	t.Parallel()
 	var failing atomic.Bool
 	w, _ := poisonWorker(t, "s3cret", &failing)
-	list, purge := poisonPath(PoisonPath, "jobs"), poisonPath(PoisonPurgePath, "jobs")
+	list, purge := poisonPath(admin.PoisonPath, "jobs"), poisonPath(admin.PoisonPurgePath, "jobs")
 	if code, _ := adminCall(t, w, "GET", list, ""); code != http.StatusUnauthorized {
 		t.Errorf("list without the token: %d", code)
 	}

@@ -1,4 +1,4 @@
-package adaptq
+package admin
 
 import (
 	"context"
@@ -36,118 +36,34 @@ type PoisonPage struct {
 	poison.Page
 }
 
-// ErrNoQueue: the worker has no queue of that name.
+// ErrNoQueue: the worker has no queue of that name; a poison route answers
+// 404. The worker's errors wrap it (adaptq.ErrNoQueue is this value).
 var ErrNoQueue = errors.New("adaptq: no such queue")
 
-// poisonOf finds the named queue while the worker runs.
-func (w *Worker) poisonOf(queueName string) (*workerQueue, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, wq := range w.queues {
-		if wq.name == queueName {
-			return wq, nil
-		}
-	}
-	if !w.running {
-		return nil, fmt.Errorf("queue %q: %w", queueName, ErrNotRunning)
-	}
-	return nil, fmt.Errorf("%w: %q is not configured", ErrNoQueue, queueName)
-}
-
-// PoisonList returns up to limit messages (0: poison.DefaultLimit) of the
-// named queue's poison queue after the cursor after ("" for the first
-// page), oldest first, without their bodies. See poison.List for how a
-// poison queue of more than 32 messages is read without taking anything.
-func (w *Worker) PoisonList(ctx context.Context, queueName, after string, limit int) (PoisonPage, error) {
-	wq, err := w.poisonOf(queueName)
-	if err != nil {
-		return PoisonPage{}, err
-	}
-	w.poisonMu.Lock()
-	defer w.poisonMu.Unlock()
-	p, err := poison.List(ctx, wq.poison, after, limit)
-	return PoisonPage{Queue: wq.name, PoisonQueue: wq.poison.Name(), Page: p}, err
-}
-
-// PoisonPeek returns up to n (1..32) messages of the named queue's poison
-// queue, most recently poisoned first, without bodies, with one peek that
-// hides nothing: for a page that refreshes itself. See poison.Peek.
-func (w *Worker) PoisonPeek(ctx context.Context, queueName string, n int) ([]poison.Message, error) {
-	wq, err := w.poisonOf(queueName)
-	if err != nil {
-		return nil, err
-	}
-	return poison.Peek(ctx, wq.poison, n)
-}
-
-// PoisonMessage returns the message of the named queue's poison queue whose
-// poison id, or else original id, is id, with its body.
-func (w *Worker) PoisonMessage(ctx context.Context, queueName, id string) (poison.Message, error) {
-	wq, err := w.poisonOf(queueName)
-	if err != nil {
-		return poison.Message{}, err
-	}
-	w.poisonMu.Lock()
-	defer w.poisonMu.Unlock()
-	return poison.Find(ctx, wq.poison, id)
-}
-
-// PoisonRequeue puts the selected messages of the named queue's poison
-// queue back to the queues they were poisoned from (a bare message, whose
-// queue is unknown, to the named queue), then deletes them from the poison
-// queue, and pulls those queues' push triggers. A message whose envelope
-// names a queue this worker does not run, or one whose poison queue is
-// another, stays, listed in Failed.
-func (w *Worker) PoisonRequeue(ctx context.Context, queueName string, sel poison.Selection) (poison.Result, error) {
-	wq, err := w.poisonOf(queueName)
-	if err != nil {
-		return poison.Result{}, err
-	}
-	dest := func(name string) (*queue.Queue, error) {
-		if name == "" || name == wq.name {
-			return wq.q, nil
-		}
-		// Anyone who can write to the poison queue can name any queue in
-		// an envelope: only a queue that poisons onto this same poison
-		// queue can be where the message came from.
-		other, err := w.poisonOf(name)
-		if err != nil {
-			return nil, fmt.Errorf("it was poisoned from queue %q, which this worker does not run", name)
-		}
-		if other.poison == nil || other.poison.Name() != wq.poison.Name() {
-			return nil, fmt.Errorf("its envelope names queue %q, whose poison queue is not %s: refused", name, wq.poison.Name())
-		}
-		return other.q, nil
-	}
-	w.poisonMu.Lock()
-	res, err := poison.Requeue(ctx, wq.poison, dest, sel)
-	w.poisonMu.Unlock()
-	woken := map[string]bool{}
-	for _, d := range res.Done {
-		if !d.Duplicate && !woken[d.Queue] {
-			woken[d.Queue] = true
-			_ = w.Trigger(d.Queue)
-		}
-	}
-	return res, err
-}
-
-// PoisonPurge deletes the selected messages of the named queue's poison
-// queue.
-func (w *Worker) PoisonPurge(ctx context.Context, queueName string, sel poison.Selection) (poison.Result, error) {
-	wq, err := w.poisonOf(queueName)
-	if err != nil {
-		return poison.Result{}, err
-	}
-	w.poisonMu.Lock()
-	defer w.poisonMu.Unlock()
-	return poison.Purge(ctx, wq.poison, sel)
+// PoisonWorker is the worker's side of the poison tools: the poison routes
+// call it, and the status page peeks at each queue's poison queue. Its
+// errors wrap ErrNoQueue for a queue the worker does not run and
+// ErrNotRunning while it does not run.
+type PoisonWorker interface {
+	// PoisonList returns up to limit messages of the named queue's poison
+	// queue after the cursor after, oldest first, without bodies.
+	PoisonList(ctx context.Context, queueName, after string, limit int) (PoisonPage, error)
+	// PoisonMessage returns one message of the named queue's poison queue,
+	// by its poison id or original id, with its body.
+	PoisonMessage(ctx context.Context, queueName, id string) (poison.Message, error)
+	// PoisonRequeue puts the selected messages back to their queues and
+	// deletes them from the poison queue.
+	PoisonRequeue(ctx context.Context, queueName string, sel poison.Selection) (poison.Result, error)
+	// PoisonPurge deletes the selected messages of the poison queue.
+	PoisonPurge(ctx context.Context, queueName string, sel poison.Selection) (poison.Result, error)
+	// PoisonQueue returns the named queue's poison queue, metered.
+	PoisonQueue(queueName string) (*queue.Queue, error)
 }
 
 // poisonRoutes adds the poison tools to the admin endpoint. The two POST
 // routes change queues: the admin chain's cross-origin check and token
 // guard them as every state-changing route.
-func (w *Worker) poisonRoutes(mux *http.ServeMux) {
+func (s *Server) poisonRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET "+PoisonPath, func(rw http.ResponseWriter, r *http.Request) {
 		limit := 0
 		if s := r.URL.Query().Get("limit"); s != "" {
@@ -158,16 +74,16 @@ func (w *Worker) poisonRoutes(mux *http.ServeMux) {
 			}
 			limit = n
 		}
-		p, err := w.PoisonList(r.Context(), r.PathValue("name"), r.URL.Query().Get("after"), limit)
+		p, err := s.w.PoisonList(r.Context(), r.PathValue("name"), r.URL.Query().Get("after"), limit)
 		writePoison(rw, p, err)
 	})
 	mux.HandleFunc("GET "+PoisonMessagePath, func(rw http.ResponseWriter, r *http.Request) {
-		m, err := w.PoisonMessage(r.Context(), r.PathValue("name"), r.PathValue("id"))
+		m, err := s.w.PoisonMessage(r.Context(), r.PathValue("name"), r.PathValue("id"))
 		writePoison(rw, m, err)
 	})
 	for path, op := range map[string]func(context.Context, string, poison.Selection) (poison.Result, error){
-		PoisonRequeuePath: w.PoisonRequeue,
-		PoisonPurgePath:   w.PoisonPurge,
+		PoisonRequeuePath: s.w.PoisonRequeue,
+		PoisonPurgePath:   s.w.PoisonPurge,
 	} {
 		mux.HandleFunc("POST "+path, func(rw http.ResponseWriter, r *http.Request) {
 			sel, err := readSelection(r)

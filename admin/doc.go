@@ -1,0 +1,31 @@
+// Package admin is a worker's admin HTTP endpoint: the routes operators,
+// producers, probes and autoscalers call on the worker's admin address.
+//
+//   - the probes: HealthPath (/healthz, alive) and ReadyPath (/readyz,
+//     every queue answering its gets), open without the token;
+//   - MetricsPath (/metrics): the worker's Prometheus registry;
+//   - StatsPath (/v1/stats): each queue's state, counters, calls and cost,
+//     over the last minute and hour too (Stats, Window);
+//   - ScalingPath (/v1/scaling): the instance-count signal an autoscaler
+//     such as KEDA reads (Scaling);
+//   - TriggerPath (POST /v1/queues/{name}/trigger): a producer in any
+//     process or language wakes a queue's idle listeners (SendTrigger is
+//     the Go client);
+//   - the poison tools (PoisonPath …): list, show, requeue and purge a
+//     queue's poison messages;
+//   - the status page (StatusPath, /): one HTML page of every queue's
+//     figures and poisoned messages, with a login (sessions) when the
+//     endpoint has a token.
+//
+// Every route but the probes needs the token when one is set; without one,
+// a request must name the endpoint by its address or a loopback name (DNS
+// rebinding), cross-origin requests that change state are refused, and the
+// server bounds every read, write and body.
+//
+// The endpoint talks to the worker through the small Worker interface it
+// defines; it never imports the worker host (package adaptq), which starts
+// it: adaptq.Worker implements Worker, and its Run calls Start when
+// admin.address is set. The JSON documents the routes serve (Stats,
+// Scaling, PoisonPage …) are this package's types, which the worker fills
+// and `adaptq stats` decodes.
+package admin
