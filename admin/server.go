@@ -51,8 +51,8 @@ var ErrNotRunning = errors.New("adaptq: worker is not running")
 // The admin endpoint's paths besides the poison tools' and the status
 // page's: the probes, the metrics, the stats, the scaling signal and the
 // push trigger.
-
 const (
+	// StatsPath serves Stats as JSON, GET only.
 	StatsPath = "/v1/stats"
 	// HealthPath answers 200 while the process is alive: the liveness probe.
 	HealthPath = "/healthz"
@@ -198,9 +198,14 @@ type Server struct {
 	done chan struct{}
 }
 
-// Start listens on o.Address and serves w's admin endpoint until Stop.
+// Start listens on o.Address and serves w's admin endpoint until Stop. An
+// address that is not loopback needs o.Token: anyone who reaches the
+// endpoint could otherwise read and drive the worker.
 func Start(w Worker, o Options) (*Server, error) {
 	addr := o.Address
+	if host, _, err := net.SplitHostPort(addr); err == nil && o.Token == "" && !loopbackHost(host) {
+		return nil, fmt.Errorf("admin.address: %q is not a loopback address; set a token so that only holders of it can trigger and read the worker", addr)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("admin.address: %q: %w", addr, err)
@@ -312,6 +317,12 @@ func (s *Server) checkHost(listen string, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(rw, r)
 	})
+}
+
+// loopbackHost reports whether host, an address's host part, is loopback.
+func loopbackHost(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }
 
 // localHost reports whether a request's Host names the endpoint listening

@@ -115,3 +115,30 @@ func TestMetricsAndProbesAccess(t *testing.T) {
 		}
 	}
 }
+
+// Start refuses an address other hosts can reach without a token, as the
+// worker's config does (admin.address needs admin.token).
+func TestStartNeedsATokenOffLoopback(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0", "192.0.2.1:0"} {
+		s, err := Start(newFakeWorker(t), Options{Address: addr})
+		if err == nil {
+			s.Stop()
+			t.Errorf("Start(%q) without a token served", addr)
+			continue
+		}
+		if !strings.Contains(err.Error(), "token") || !strings.Contains(err.Error(), addr) {
+			t.Errorf("Start(%q): %v: want the address and the token named", addr, err)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:0", "localhost:0", "[::1]:0"} {
+		s, err := Start(newFakeWorker(t), Options{Address: addr})
+		if err != nil {
+			if addr == "[::1]:0" {
+				continue // a machine without IPv6 loopback
+			}
+			t.Fatalf("Start(%q): %v", addr, err)
+		}
+		s.Stop()
+	}
+}

@@ -4,7 +4,7 @@
 // server-rendered html/template, embedded in the binary, with inline CSS and
 // no script: it reloads itself with a meta refresh. The package also issues
 // the login cookie and anti-forgery tokens (Sessions) that let a browser
-// use the page when the endpoint has a token. The root package gathers the
+// use the page when the endpoint has a token. Package admin gathers the
 // figures (View) and serves the routes.
 package statuspage
 
