@@ -122,7 +122,7 @@ func TestReportTiny(t *testing.T) {
 		t.Fatalf("progress:\n%s\nreport:\n%s", progress.String(), md)
 	}
 
-	for _, want := range []string{"# adaptq benchmarks", "## Machine", "| CPU |", "| Cores |", "| Go |", "| OS |", "| Date |", "| Load average", "## Summary"} {
+	for _, want := range []string{"# adaptq benchmarks", "## Machine", "| CPU |", "| Cores |", "| Go |", "| OS |", "| Date |", "| Load average", "## Summary", "## Embedding:"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the report has no %q", want)
 		}

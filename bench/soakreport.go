@@ -316,6 +316,14 @@ func revision() string {
 //go:embed soak/latest.md
 var SoakLatest string
 
+// EmbeddingLatest is the section of BENCHMARKS.md on what embedding adaptq
+// costs a program (binary size, packages, cold build), measured by hand
+// against a past revision: BENCHMARKS.md embeds it before the soak, so
+// that `make bench` keeps it.
+//
+//go:embed embedding.md
+var EmbeddingLatest string
+
 // SoakHeading starts the soak's section in BENCHMARKS.md.
 const SoakHeading = "## Soak:"
 
