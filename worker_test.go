@@ -314,6 +314,11 @@ queues:
 	if n, _ := runs.Load("j"); *n.(*int) != 2 {
 		t.Errorf("the job ran %d times before poisoning, want max_dequeue_count 2", *n.(*int))
 	}
+	// The stats (GET /v1/stats, the status page) count each queue's own.
+	waitUntil(t, "the stats count one poisoned message per queue", func() bool {
+		st := w.Stats(ctx)
+		return len(st.Queues) == 2 && st.Queues[0].Poisoned == 1 && st.Queues[1].Poisoned == 1
+	})
 	// Each poison message says where it came from and why.
 	p, err := w.PoisonList(ctx, "jobs", "", 0)
 	if err != nil || len(p.Messages) != 2 {
