@@ -74,8 +74,8 @@ WHERE q.name = $1`, name).Scan(&states, &bodies)
 
 // getWork runs the driver's own Get statement for queue name under EXPLAIN
 // ANALYZE in a transaction it rolls back, with the generic plan the driver
-// uses, and returns the rows its scans read and discarded (rows removed by
-// filter): work, not time.
+// uses and the DB's clock, and returns the rows its scans read and
+// discarded (rows removed by filter): work, not time.
 func getWork(ctx context.Context, db *postgres.DB, name string) (int, error) {
 	tx, err := db.Pool().Begin(ctx)
 	if err != nil {
@@ -90,7 +90,7 @@ func getWork(ctx context.Context, db *postgres.DB, name string) (int, error) {
 		return 0, err
 	}
 	var plan []byte
-	if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+postgres.GetSQL(db), nil, id, queue.MaxBatchSize, int64(30e6)).Scan(&plan); err != nil {
+	if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+postgres.GetSQL(db), postgres.NowArg(db), id, queue.MaxBatchSize, int64(30e6)).Scan(&plan); err != nil {
 		return 0, err
 	}
 	var doc any
