@@ -532,6 +532,12 @@ func decode(path string, raw any, dst reflect.Value) []string {
 	bad := func(want string) []string {
 		return []string{fmt.Sprintf("%s: %s is not %s", path, show(raw), want)}
 	}
+	// Text where a mapping or a list belongs (admin: "TOKEN"), or a value
+	// where text belongs (token: 123456), may be a secret written one
+	// level off: name its kind, never the value.
+	hidden := func(want string) []string {
+		return []string{fmt.Sprintf("%s: %s is not %s (the value is not shown: it may be a secret)", path, kindOf(raw), want)}
+	}
 	switch {
 	case t == durationType:
 		s, ok := text(raw)
@@ -546,13 +552,13 @@ func decode(path string, raw any, dst reflect.Value) []string {
 	case t.Kind() == reflect.Struct:
 		m, ok := raw.(map[string]any)
 		if !ok {
-			return bad("a mapping")
+			return hidden("a mapping")
 		}
 		return decodeStruct(path, m, dst)
 	case t.Kind() == reflect.Slice:
 		items, ok := raw.([]any)
 		if !ok {
-			return bad("a list")
+			return hidden("a list")
 		}
 		var problems []string
 		out := reflect.MakeSlice(t, 0, len(items))
@@ -573,7 +579,7 @@ func decode(path string, raw any, dst reflect.Value) []string {
 		case envString:
 			dst.SetString(string(v))
 		default:
-			return bad("text")
+			return hidden("text (quote it)")
 		}
 	case t.Kind() == reflect.Int:
 		switch v := raw.(type) {
@@ -719,6 +725,23 @@ func text(raw any) (string, bool) {
 		return string(v), true
 	}
 	return "", false
+}
+
+// kindOf names what a raw value is, without its value.
+func kindOf(raw any) string {
+	switch raw.(type) {
+	case string, envString:
+		return "text"
+	case map[string]any:
+		return "a mapping"
+	case []any:
+		return "a list"
+	case bool:
+		return "true or false"
+	case int, int64, uint64, float64:
+		return "a number"
+	}
+	return "a value"
 }
 
 // show renders a raw value for an error message.

@@ -169,10 +169,9 @@ func HTTP(rawURL string, o HTTPOptions) (Func, error) {
 	redacted := queue.Redact(rawURL)
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		if ue, ok := errors.AsType[*url.Error](err); ok {
-			err = ue.Err // url.Error repeats the URL, password included
-		}
-		return nil, fmt.Errorf("handler: http: invalid URL %q: %w", redacted, err)
+		// url.Error repeats the URL, password included, and an escape
+		// error quotes the password's characters: give the reason only.
+		return nil, fmt.Errorf("handler: http: invalid URL %q: %s", redacted, queue.ParseReason(err))
 	}
 	switch {
 	case !u.IsAbs():
