@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/viper"
 
+	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/internal/durationhint"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
@@ -119,6 +120,11 @@ type QueueConfig struct {
 	PoisonQueue     string `yaml:"poison_queue"`
 	// Trigger lets producers wake the queue's idle listeners.
 	Trigger TriggerConfig `yaml:"trigger"`
+	// PassEnv names the worker's environment variables an exec: handler's
+	// program gets besides the base set (handler.ExecBaseEnv: PATH, HOME,
+	// LANG, TZ …): names, or prefixes ending in "*". Nothing else of the
+	// worker's environment reaches it.
+	PassEnv []string `yaml:"pass_env"`
 	// Instances is the policy of the scaling signal (GET /v1/scaling): how
 	// many worker instances the queue needs.
 	Instances InstancesConfig `yaml:"instances"`
@@ -557,6 +563,15 @@ func decode(path string, raw any, dst reflect.Value) []string {
 		return decodeStruct(path, m, dst)
 	case t.Kind() == reflect.Slice:
 		items, ok := raw.([]any)
+		if ev, isEnv := raw.(envString); isEnv && t.Elem().Kind() == reflect.String {
+			// A list of names from the environment: A,B,C.
+			items, ok = nil, true
+			for _, it := range strings.Split(string(ev), ",") {
+				if it = strings.TrimSpace(it); it != "" {
+					items = append(items, envString(it))
+				}
+			}
+		}
 		if !ok {
 			return hidden("a list")
 		}
@@ -827,6 +842,13 @@ func (q *QueueConfig) validate(at string) []string {
 	}
 	if err := checkHandlerSpec(q.Handler); err != nil {
 		add("handler", "%v", err)
+	}
+	if len(q.PassEnv) > 0 {
+		if !strings.HasPrefix(q.Handler, ExecPrefix) {
+			add("pass_env", "is for exec: handlers only (handler is %q)", handlerLabel(q.Handler))
+		} else if err := handler.CheckPassEnv(q.PassEnv); err != nil {
+			add("pass_env", "%s", strings.TrimPrefix(err.Error(), "pass_env "))
+		}
 	}
 	if q.BatchSize < 1 {
 		add("batch_size", "%d is below 1", q.BatchSize)
