@@ -51,7 +51,7 @@ func RedactText(s string) string {
 	if !strings.Contains(s, "://") && !strings.Contains(s, "=") && !strings.Contains(strings.ToLower(s), "bearer") {
 		return s
 	}
-	s = urlInText.ReplaceAllStringFunc(s, Redact)
+	s = urlInText.ReplaceAllStringFunc(s, redactInText)
 	return secretInText.ReplaceAllStringFunc(s, func(m string) string {
 		sub := secretInText.FindStringSubmatch(m)
 		if sub[1] != "" {
@@ -59,6 +59,27 @@ func RedactText(s string) string {
 		}
 		return sub[2] + "REDACTED"
 	})
+}
+
+// redactInText is Redact for a URL found in text, which it leaves as it
+// is when it holds no secret (Redact would re-encode it).
+func redactInText(raw string) string {
+	if strings.HasSuffix(raw, "…") {
+		return raw // Redact's own output for a URL it could not parse
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Opaque != "" {
+		return Redact(raw)
+	}
+	if _, ok := u.User.Password(); ok {
+		return Redact(raw)
+	}
+	for k := range u.Query() {
+		if isSecretParam(k) {
+			return Redact(raw)
+		}
+	}
+	return raw
 }
 
 // RedactError is err with its text passed through RedactText; errors.Is and

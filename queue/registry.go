@@ -88,6 +88,17 @@ var secretParams = []string{"key", "accountkey", "account_key", "sig", "sas", "t
 	"signature", "x-amz-signature", "x-amz-credential", "x-amz-security-token", "access_token", "api_key", "apikey",
 	"client_secret", "passwd", "pwd", "session_token"}
 
+// isSecretParam reports whether a URL parameter's value is a secret.
+func isSecretParam(k string) bool {
+	lk := strings.ToLower(k)
+	for _, s := range secretParams {
+		if lk == s {
+			return true
+		}
+	}
+	return false
+}
+
 // Redact returns rawURL with any password and secret-looking query values
 // replaced by "REDACTED", for error messages and logs.
 func Redact(rawURL string) string {
@@ -106,11 +117,8 @@ func Redact(rawURL string) string {
 	if u.RawQuery != "" {
 		q := u.Query()
 		for k := range q {
-			lk := strings.ToLower(k)
-			for _, s := range secretParams {
-				if lk == s {
-					q[k] = []string{"REDACTED"}
-				}
+			if isSecretParam(k) {
+				q[k] = []string{"REDACTED"}
 			}
 		}
 		c := *u
