@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -155,7 +156,8 @@ type ExitError struct {
 	// Code is the exit code, or -1 if the process was killed by a signal.
 	Code int
 	// Stderr is the tail of the command's standard error, at most
-	// MaxStderrTail bytes.
+	// MaxStderrTail bytes, with the secrets of URLs and secret parameters
+	// in it redacted (queue.RedactText).
 	Stderr []byte
 
 	err *exec.ExitError
@@ -324,20 +326,32 @@ func Exec(argv []string, o ExecOptions) (Func, error) {
 		if err == nil || (cmd.ProcessState != nil && cmd.ProcessState.Success()) {
 			return nil
 		}
+		// The tail goes into errors, logs and poison envelopes: a URL the
+		// program printed keeps no signature or password.
+		tail := stderr.Bytes()
+		if tail != nil {
+			tail = []byte(queue.RedactText(string(tail)))
+		}
 		if runCtx.Err() != nil {
 			if timeoutErr != nil && context.Cause(runCtx) == timeoutErr {
-				return wrapStderr(timeoutErr, stderr.Bytes())
+				return wrapStderr(timeoutErr, tail)
 			}
-			return wrapStderr(fmt.Errorf("handler: exec %q: killed: %w", name, ctx.Err()), stderr.Bytes())
+			return wrapStderr(fmt.Errorf("handler: exec %q: killed: %w", name, ctx.Err()), tail)
 		}
 		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
-			xe := &ExitError{Command: name, Code: ee.ExitCode(), Stderr: stderr.Bytes(), err: ee}
+			xe := &ExitError{Command: name, Code: ee.ExitCode(), Stderr: tail, err: ee}
 			if permanent[xe.Code] {
 				return Permanent(xe)
 			}
 			return xe
 		}
-		return wrapStderr(fmt.Errorf("handler: exec %q: %w", name, err), stderr.Bytes())
+		err = wrapStderr(fmt.Errorf("handler: exec %q: %w", name, err), tail)
+		if IsWorkerFault(err) || errors.Is(err, syscall.EAGAIN) {
+			// The command could not start: no pipe, no memory, no process
+			// for it. The worker is short, not the message at fault.
+			return WorkerFault(err)
+		}
+		return err
 	}, nil
 }
 

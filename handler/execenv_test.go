@@ -5,6 +5,7 @@ package handler_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -68,5 +69,22 @@ func TestExecChildGetsOnlyTheBaseEnvironmentByDefault(t *testing.T) {
 	}
 	if env["ADAPTQ_MESSAGE_ID"] != "m-1" || env["TZ"] != "Europe/Paris" {
 		t.Errorf("the child got ADAPTQ_MESSAGE_ID=%q TZ=%q", env["ADAPTQ_MESSAGE_ID"], env["TZ"])
+	}
+}
+
+// A program's standard error often quotes the URL it failed on: the tail
+// an ExitError keeps, which becomes the failure's reason, is redacted.
+func TestExecStderrTailIsRedacted(t *testing.T) {
+	t.Parallel()
+	h := mustExec(t, sh(`echo "PUT https://a.blob.core.windows.net/c?sig=SIGSECRET failed; token=TOKSECRET" >&2; exit 3`), handler.ExecOptions{})
+	err := h(context.Background(), &queue.Message{ID: "m", DequeueCount: 1})
+	xe, ok := errors.AsType[*handler.ExitError](err)
+	if !ok {
+		t.Fatalf("err = %v, want an ExitError", err)
+	}
+	for _, text := range []string{err.Error(), string(xe.Stderr)} {
+		if strings.Contains(text, "SIGSECRET") || strings.Contains(text, "TOKSECRET") || !strings.Contains(text, "sig=REDACTED") {
+			t.Errorf("%q: want the secrets redacted", text)
+		}
 	}
 }
