@@ -64,31 +64,6 @@ func TestRetryAfterPastTheMessagesExpiryPoisonsIt(t *testing.T) {
 	}
 }
 
-// A hint that fits in the message's life is honoured as before.
-func TestRetryAfterWithinTheMessagesLifeIsHonoured(t *testing.T) {
-	var runs atomic.Int32
-	h := func(context.Context, *queue.Message) error {
-		runs.Add(1)
-		return queue.Transient(errors.New("429"), 90*time.Second)
-	}
-	f, _ := poisonFixture(t, h, listener.Options{VisibilityTimeout: 10 * time.Second, Idle: poisonIdle}, nil)
-	f.putTTL(time.Hour)
-	f.start()
-	eventually(t, "the first run", func() bool { return f.l.Stats().Hidden == 1 })
-	for end := f.clock.Now().Add(85 * time.Second); f.clock.Now().Before(end); {
-		f.settle()
-		f.clock.AdvanceToNext()
-	}
-	if got := runs.Load(); got != 1 {
-		t.Fatalf("ran %d times within the 90 s asked for, want 1", got)
-	}
-	f.clock.Advance(10 * time.Second)
-	eventually(t, "it runs again after the hint", func() bool { return runs.Load() == 2 })
-	if p := f.l.Stats().Poisoned; p != 0 {
-		t.Fatalf("poisoned %d", p)
-	}
-}
-
 // Without a poison queue, adaptq's own delays (here the permanent-failure
 // backoff of 10 minutes) are cut so that the message runs again before it
 // expires, and the line says so.
