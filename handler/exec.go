@@ -133,6 +133,7 @@ type ExecOptions struct {
 	// line of the entry "handler: exec output", with the fields msg_id,
 	// dequeue_count, queue (if Queue is set) and stream ("stdout" or
 	// "stderr"): in JSON logs each line says which message it is about.
+	// Lines are redacted as failure reasons are (queue.RedactText).
 	// A line longer than MaxLogLine is cut there, and the field
 	// truncated_bytes counts what was cut; a last line without a newline
 	// is logged too. Log may be set together with Stdout and Stderr.
@@ -592,7 +593,9 @@ func (l *lineLogger) emit() {
 		// Do not end on half a character.
 		line = cutToRune(line)
 	}
-	fields := []zap.Field{zap.String("line", string(line))} // a copy: buf is reused
+	// A copy (buf is reused), redacted: the line that becomes a failure's
+	// reason is logged here too, and must not carry what the reason hides.
+	fields := []zap.Field{zap.String("line", queue.RedactText(string(line)))}
 	if l.dropped > 0 {
 		fields = append(fields, zap.Int("truncated_bytes", l.dropped+len(l.buf)-len(line)))
 	}
