@@ -34,10 +34,11 @@ func TestExecHandlerGetsOnlyTheBaseAndPassEnv(t *testing.T) {
 		{"environment", "", []string{"ADAPTQ_QUEUES_0_PASS_ENV=BILLING_MODE, OTHER_VAR"}, []string{"BILLING_MODE", "OTHER_VAR"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			name := uniqueQueue("env-" + tc.name)
 			cfg, err := parseConfig("test.yaml", []byte(`
 admin: {address: ""}
 queues:
-  - url: memory://env-`+tc.name+`
+  - url: memory://`+name+`
     handler: "exec: env"
     `+tc.yaml+`
 `), tc.environ)
@@ -50,7 +51,7 @@ queues:
 				t.Fatal(err)
 			}
 			stop := runWorker(t, w)
-			if _, err := w.Put(context.Background(), "env-"+tc.name, []byte("x"), queue.PutOptions{}); err != nil {
+			if _, err := w.Put(context.Background(), name, []byte("x"), queue.PutOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			waitUntil(t, "the program ran", func() bool { return strings.Contains(out.String(), "ADAPTQ_MESSAGE_ID=") })
