@@ -542,7 +542,15 @@ func decode(path string, raw any, dst reflect.Value) []string {
 	// where text belongs (token: 123456), may be a secret written one
 	// level off: name its kind, never the value.
 	hidden := func(want string) []string {
-		return []string{fmt.Sprintf("%s: %s is not %s (the value is not shown: it may be a secret)", path, kindOf(raw), want)}
+		msg := fmt.Sprintf("%s: %s is not %s", path, kindOf(raw), want)
+		switch raw.(type) {
+		case map[string]any, []any:
+		case string, envString:
+			msg += " (the value is not shown: it may be a secret)"
+		default:
+			msg += " (the value is not shown: it may be a secret; quote it if it is text)"
+		}
+		return []string{msg}
 	}
 	switch {
 	case t == durationType:
@@ -594,7 +602,7 @@ func decode(path string, raw any, dst reflect.Value) []string {
 		case envString:
 			dst.SetString(string(v))
 		default:
-			return hidden("text (quote it)")
+			return hidden("text")
 		}
 	case t.Kind() == reflect.Int:
 		switch v := raw.(type) {
