@@ -80,7 +80,7 @@ func (cfg *config) options() []Option {
 func parseURL(raw string) (*config, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("redis: %w %q: %v", queue.ErrInvalidURL, queue.Redact(raw), err)
+		return nil, fmt.Errorf("redis: %w %q: %s", queue.ErrInvalidURL, queue.Redact(raw), queue.ParseReason(err))
 	}
 	return parse(u)
 }
