@@ -208,8 +208,9 @@ func (c *Client) Config() Config {
 // API is the SDK's client, for what the driver does not do.
 func (c *Client) API() *awssqs.Client { return c.api }
 
-// Close closes the client's idle connections; queues opened on it then
-// return queue.ErrClosed. Closing twice is a no-op.
+// Close closes the client's idle connections; every call of a queue opened
+// on it then returns queue.ErrClosed without a request (calls already
+// under way finish). Closing twice is a no-op.
 func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil

@@ -171,6 +171,16 @@ func (q *Queue) Close() error {
 	return nil
 }
 
+// live refuses a call of a queue whose Client was closed (Client.Close:
+// "queues opened on it then return queue.ErrClosed"): nothing reaches SQS
+// and nothing is billed.
+func (q *Queue) live() error {
+	if q.c.closed.Load() {
+		return fmt.Errorf("the client was closed: %w", queue.ErrClosed)
+	}
+	return nil
+}
+
 // seconds rounds d up to whole seconds, SQS's resolution, so a message is
 // never hidden or delayed for less than asked.
 func seconds(d time.Duration) int32 {
@@ -200,6 +210,9 @@ func isText(b []byte) bool {
 // Put sends a message. A body that is text goes as it is; any other (and
 // an empty one) in base64, marked with AttrEncoding.
 func (q *Queue) Put(ctx context.Context, body []byte, opts driver.PutOptions) (string, error) {
+	if err := q.live(); err != nil {
+		return "", err
+	}
 	in := &awssqs.SendMessageInput{QueueUrl: aws.String(q.url), MessageAttributes: map[string]types.MessageAttributeValue{}}
 	switch {
 	case isText(body):
@@ -241,6 +254,9 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts driver.PutOptions) (s
 // queue's GetWait) it is a long poll of that many whole seconds. Messages
 // past their TTL are deleted and left out.
 func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*driver.Message, error) {
+	if err := q.live(); err != nil {
+		return nil, err
+	}
 	if visibility > MaxVisibility {
 		return nil, fmt.Errorf("%w: visibility timeout %s is over SQS's %s", queue.ErrInvalidArgument, visibility, MaxVisibility)
 	}
@@ -367,6 +383,9 @@ var errExpired = fmt.Errorf("%w: the message's time-to-live has ended", queue.Er
 // and deletes nothing. A message past its TTL is deleted and reported
 // ErrNotFound.
 func (q *Queue) Delete(ctx context.Context, id, popReceipt string) error {
+	if err := q.live(); err != nil {
+		return err
+	}
 	r, err := q.parseReceipt(popReceipt)
 	if err != nil {
 		return err
@@ -394,6 +413,9 @@ func deleteError(err error) error {
 
 // DeleteBatch deletes up to MaxBatch messages with one DeleteMessageBatch.
 func (q *Queue) DeleteBatch(ctx context.Context, receipts []driver.Receipt) ([]error, error) {
+	if err := q.live(); err != nil {
+		return nil, err
+	}
 	results := make([]error, len(receipts))
 	parsed := make([]receipt, len(receipts))
 	entries := make([]types.DeleteMessageBatchRequestEntry, 0, len(receipts))
@@ -458,6 +480,9 @@ func (q *Queue) DeleteBatch(ctx context.Context, receipts []driver.Receipt) ([]e
 // message is ErrReceiptMismatch (SQS cannot tell which); a message past
 // its TTL is deleted and reported ErrNotFound.
 func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d time.Duration) (string, error) {
+	if err := q.live(); err != nil {
+		return "", err
+	}
 	r, err := q.parseReceipt(popReceipt)
 	if err != nil {
 		return "", err
@@ -507,6 +532,9 @@ func (q *Queue) Depth(ctx context.Context) (driver.Depth, error) {
 // counts reads the queue's approximate visible and hidden (not visible or
 // delayed) messages in one billed call.
 func (q *Queue) counts(ctx context.Context) (visible, hidden int, err error) {
+	if err := q.live(); err != nil {
+		return 0, 0, err
+	}
 	rctx, cancel := q.c.ctx(ctx, 0)
 	defer cancel()
 	names := []types.QueueAttributeName{
@@ -536,6 +564,9 @@ func (q *Queue) counts(ctx context.Context) (visible, hidden int, err error) {
 // is transient, with PurgeInterval as the hint) and may take up to a
 // minute to finish, deleting messages sent meanwhile too.
 func (q *Queue) Clear(ctx context.Context) error {
+	if err := q.live(); err != nil {
+		return err
+	}
 	rctx, cancel := q.c.ctx(ctx, 0)
 	defer cancel()
 	_, err := q.c.api.PurgeQueue(rctx, &awssqs.PurgeQueueInput{QueueUrl: aws.String(q.url)})
@@ -549,6 +580,9 @@ var _ driver.VisibilityBatcher = (*Queue)(nil)
 // UpdateVisibilityBatch: releases at shutdown, in batches). Each result is
 // what UpdateVisibility would return.
 func (q *Queue) UpdateVisibilityBatch(ctx context.Context, receipts []driver.Receipt, d time.Duration) ([]string, []error, error) {
+	if err := q.live(); err != nil {
+		return nil, nil, err
+	}
 	if d > MaxVisibility {
 		return nil, nil, fmt.Errorf("%w: visibility timeout %s is over SQS's %s", queue.ErrInvalidArgument, d, MaxVisibility)
 	}
