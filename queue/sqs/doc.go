@@ -89,10 +89,17 @@
 //
 // # Bodies
 //
-// A body that is text SQS can carry (valid UTF-8 without control
-// characters but tab, newline and carriage return) is sent as it is, for
-// consumers in other languages; any other, and an empty one, travels in
-// base64, marked with the attribute AttrEncoding. SQS takes messages of up
+// Any bytes round-trip. A body that is text within the Basic
+// Multilingual Plane (valid UTF-8 of the characters #x9, #xA, #xD, #x20
+// to #xD7FF and #xE000 to #xFFFD: no control characters but tab, newline
+// and carriage return) is sent as it is, byte for byte, for consumers in
+// other languages. Any other travels in base64, with the message attribute
+// adaptq-encoding (AttrEncoding) set to "base64", which such a consumer
+// checks before reading the body: bytes that are not UTF-8, control
+// characters, and text beyond the plane (emoji), which SQS accepts but its
+// emulators refuse (fauxqs answers InvalidMessageContents), so that one
+// wire format holds on both. An empty body is sent as "-" with
+// adaptq-encoding "empty". SQS takes messages of up
 // to 1 MiB (since August 2025; a queue's MaximumMessageSize may be lower,
 // and the driver creates queues with 1 MiB). Features().MaxBody is the
 // largest body that fits whatever its bytes: three quarters of the queue's
