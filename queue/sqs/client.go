@@ -77,6 +77,9 @@ type Config struct {
 	// Logger receives debug events and warnings; never a credential.
 	// Default: none.
 	Logger *zap.Logger
+	// Clock is this process's clock (default: the system's), injected by
+	// tests to run it ahead of or behind SQS's.
+	Clock queue.Clock
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -106,6 +109,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
+	}
+	if c.Clock == nil {
+		c.Clock = queue.SystemClock{}
 	}
 	return c, nil
 }

@@ -281,7 +281,7 @@ func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*dr
 	if err != nil {
 		return nil, classify(rctx, "ReceiveMessage", q.name, err)
 	}
-	now := time.Now()
+	now := q.c.cfg.Clock.Now()
 	hidden := time.Duration(in.VisibilityTimeout) * time.Second
 	ms := make([]*driver.Message, 0, len(out.Messages))
 	var expired []string
@@ -380,7 +380,7 @@ func (q *Queue) parseReceipt(s string) (receipt, error) {
 	return r, nil
 }
 
-func (r receipt) expired() bool { return !r.expires.IsZero() && !time.Now().Before(r.expires) }
+func (r receipt) expired(now time.Time) bool { return !r.expires.IsZero() && !now.Before(r.expires) }
 
 var errExpired = fmt.Errorf("%w: the message's time-to-live has ended", queue.ErrNotFound)
 
@@ -402,7 +402,7 @@ func (q *Queue) Delete(ctx context.Context, id, popReceipt string) error {
 	if err != nil {
 		return deleteError(classify(rctx, "DeleteMessage", q.name, err))
 	}
-	if r.expired() {
+	if r.expired(q.c.cfg.Clock.Now()) {
 		return errExpired
 	}
 	return nil
@@ -450,7 +450,7 @@ func (q *Queue) DeleteBatch(ctx context.Context, receipts []driver.Receipt) ([]e
 			continue
 		}
 		answered[i] = true
-		if parsed[i].expired() {
+		if parsed[i].expired(q.c.cfg.Clock.Now()) {
 			results[i] = errExpired
 		}
 	}
@@ -498,7 +498,7 @@ func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d t
 	}
 	rctx, cancel := q.c.ctx(ctx, 0)
 	defer cancel()
-	if r.expired() {
+	if r.expired(q.c.cfg.Clock.Now()) {
 		_, _ = q.c.api.DeleteMessage(rctx, &awssqs.DeleteMessageInput{QueueUrl: aws.String(q.url), ReceiptHandle: aws.String(r.handle)})
 		return "", errExpired
 	}
@@ -601,7 +601,7 @@ func (q *Queue) UpdateVisibilityBatch(ctx context.Context, receipts []driver.Rec
 		switch {
 		case err != nil:
 			results[i] = err
-		case r.expired():
+		case r.expired(q.c.cfg.Clock.Now()):
 			results[i] = errExpired
 			expired = append(expired, r.handle)
 		default:
