@@ -78,7 +78,9 @@ type Config struct {
 	// Default: none.
 	Logger *zap.Logger
 	// Clock is this process's clock (default: the system's), injected by
-	// tests to run it ahead of or behind SQS's.
+	// tests to run it ahead of or behind SQS's. It dates
+	// Message.NextVisibleAt and decides nothing: expiry is judged by SQS's
+	// clock.
 	Clock queue.Clock
 }
 

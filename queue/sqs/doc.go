@@ -63,15 +63,21 @@
 // handle, so UpdateVisibility returns the receipt it was given; with a
 // stale one it fails with queue.ErrReceiptMismatch. A pop receipt carries
 // the queue's name and the message's expiry beside SQS's handle, so a
-// receipt of another queue, or of a message past its TTL, is ErrNotFound
-// without a request.
+// receipt of another queue is ErrNotFound without a request, and a delete
+// or visibility change of a message past its TTL is ErrNotFound.
 //
 // Time-to-live is adaptq's, per message: SQS keeps messages for its
 // queue's MessageRetentionPeriod, so the driver writes the TTL as a message
-// attribute (AttrTTL) and a Get deletes and leaves out what is past it (an
-// unmetered DeleteMessageBatch). A queue the driver creates keeps messages
-// 14 days, SQS's maximum; no message outlives its queue's retention
-// period, queue.NoExpiry included.
+// attribute (AttrTTL); a message expires at its SentTimestamp plus its
+// TTL, and a Get deletes and leaves out what is past it (an unmetered
+// DeleteMessageBatch). Both times are SQS's: whether a message has expired
+// is judged by the Date of SQS's answer (whole seconds, rounded down),
+// never by this process's clock, so a consumer whose clock runs fast
+// deletes no live message and one whose clock runs slow gets no expired
+// one; an expired message may live up to a second longer, and an answer
+// without a Date (a proxy that drops it) expires nothing. A queue the
+// driver creates keeps messages 14 days, SQS's maximum; no message
+// outlives its queue's retention period, queue.NoExpiry included.
 //
 // # Long polling: the idle wait
 //

@@ -258,7 +258,8 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts driver.PutOptions) (s
 // Get receives up to n messages, each hidden for visibility rounded up to
 // whole seconds (at most MaxVisibility). With a wait in ctx (the portable
 // queue's GetWait) it is a long poll of that many whole seconds. Messages
-// past their TTL are deleted and left out.
+// past their TTL by SQS's clock (the answer's Date) are deleted and left
+// out.
 func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*driver.Message, error) {
 	if err := q.live(); err != nil {
 		return nil, err
@@ -281,7 +282,8 @@ func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*dr
 	if err != nil {
 		return nil, classify(rctx, "ReceiveMessage", q.name, err)
 	}
-	now := q.c.cfg.Clock.Now()
+	local := q.c.cfg.Clock.Now()
+	now, judged := serverNow(out.ResultMetadata)
 	hidden := time.Duration(in.VisibilityTimeout) * time.Second
 	ms := make([]*driver.Message, 0, len(out.Messages))
 	var expired []string
@@ -289,7 +291,7 @@ func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*dr
 		if sm.MessageId == nil || sm.ReceiptHandle == nil {
 			continue
 		}
-		m := &driver.Message{ID: *sm.MessageId, NextVisibleAt: now.Add(hidden)}
+		m := &driver.Message{ID: *sm.MessageId, NextVisibleAt: local.Add(hidden)}
 		if v, err := strconv.ParseInt(sm.Attributes[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64); err == nil {
 			m.InsertedAt = time.UnixMilli(v).UTC()
 		}
@@ -301,7 +303,7 @@ func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*dr
 				m.ExpiresAt = m.InsertedAt.Add(time.Duration(ttl) * time.Millisecond)
 			}
 		}
-		if !m.ExpiresAt.IsZero() && !now.Before(m.ExpiresAt) {
+		if judged && expiredAt(m.ExpiresAt, now) {
 			expired = append(expired, *sm.ReceiptHandle)
 			continue
 		}
@@ -328,8 +330,9 @@ func decodeBody(s string, enc *string) []byte {
 	return []byte(s)
 }
 
-// deleteExpired deletes messages a Get found past their TTL: they are gone
-// for the contract, and SQS would keep them until its retention period.
+// deleteExpired deletes messages that SQS's clock put past their TTL: they
+// are gone for the contract, and SQS would keep them until its retention
+// period.
 func (q *Queue) deleteExpired(ctx context.Context, handles []string) {
 	entries := make([]types.DeleteMessageBatchRequestEntry, len(handles))
 	for i, h := range handles {
@@ -342,10 +345,11 @@ func (q *Queue) deleteExpired(ctx context.Context, handles []string) {
 	}
 }
 
-// A pop receipt is the message's expiry (Unix milliseconds, 0 for none),
-// the queue's name and SQS's receipt handle, joined by '|': enough to
-// refuse a receipt of another queue or of an expired message without a
-// request.
+// A pop receipt is the message's expiry (Unix milliseconds of SQS's clock,
+// 0 for none), the queue's name and SQS's receipt handle, joined by '|':
+// enough to refuse a receipt of another queue without a request, and to
+// tell, by the Date of SQS's answer to a delete or a visibility change,
+// whether the message's TTL had ended.
 func joinReceipt(expires time.Time, name, handle string) string {
 	var ms int64
 	if !expires.IsZero() {
@@ -380,14 +384,12 @@ func (q *Queue) parseReceipt(s string) (receipt, error) {
 	return r, nil
 }
 
-func (r receipt) expired(now time.Time) bool { return !r.expires.IsZero() && !now.Before(r.expires) }
-
 var errExpired = fmt.Errorf("%w: the message's time-to-live has ended", queue.ErrNotFound)
 
 // Delete deletes a held message. SQS cannot tell a stale receipt or a
 // message that is gone (Features().LaxReceipts): such a delete succeeds
-// and deletes nothing. A message past its TTL is deleted and reported
-// ErrNotFound.
+// and deletes nothing. A message past its TTL by SQS's clock is deleted
+// and reported ErrNotFound.
 func (q *Queue) Delete(ctx context.Context, id, popReceipt string) error {
 	if err := q.live(); err != nil {
 		return err
@@ -398,11 +400,11 @@ func (q *Queue) Delete(ctx context.Context, id, popReceipt string) error {
 	}
 	rctx, cancel := q.c.ctx(ctx, 0)
 	defer cancel()
-	_, err = q.c.api.DeleteMessage(rctx, &awssqs.DeleteMessageInput{QueueUrl: aws.String(q.url), ReceiptHandle: aws.String(r.handle)})
+	out, err := q.c.api.DeleteMessage(rctx, &awssqs.DeleteMessageInput{QueueUrl: aws.String(q.url), ReceiptHandle: aws.String(r.handle)})
 	if err != nil {
 		return deleteError(classify(rctx, "DeleteMessage", q.name, err))
 	}
-	if r.expired(q.c.cfg.Clock.Now()) {
+	if now, ok := serverNow(out.ResultMetadata); ok && expiredAt(r.expires, now) {
 		return errExpired
 	}
 	return nil
@@ -443,6 +445,7 @@ func (q *Queue) DeleteBatch(ctx context.Context, receipts []driver.Receipt) ([]e
 	if err != nil {
 		return nil, deleteError(classify(rctx, "DeleteMessageBatch", q.name, err))
 	}
+	now, judged := serverNow(out.ResultMetadata)
 	answered := make(map[int]bool, len(entries))
 	for _, s := range out.Successful {
 		i, err := strconv.Atoi(aws.ToString(s.Id))
@@ -450,7 +453,7 @@ func (q *Queue) DeleteBatch(ctx context.Context, receipts []driver.Receipt) ([]e
 			continue
 		}
 		answered[i] = true
-		if parsed[i].expired(q.c.cfg.Clock.Now()) {
+		if judged && expiredAt(parsed[i].expires, now) {
 			results[i] = errExpired
 		}
 	}
@@ -483,8 +486,8 @@ func (q *Queue) DeleteBatch(ctx context.Context, receipts []driver.Receipt) ([]e
 // UpdateVisibility hides a held message for d from now (rounded up to
 // whole seconds; 0 releases it) and returns its receipt: SQS keeps the
 // receipt handle (Features().LaxReceipts). A stale receipt or a deleted
-// message is ErrReceiptMismatch (SQS cannot tell which); a message past
-// its TTL is deleted and reported ErrNotFound.
+// message is ErrReceiptMismatch (SQS cannot tell which); a message that
+// SQS's answer shows past its TTL is deleted and reported ErrNotFound.
 func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d time.Duration) (string, error) {
 	if err := q.live(); err != nil {
 		return "", err
@@ -498,11 +501,7 @@ func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d t
 	}
 	rctx, cancel := q.c.ctx(ctx, 0)
 	defer cancel()
-	if r.expired(q.c.cfg.Clock.Now()) {
-		_, _ = q.c.api.DeleteMessage(rctx, &awssqs.DeleteMessageInput{QueueUrl: aws.String(q.url), ReceiptHandle: aws.String(r.handle)})
-		return "", errExpired
-	}
-	_, err = q.c.api.ChangeMessageVisibility(rctx, &awssqs.ChangeMessageVisibilityInput{
+	out, err := q.c.api.ChangeMessageVisibility(rctx, &awssqs.ChangeMessageVisibilityInput{
 		QueueUrl: aws.String(q.url), ReceiptHandle: aws.String(r.handle), VisibilityTimeout: seconds(d),
 	})
 	if err != nil {
@@ -510,7 +509,14 @@ func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d t
 		if errors.Is(err, ErrQueueNotFound) {
 			return "", fmt.Errorf("%w: %w", queue.ErrNotFound, err)
 		}
+		if now, ok := serverNowOf(err); ok && errors.Is(err, queue.ErrReceiptMismatch) && expiredAt(r.expires, now) {
+			return "", errExpired
+		}
 		return "", err
+	}
+	if now, ok := serverNow(out.ResultMetadata); ok && expiredAt(r.expires, now) {
+		q.deleteExpired(context.WithoutCancel(ctx), []string{r.handle})
+		return "", errExpired
 	}
 	return popReceipt, nil
 }
@@ -594,24 +600,18 @@ func (q *Queue) UpdateVisibilityBatch(ctx context.Context, receipts []driver.Rec
 	}
 	newReceipts := make([]string, len(receipts))
 	results := make([]error, len(receipts))
-	var expired []string
+	parsed := make([]receipt, len(receipts))
 	entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, 0, len(receipts))
 	for i, rc := range receipts {
 		r, err := q.parseReceipt(rc.PopReceipt)
-		switch {
-		case err != nil:
+		if err != nil {
 			results[i] = err
-		case r.expired(q.c.cfg.Clock.Now()):
-			results[i] = errExpired
-			expired = append(expired, r.handle)
-		default:
-			entries = append(entries, types.ChangeMessageVisibilityBatchRequestEntry{
-				Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(r.handle), VisibilityTimeout: seconds(d),
-			})
+			continue
 		}
-	}
-	if len(expired) > 0 {
-		q.deleteExpired(context.WithoutCancel(ctx), expired)
+		parsed[i] = r
+		entries = append(entries, types.ChangeMessageVisibilityBatchRequestEntry{
+			Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(r.handle), VisibilityTimeout: seconds(d),
+		})
 	}
 	if len(entries) == 0 {
 		return newReceipts, results, nil
@@ -626,12 +626,21 @@ func (q *Queue) UpdateVisibilityBatch(ctx context.Context, receipts []driver.Rec
 		}
 		return nil, nil, err
 	}
+	now, judged := serverNow(out.ResultMetadata)
+	var expired []string
 	answered := make(map[int]bool, len(entries))
 	for _, s := range out.Successful {
-		if i, err := strconv.Atoi(aws.ToString(s.Id)); err == nil && i >= 0 && i < len(receipts) {
-			answered[i] = true
-			newReceipts[i] = receipts[i].PopReceipt
+		i, err := strconv.Atoi(aws.ToString(s.Id))
+		if err != nil || i < 0 || i >= len(receipts) {
+			continue
 		}
+		answered[i] = true
+		if judged && expiredAt(parsed[i].expires, now) {
+			results[i] = errExpired
+			expired = append(expired, parsed[i].handle)
+			continue
+		}
+		newReceipts[i] = receipts[i].PopReceipt
 	}
 	for _, f := range out.Failed {
 		i, err := strconv.Atoi(aws.ToString(f.Id))
@@ -644,6 +653,9 @@ func (q *Queue) UpdateVisibilityBatch(ctx context.Context, receipts []driver.Rec
 		case hasCode(e.Code, codesReceipt), hasCode(e.Code, []string{"InvalidParameterValue"}) && strings.Contains(e.Message, "ReceiptHandle"):
 			e.kind = queue.ErrReceiptMismatch
 			results[i] = e
+			if judged && expiredAt(parsed[i].expires, now) {
+				results[i] = errExpired
+			}
 		case f.SenderFault:
 			results[i] = e
 		default:
@@ -655,6 +667,9 @@ func (q *Queue) UpdateVisibilityBatch(ctx context.Context, receipts []driver.Rec
 		if !answered[i] {
 			results[i] = queue.Transient(&Error{Op: "ChangeMessageVisibilityBatch", Queue: q.name, Message: "no result for the entry", err: errors.New("no result")}, 0)
 		}
+	}
+	if len(expired) > 0 {
+		q.deleteExpired(context.WithoutCancel(ctx), expired)
 	}
 	return newReceipts, results, nil
 }
