@@ -85,7 +85,13 @@
 //     Concurrent DeleteBatch calls of a queue in a process share a
 //     statement (group commit): while one is on its way the others wait,
 //     then go together, so one commit serves several batches under load
-//     and none waits when alone.
+//     and none waits when alone. The caller that sends a shared statement
+//     serves only the calls queued ahead of its own, never those that
+//     arrive meanwhile; a call whose context ends while it waits withdraws
+//     its request (once a statement carries it, the call waits for that
+//     statement's outcome): a call that returned never acts afterwards,
+//     and the group keeps a copy of the receipts, never the caller's
+//     slice.
 //   - UpdateVisibility updates only a message held with its newest
 //     receipt (and, like Get, does not wait for the flush).
 //   - Count sums the queue's 16 counter rows: O(1) in the depth, and

@@ -3,3 +3,6 @@ package postgres
 // Listens reports how many times db's LISTEN connection has been
 // established.
 func Listens(db *DB) int { return db.hub.listens() }
+
+// GetSQL is the statement a Get of db runs.
+func GetSQL(db *DB) string { return db.sql.get }
