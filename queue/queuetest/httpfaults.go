@@ -39,11 +39,11 @@ type HTTPFaultProxy struct {
 	delay atomic.Int64 // ns
 
 	mu       sync.Mutex
-	faults   []HTTPFault // armed, taken in turn
-	next     int         // index into faults of the next to land
-	every    int         // a fault lands on every every-th request …
-	left     int         // … this many more times
-	seen     int         // requests since the arming
+	faults   []HTTPFault    // armed, taken in turn
+	next     int            // index into faults of the next to land
+	every    int            // a fault lands on every every-th request of a kind …
+	left     int            // … this many more times
+	seen     map[string]int // requests by kind since the arming
 	requests map[string]int
 	landed   map[string]int
 }
@@ -113,14 +113,25 @@ func NewHTTPFaultProxy(tb testing.TB, target string, kind func(r *http.Request, 
 		landed:   map[string]int{},
 	}
 	p.tr = http.DefaultTransport.(*http.Transport).Clone()
-	p.tr.MaxIdleConnsPerHost = 256
-	// Below the 5 s keep-alive of Node's HTTP server (the emulators), so
-	// the proxy never sends a request on a connection the server closes.
-	p.tr.IdleConnTimeout = 4 * time.Second
+	// A connection per request: a kept-alive one may be closed by the
+	// server (Node's keep-alive is 5 s) as the proxy sends on it, and on a
+	// loaded machine no idle timeout of the proxy's is sure to come first;
+	// the client would see a fault nobody armed.
+	p.tr.DisableKeepAlives = true
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:   func(r *httputil.ProxyRequest) { r.SetURL(tu) },
 		Transport: p.tr,
 		ErrorLog:  log.New(io.Discard, "", 0), // requests cancelled by their callers are expected
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				return // the caller gave up
+			}
+			// Counted with the faults: the client sees a 502 the proxy made.
+			p.mu.Lock()
+			p.landed[UpstreamError]++
+			p.mu.Unlock()
+			w.WriteHeader(http.StatusBadGateway)
+		},
 	}
 	p.srv = &http.Server{Handler: http.HandlerFunc(p.serve)}
 	go func() { _ = p.srv.Serve(ln) }()
@@ -140,16 +151,19 @@ func (p *HTTPFaultProxy) Close() {
 // n = 0 disarms.
 func (p *HTTPFaultProxy) Arm(n int, faults ...HTTPFault) { p.ArmEvery(1, n, faults...) }
 
-// ArmEvery gives every k-th request from now a fault, n in all, taking
-// faults in turn: the faults are bounded by the requests made, so however
-// slowly they come, the (k-1) of every k in between reach the server.
+// ArmEvery gives every k-th request of each kind (as the proxy's kind
+// names them) from now a fault, n in all, taking faults in turn: the
+// faults are bounded by the requests made, so however slowly they come,
+// k-1 of every k requests of a kind reach the server, and a kind that is
+// rare beside another (a get beside the deletes of its messages) still
+// meets faults.
 func (p *HTTPFaultProxy) ArmEvery(k, n int, faults ...HTTPFault) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(faults) == 0 || k < 1 {
 		n = 0
 	}
-	p.faults, p.next, p.every, p.left, p.seen = faults, 0, k, n, 0
+	p.faults, p.next, p.every, p.left, p.seen = faults, 0, k, n, map[string]int{}
 }
 
 // Armed is how many armed faults have not landed yet.
@@ -163,8 +177,12 @@ func (p *HTTPFaultProxy) Armed() int {
 // none). A latency for benchmarks and timeouts, not a fault.
 func (p *HTTPFaultProxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
 
+// UpstreamError names, in Counts' faults, the requests the proxy could not
+// pass to the server (answered 502 Bad Gateway).
+const UpstreamError = "upstream_error"
+
 // Counts returns copies of the requests seen and the faults landed, by
-// kind and by fault name.
+// kind and by fault name (UpstreamError among them).
 func (p *HTTPFaultProxy) Counts() (requests, faults map[string]int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -190,8 +208,8 @@ func (p *HTTPFaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 	p.requests[k]++
 	var f *HTTPFault
 	if p.left > 0 {
-		p.seen++
-		if p.seen%p.every == 0 {
+		p.seen[k]++
+		if p.seen[k]%p.every == 0 {
 			f = &p.faults[p.next%len(p.faults)]
 			p.next++
 			p.left--

@@ -106,6 +106,18 @@ func TestHTTPFaultProxyArmEvery(t *testing.T) {
 	if _, faults := p.Counts(); faults["hang_up"] != 1 || faults["lose_answer"] != 1 {
 		t.Fatalf("faults %v", faults)
 	}
+	// Every k-th of each kind: a rare kind meets its faults too.
+	kinds := queuetest.NewHTTPFaultProxy(t, srv.URL, func(r *http.Request, _ []byte) string { return r.URL.Path })
+	kinds.ArmEvery(2, 3, queuetest.HangUp)
+	var hit []string
+	for _, path := range []string{"/a", "/a", "/a", "/b", "/a", "/b", "/a", "/a"} {
+		if _, _, _, err := post(c, kinds.URL+path, "x"); err != nil {
+			hit = append(hit, path)
+		}
+	}
+	if strings.Join(hit, " ") != "/a /a /b" {
+		t.Fatalf("hung up on %v, want the 2nd and 4th /a and the 2nd /b, then no more", hit)
+	}
 	p.Arm(0)
 	if _, _, _, err := post(c, p.URL, "x"); err != nil {
 		t.Fatalf("disarmed: %v", err)
@@ -127,5 +139,18 @@ func TestHTTPFaultProxyDelay(t *testing.T) {
 	}
 	if acted.Load() != 1 {
 		t.Fatalf("the server acted on %d requests, want 1", acted.Load())
+	}
+}
+
+// A server the proxy cannot reach is a 502, counted as UpstreamError.
+func TestHTTPFaultProxyUpstreamError(t *testing.T) {
+	srv, _ := actingServer(t)
+	p := queuetest.NewHTTPFaultProxy(t, srv.URL, nil)
+	srv.Close()
+	if st, _, _, err := post(&http.Client{}, p.URL, "x"); err != nil || st != http.StatusBadGateway {
+		t.Fatalf("a server that is gone: %d, %v; want 502", st, err)
+	}
+	if _, faults := p.Counts(); faults[queuetest.UpstreamError] != 1 {
+		t.Fatalf("faults %v", faults)
 	}
 }
