@@ -131,6 +131,10 @@
 //
 // The tests run against fauxqs (package sqstest), installed from
 // tools/fauxqs by `make test` and started on a free loopback port: the
-// conformance suite, the listener end to end, a process killed midway, and
-// faults injected by a proxy. No mock of SQS.
+// conformance suite, the listener end to end, a process killed midway,
+// queuetest's fault layer (TestFaults: lost replies, dropped requests, a
+// caller that gives up, an expired backlog, a client whose clock runs a
+// minute ahead of SQS's, connections dropped mid-drain) through queue.Open,
+// and errors SQS answers (500, 503, throttling) from queuetest's HTTP fault
+// proxy. No mock of SQS.
 package sqs
