@@ -11,19 +11,17 @@ import (
 	"github.com/adaptq/adaptq/queue/queuetest"
 )
 
-// TestFaults runs the fault layer on an Azurite of its own: queues open
-// through queue.Open with an azure:// URL whose queue endpoint is the
-// fault proxy's, the path a user's worker takes. The cases run one after
-// another, since Restart restarts the queue service (Azurite saves its
-// database on SIGTERM and reads it back: messages, visibility and dequeue
-// counts survive). ClockSkew does not apply: the driver decides nothing by
-// this host's clock (visibility and TTL are Azure's, kept by the server),
-// which dates only claim-check payloads' expiry, swept an hour
-// (Config.PayloadGrace) after it.
+// TestFaults runs the fault layer, its cases in parallel on the shared
+// Azurite (queue names of their own) and Restart on an Azurite of its own:
+// queues open through queue.Open with an azure:// URL whose queue endpoint
+// is the fault proxy's, the path a user's worker takes. Restart restarts
+// the queue service, which saves its database on SIGTERM and reads it back:
+// messages, visibility and dequeue counts survive. ClockSkew does not
+// apply: the driver decides nothing by this host's clock (visibility and
+// TTL are Azure's, kept by the server), which dates only claim-check
+// payloads' expiry, swept an hour (Config.PayloadGrace) after it.
 func TestFaults(t *testing.T) {
-	t.Parallel()
-	srv := azuritetest.Start(t)
-	queuetest.RunFaults(t, func(t *testing.T) *queuetest.FaultHarness {
+	harness := func(t *testing.T, srv *azuritetest.Server) *queuetest.FaultHarness {
 		proxy := queuetest.NewFaultProxy(t, srv.QueueAddr)
 		return &queuetest.FaultHarness{
 			Proxy: proxy,
@@ -33,17 +31,27 @@ func TestFaults(t *testing.T) {
 			Direct: func(ctx context.Context, name string) (*queue.Queue, error) {
 				return queue.Open(ctx, srv.URL(name))
 			},
-			Restart: func(t *testing.T) {
-				if err := srv.RestartQueue(); err != nil {
-					t.Fatal(err)
-				}
-			},
 			LazyExpiry: "Azurite removes expired messages when a Get, Peek, Delete or Update meets the queue, and counts them until then (Azure's count " +
 				"\"is not lower than the actual number of messages in the queue, but could be higher\")",
 			Features: driver.Features{
-				MaxPeek: queue.MaxPeek, MaxBody: 0, Siblings: true,
+				MaxPeek: queue.MaxPeek, Siblings: true,
 				Durability: driver.Replicated, Billed: true, TimeResolution: time.Second,
 			},
 		}
+	}
+	queuetest.RunFaults(t, func(t *testing.T) *queuetest.FaultHarness {
+		t.Parallel()
+		h := harness(t, azuritetest.Shared(t))
+		h.Restartable = func(t *testing.T) *queuetest.FaultHarness {
+			own := azuritetest.Start(t)
+			r := harness(t, own)
+			r.Restart = func(t *testing.T) {
+				if err := own.RestartQueue(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return r
+		}
+		return h
 	})
 }
