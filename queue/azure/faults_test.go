@@ -21,6 +21,7 @@ import (
 // TTL are Azure's, kept by the server), which dates only claim-check
 // payloads' expiry, swept an hour (Config.PayloadGrace) after it.
 func TestFaults(t *testing.T) {
+	t.Parallel()
 	harness := func(t *testing.T, srv *azuritetest.Server) *queuetest.FaultHarness {
 		proxy := queuetest.NewFaultProxy(t, srv.QueueAddr)
 		return &queuetest.FaultHarness{
