@@ -410,6 +410,14 @@ func (q *Queue) Delete(ctx context.Context, id, popReceipt string) error {
 	return nil
 }
 
+// entryIndex is the index of the receipt a batch result's Id names (the
+// driver numbers a batch's entries by their receipts' indexes), if it
+// names one.
+func entryIndex(id *string, n int) (int, bool) {
+	i, err := strconv.Atoi(aws.ToString(id))
+	return i, err == nil && i >= 0 && i < n
+}
+
 // deleteError maps a delete's failures that mean "no such message here"
 // to ErrNotFound.
 func deleteError(err error) error {
@@ -448,8 +456,8 @@ func (q *Queue) DeleteBatch(ctx context.Context, receipts []driver.Receipt) ([]e
 	now, judged := serverNow(out.ResultMetadata)
 	answered := make(map[int]bool, len(entries))
 	for _, s := range out.Successful {
-		i, err := strconv.Atoi(aws.ToString(s.Id))
-		if err != nil || i < 0 || i >= len(receipts) {
+		i, ok := entryIndex(s.Id, len(receipts))
+		if !ok {
 			continue
 		}
 		answered[i] = true
@@ -458,8 +466,8 @@ func (q *Queue) DeleteBatch(ctx context.Context, receipts []driver.Receipt) ([]e
 		}
 	}
 	for _, f := range out.Failed {
-		i, err := strconv.Atoi(aws.ToString(f.Id))
-		if err != nil || i < 0 || i >= len(receipts) {
+		i, ok := entryIndex(f.Id, len(receipts))
+		if !ok {
 			continue
 		}
 		answered[i] = true
@@ -630,8 +638,8 @@ func (q *Queue) UpdateVisibilityBatch(ctx context.Context, receipts []driver.Rec
 	var expired []string
 	answered := make(map[int]bool, len(entries))
 	for _, s := range out.Successful {
-		i, err := strconv.Atoi(aws.ToString(s.Id))
-		if err != nil || i < 0 || i >= len(receipts) {
+		i, ok := entryIndex(s.Id, len(receipts))
+		if !ok {
 			continue
 		}
 		answered[i] = true
@@ -643,8 +651,8 @@ func (q *Queue) UpdateVisibilityBatch(ctx context.Context, receipts []driver.Rec
 		newReceipts[i] = receipts[i].PopReceipt
 	}
 	for _, f := range out.Failed {
-		i, err := strconv.Atoi(aws.ToString(f.Id))
-		if err != nil || i < 0 || i >= len(receipts) {
+		i, ok := entryIndex(f.Id, len(receipts))
+		if !ok {
 			continue
 		}
 		answered[i] = true
