@@ -11,8 +11,10 @@ import (
 	"github.com/adaptq/adaptq/queue/queuetest"
 )
 
-// TestFaults runs the fault layer, its cases in parallel on the shared
-// Azurite (queue names of their own) and Restart on an Azurite of its own:
+// TestFaults runs the fault layer beside the package's other tests, its
+// cases in parallel on an Azurite of its own (queue names of their own;
+// the shared one is kept busy by the conformance suite's 5,000-message
+// case) and Restart on another:
 // queues open through queue.Open with an azure:// URL whose queue endpoint
 // is the fault proxy's, the path a user's worker takes. Restart restarts
 // the queue service, which saves its database on SIGTERM and reads it back:
@@ -40,9 +42,10 @@ func TestFaults(t *testing.T) {
 			},
 		}
 	}
+	srv := azuritetest.Start(t)
 	queuetest.RunFaults(t, func(t *testing.T) *queuetest.FaultHarness {
 		t.Parallel()
-		h := harness(t, azuritetest.Shared(t))
+		h := harness(t, srv)
 		h.Restartable = func(t *testing.T) *queuetest.FaultHarness {
 			own := azuritetest.Start(t)
 			r := harness(t, own)
