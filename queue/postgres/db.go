@@ -143,6 +143,7 @@ type DB struct {
 	wg     sync.WaitGroup
 
 	sweepEvery time.Duration
+	sweepSlot  chan struct{} // one sweep at a time per DB
 
 	mu     sync.Mutex
 	queues map[string]*queueState
@@ -190,6 +191,7 @@ func OpenConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*DB, 
 
 		vacuumEvery: o.vacuumEvery,
 		sweepEvery:  SweepInterval,
+		sweepSlot:   make(chan struct{}, 1),
 	}
 	db.sql = newStatements(quoteIdent(o.schema), o.asyncLeases)
 	// Migrate (or check) on a connection of its own, before the pool
