@@ -358,18 +358,18 @@ func sanitize(err error, cfg Config) string {
 	return s
 }
 
-// oneAttempt sends each request once. Go's transport sends a GET again by
-// itself when a reused connection closes before the answer, but a Get of
-// messages is not a read: the first one may have hidden its messages and
-// raised their dequeue counts. With a body that is not replayable (empty:
-// nothing more goes on the wire) the transport leaves it to the caller, who
-// sees a transient error, and the cost meter counts every attempt.
+// oneAttempt sends each Get of messages once. Go's transport sends a GET
+// again by itself when a reused connection closes before the answer, but a
+// Get of messages is not a read: the first one may have hidden its
+// messages and raised their dequeue counts. With a body that is not
+// replayable (empty: nothing more goes on the wire) the transport leaves
+// it to the caller, who sees a transient error, and the cost meter counts
+// every attempt. Other GETs (a payload blob's download, a count) are reads
+// and keep the transport's retry.
 type oneAttempt struct{ c *http.Client }
 
 func (o oneAttempt) Do(req *http.Request) (*http.Response, error) {
-	// Only GET and HEAD are replayed (and sent without a body whatever it
-	// is, once the transport finds it empty).
-	if (req.Method == http.MethodGet || req.Method == http.MethodHead) && (req.Body == nil || req.Body == http.NoBody) {
+	if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/messages") && (req.Body == nil || req.Body == http.NoBody) {
 		req.Body, req.GetBody, req.ContentLength = emptyBody{}, nil, 0
 	}
 	return o.c.Do(req)
