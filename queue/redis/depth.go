@@ -27,7 +27,7 @@ var _ driver.DepthReader = (*redisQueue)(nil)
 // (driver.DepthReader). The oldest message's age is not known: the sorted
 // set orders messages by visibility, not by insertion.
 func (q *redisQueue) Depth(ctx context.Context) (driver.Depth, error) {
-	v, err := q.run(ctx, depthScript, q.keys2, q.c.now())
+	v, err := q.again(ctx, depthScript, q.keys2, q.c.now())
 	if err != nil {
 		return driver.Depth{}, err
 	}

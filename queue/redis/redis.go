@@ -42,6 +42,23 @@ const (
 	// clearChunk is how many messages one step of Clear deletes, so that
 	// clearing a large queue does not hold the server for long.
 	clearChunk = 1000
+
+	// DefaultAttempts is how many times in all the driver sends a script
+	// that is safe to send again (a put under its id, a visibility update
+	// under its new receipt, a read) when it fails transiently: go-redis's
+	// own default, one try and MaxRetries = 3 retries. The driver's other
+	// scripts (get, delete) are sent once: a lost reply after the server
+	// acted cannot be told from a request that never arrived, and sending
+	// them again would act twice or report the first act as a failure. So
+	// the clients Open makes have go-redis's retries off (MaxRetries -1),
+	// and a client passed to New should too.
+	DefaultAttempts = 4
+
+	// retryMinBackoff and retryMaxBackoff bound the pause before the n-th
+	// attempt (doubling from the first): go-redis's MinRetryBackoff and
+	// MaxRetryBackoff defaults.
+	retryMinBackoff = 8 * time.Millisecond
+	retryMaxBackoff = 512 * time.Millisecond
 )
 
 // Option configures a Client.
@@ -98,13 +115,16 @@ type Client struct {
 	o    options
 
 	closed atomic.Bool
+	puts   atomic.Uint64 // puts so far, for the put's periodic sweep
 
 	mu   sync.Mutex
 	hubs map[string]*hub // by marker key
 }
 
 // New returns a Client over rdb, which stays the caller's: Close does not
-// close it.
+// close it. Configure rdb with MaxRetries -1: go-redis retries every
+// command alike, and a get or delete whose reply was lost must not be sent
+// again (see DefaultAttempts).
 func New(rdb *goredis.Client, opts ...Option) *Client {
 	o := defaultOptions()
 	for _, opt := range opts {
@@ -168,7 +188,6 @@ func (c *Client) queue(name string) (*redisQueue, error) {
 		base:  base,
 		keys2: []string{base + "z", base + "x"},
 		keys3: []string{base + "z", base + "x", base + "w"},
-		keys4: []string{base + "z", base + "x", base + "seq", base + "w"},
 	}, nil
 }
 

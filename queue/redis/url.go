@@ -64,6 +64,9 @@ func (cfg *config) redisOptions() *goredis.Options {
 		Username: cfg.user,
 		Password: os.Getenv(PasswordEnv),
 		DB:       cfg.db,
+		// No blind retries: the driver sends again only the scripts that
+		// are safe to (DefaultAttempts).
+		MaxRetries: -1,
 	}
 	if cfg.tls {
 		host, _, _ := net.SplitHostPort(cfg.addr)
@@ -180,7 +183,9 @@ type sharedClient struct {
 // The password, if any, is read from PasswordEnv. It is what queue.Open
 // calls for the schemes. Queues opened by URL on one database share one
 // Client (one connection pool, one blocking connection per queue with
-// subscribers), closed with the last of them.
+// subscribers), closed with the last of them. Its
+// go-redis client does not retry commands (MaxRetries -1): the driver
+// sends again only what is safe to (DefaultAttempts).
 func OpenURL(ctx context.Context, u *url.URL) (driver.Queue, error) {
 	cfg, err := parse(u)
 	if err != nil {

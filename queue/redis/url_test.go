@@ -75,7 +75,7 @@ func TestPasswordFromTheEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := cfg.redisOptions()
-	if o.Password != "s3cret" || o.Username != "app" || o.DB != 1 || o.TLSConfig == nil || o.TLSConfig.ServerName != "h" {
+	if o.Password != "s3cret" || o.Username != "app" || o.DB != 1 || o.TLSConfig == nil || o.TLSConfig.ServerName != "h" || o.MaxRetries != -1 {
 		t.Fatalf("options %+v", o)
 	}
 	if strings.Contains(cfg.redacted, "s3cret") {
