@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -106,9 +105,9 @@ func WithBlockTimeout(d time.Duration) Option {
 	}
 }
 
-// Client holds the queues of one Redis database: a go-redis client and the
-// subscribers' blocking connections (one per queue with subscribers). It
-// is safe for concurrent use.
+// Client holds the queues of one Redis database: a go-redis client, and
+// one connection of its pool on which the subscribers of all its queues
+// block while any has subscribers. It is safe for concurrent use.
 type Client struct {
 	rdb  *goredis.Client
 	owns bool
@@ -116,21 +115,22 @@ type Client struct {
 
 	closed atomic.Bool
 	puts   atomic.Uint64 // puts so far, for the put's periodic sweep
-
-	mu   sync.Mutex
-	hubs map[string]*hub // by marker key
+	wake   waker
 }
 
 // New returns a Client over rdb, which stays the caller's: Close does not
 // close it. Configure rdb with MaxRetries -1: go-redis retries every
 // command alike, and a get or delete whose reply was lost must not be sent
-// again (see DefaultAttempts).
+// again (see DefaultAttempts). Subscribers hold one connection of rdb's
+// pool while any queue of the Client has them.
 func New(rdb *goredis.Client, opts ...Option) *Client {
 	o := defaultOptions()
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return &Client{rdb: rdb, o: o, hubs: map[string]*hub{}}
+	c := &Client{rdb: rdb, o: o}
+	c.wake.c = c
+	return c
 }
 
 // Open connects to the Redis database a redis:// or rediss:// URL names
@@ -197,18 +197,7 @@ func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
-	c.mu.Lock()
-	hubs := make([]*hub, 0, len(c.hubs))
-	for _, h := range c.hubs {
-		hubs = append(hubs, h)
-	}
-	c.mu.Unlock()
-	var runs []*runner
-	for _, h := range hubs {
-		if r := h.stop(); r != nil {
-			runs = append(runs, r)
-		}
-	}
+	r := c.wake.stop()
 	var err error
 	if c.owns {
 		if e := c.rdb.Close(); e != nil && !errors.Is(e, goredis.ErrClosed) {
@@ -216,8 +205,9 @@ func (c *Client) Close() error {
 		}
 	}
 	// CLIENT UNBLOCK (or, for a client of our own, closing the
-	// connections) ends each loop at once; else its block timeout does.
-	for _, r := range runs {
+	// connections) ends the subscribers' loop at once; else its block
+	// timeout does.
+	if r != nil {
 		select {
 		case <-r.done:
 		case <-time.After(c.o.blockTimeout + 15*time.Second):
