@@ -156,9 +156,9 @@ func (s *pgSide) fill(ctx context.Context, n int) error {
 WITH m AS (
 	INSERT INTO `+sc+`.messages (queue_id, visible_at, expires_at, inserted_at)
 	SELECT $1, now(), now() + interval '7 days', now() FROM generate_series(1, $2::int)
-	RETURNING id
+	RETURNING id, expires_at
 ), b AS (
-	INSERT INTO `+sc+`.bodies (id, body) SELECT id, $3 FROM m
+	INSERT INTO `+sc+`.bodies (id, body, queue_id, expires_at) SELECT id, $3, $1, expires_at FROM m
 )
 UPDATE `+sc+`.counts SET n = n + $2::int WHERE queue_id = $1 AND shard = 0`, qid, k, pgBody)
 		if err != nil {

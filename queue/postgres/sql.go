@@ -39,9 +39,9 @@ WITH m AS (
 	VALUES ($2, {now} + $3::bigint * interval '1 microsecond',
 	        CASE WHEN $4::bigint < 0 THEN 'infinity'::timestamptz ELSE {now} + $4::bigint * interval '1 microsecond' END,
 	        {now})
-	RETURNING id
+	RETURNING id, expires_at
 ), b AS (
-	INSERT INTO {s}.bodies (id, body) SELECT id, $5 FROM m
+	INSERT INTO {s}.bodies (id, body, queue_id, expires_at) SELECT id, $5, $2, expires_at FROM m
 ), c AS (
 	UPDATE {s}.counts SET n = n + 1 WHERE queue_id = $2 AND shard = {shard}
 )`
@@ -169,18 +169,19 @@ WITH d AS (
 )
 SELECT count(*) FROM d`),
 
-		// The sweep deletes the expired among the first $3 visible
-		// messages, the ones a Get steps over (the index range it reads);
-		// hidden messages are reached when they are visible again.
+		// The sweep deletes up to $3 expired messages of the queue, found
+		// through bodies_expiry (a body row carries its message's queue and
+		// expiry, written once by Put), so it reads no live message and
+		// costs one index probe when nothing has expired. Messages another
+		// statement holds locked are skipped. It returns how many expired
+		// messages it found and how many it deleted.
 		sweep: f(`
-WITH d AS (
+WITH x AS (
+	SELECT id FROM {s}.bodies WHERE queue_id = $2 AND expires_at <= {now} LIMIT $3
+), d AS (
 	DELETE FROM {s}.messages WHERE ctid = ANY (ARRAY(
-		SELECT ctid FROM {s}.messages WHERE ctid = ANY (ARRAY(
-			SELECT ctid FROM {s}.messages
-			WHERE queue_id = $2 AND visible_at <= {now}
-			ORDER BY visible_at, id
-			LIMIT $3))
-		AND expires_at <= {now}
+		SELECT ctid FROM {s}.messages
+		WHERE id = ANY (ARRAY(SELECT id FROM x)) AND queue_id = $2 AND expires_at <= {now}
 		FOR UPDATE SKIP LOCKED))
 	RETURNING id
 ), b AS (
@@ -189,6 +190,6 @@ WITH d AS (
 	UPDATE {s}.counts SET n = n - (SELECT count(*) FROM d)
 	WHERE queue_id = $2 AND shard = {shard} AND EXISTS (SELECT 1 FROM d)
 )
-SELECT count(*) FROM d`),
+SELECT (SELECT count(*) FROM x), (SELECT count(*) FROM d)`),
 	}
 }

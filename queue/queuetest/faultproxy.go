@@ -49,6 +49,7 @@ type FaultProxy struct {
 	lost      int64 // replies lost
 	dropped   int64 // requests dropped
 	refused   int64
+	held      int64 // replies waiting for a release now
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 }
@@ -177,7 +178,13 @@ func (p *FaultProxy) replies(pc *proxyConn) {
 				return
 			}
 			if hold != nil {
+				p.mu.Lock()
+				p.held++
+				p.mu.Unlock()
 				<-hold
+				p.mu.Lock()
+				p.held--
+				p.mu.Unlock()
 			}
 			if _, werr := pc.client.Write(buf[:k]); werr != nil {
 				return
@@ -272,6 +279,9 @@ type FaultCounts struct {
 	Lost     int64 // replies lost
 	Dropped  int64 // requests dropped
 	Refused  int64 // connections refused
+	// Held is how many replies wait for HoldReplies' release now: a held
+	// reply means the server acted on its request.
+	Held int64
 	// ArmedLeft is how many armed LoseReplies and DropRequests faults have
 	// not landed yet.
 	ArmedLeft int64
@@ -284,7 +294,7 @@ func (p *FaultProxy) Counts() FaultCounts {
 	defer p.mu.Unlock()
 	return FaultCounts{
 		Accepted: p.accepted, Open: int64(len(p.conns)), Drops: p.drops,
-		Lost: p.lost, Dropped: p.dropped, Refused: p.refused,
+		Lost: p.lost, Dropped: p.dropped, Refused: p.refused, Held: p.held,
 		ArmedLeft: int64(p.lose + p.drop),
 	}
 }

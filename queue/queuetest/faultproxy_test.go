@@ -156,6 +156,10 @@ func TestFaultProxyHoldsRepliesUntilReleased(t *testing.T) {
 	for s.lines.Load() == 0 {
 		time.Sleep(time.Millisecond)
 	}
+	// The reply reaches the proxy and waits there: Held counts it.
+	for p.Counts().Held == 0 {
+		time.Sleep(time.Millisecond)
+	}
 	select {
 	case l := <-got:
 		t.Fatalf("the reply came before the release: %q", l)
@@ -164,6 +168,9 @@ func TestFaultProxyHoldsRepliesUntilReleased(t *testing.T) {
 	release()
 	if l := <-got; l != "h\n" {
 		t.Errorf("after the release: %q", l)
+	}
+	if n := p.Counts().Held; n != 0 {
+		t.Errorf("%d replies still held after the release", n)
 	}
 }
 
