@@ -59,6 +59,14 @@ type FaultHarness struct {
 	// DrainMessages is how many messages the DropAllMidDrain case drains
 	// (0: 1,000).
 	DrainMessages int
+	// Attempts is how many times in all the driver itself sends a call that
+	// is safe to send again after a lost reply (a put under an id it chose,
+	// a visibility update under the receipt it chose), for the cases that
+	// lose a Put's or UpdateVisibility's reply or drop its request: they arm
+	// that many faults, so that the call fails as the case needs and is not
+	// hidden by the driver's retries (0: 1, a driver that sends each call
+	// once).
+	Attempts int
 
 	// Features are what the driver promises (as in Harness).
 	Features driver.Features
@@ -141,6 +149,10 @@ func RunFaults(t *testing.T, newHarness func(t *testing.T) *FaultHarness) {
 		})
 	}
 }
+
+// attempts is how many faults a case arms for a call the driver may send
+// again by itself.
+func (e *faultEnv) attempts() int { return max(e.h.Attempts, 1) }
 
 // faultEnv is one fault case's view of its harness.
 type faultEnv struct {
@@ -287,7 +299,7 @@ func testLostReplyPut(t *testing.T, e *faultEnv) {
 	for i := 0; i < faultTries && len(failed) == 0; i++ {
 		body := fmt.Sprintf("lost-put-%d", i)
 		before := e.h.Proxy.Counts()
-		e.h.Proxy.LoseReplies(1)
+		e.h.Proxy.LoseReplies(e.attempts())
 		id, err := q.Put(e.ctx, []byte(body), queue.PutOptions{})
 		e.h.Proxy.LoseReplies(0)
 		if err != nil {
@@ -538,7 +550,7 @@ func testLostReplyUpdate(t *testing.T, e *faultEnv) {
 	var hit *queue.Message
 	for _, m := range ms {
 		before := e.h.Proxy.Counts()
-		e.h.Proxy.LoseReplies(1)
+		e.h.Proxy.LoseReplies(e.attempts())
 		_, err := q.UpdateVisibility(e.ctx, m.ID, m.PopReceipt, e.unit())
 		e.h.Proxy.LoseReplies(0)
 		if err == nil {
@@ -580,7 +592,7 @@ func testDroppedRequest(t *testing.T, e *faultEnv) {
 	for i := 0; i < faultTries && dropped == ""; i++ {
 		body := fmt.Sprint("dropped-", i)
 		before := e.h.Proxy.Counts()
-		e.h.Proxy.DropRequests(1)
+		e.h.Proxy.DropRequests(e.attempts())
 		id, err := q.Put(e.ctx, []byte(body), queue.PutOptions{})
 		e.h.Proxy.DropRequests(0)
 		if err == nil {
