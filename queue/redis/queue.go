@@ -151,7 +151,7 @@ func (q *redisQueue) Put(ctx context.Context, body []byte, opts driver.PutOption
 	if q.c.puts.Add(1)%putSweepEvery == 0 {
 		sweep = putSweep
 	}
-	id := ids.newID(time.Now())
+	id := ids.newID(wallNow())
 	v, err := q.again(ctx, putScript, q.keys3, id, body, ttl, us(opts.InitialVisibilityDelay), sweep, q.c.now())
 	if err != nil {
 		return "", err

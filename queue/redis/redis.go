@@ -229,7 +229,16 @@ func (c *Client) now() string {
 // subscriber's timers.
 func (c *Client) localNow() time.Time {
 	if c.o.clock == nil {
-		return time.Now()
+		return wallNow()
 	}
 	return c.o.clock.Now()
 }
+
+// skew is added to the process's clock wherever the driver reads it (the
+// time part of ids, the subscribers' timers). It is zero but in tests,
+// which move it to show that no decision of the scripts depends on the
+// process's clock: they read the server's.
+var skew atomic.Int64
+
+// wallNow is the process's clock, plus skew.
+func wallNow() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
