@@ -16,8 +16,9 @@
 //	postgres://USER:PASSWORD@HOST/DB?queue=orders&schema=jobs&pool_max_conns=16&sslmode=require
 //
 // adaptq's parameters are queue (required), schema (DefaultSchema),
-// migrate=false (WithoutMigrate), notify_interval (DefaultNotifyInterval)
-// and max_body; every other parameter is pgx's (pool_max_conns,
+// migrate=false (WithoutMigrate), notify_interval (DefaultNotifyInterval),
+// max_body and async_leases=true (WithAsyncLeases: faster Gets, at the
+// risk the Durability section states); every other parameter is pgx's (pool_max_conns,
 // connect_timeout, sslmode …). Within one process, the queues opened by URL
 // with the same connection and options share one DB: one pool, one LISTEN
 // connection.
@@ -81,11 +82,8 @@
 //     FOR UPDATE SKIP LOCKED, so concurrent Gets (in any process) never
 //     wait for nor share a message, and in the same statement hides them,
 //     draws their receipts and adds 1 to their dequeue counts, returning
-//     the bodies joined from their table. Its commit does not wait for the
-//     WAL flush (synchronous_commit off for that transaction alone): a
-//     server crash can only undo a Get, which makes its messages visible
-//     again, a redelivery that at-least-once allows, and the delete that
-//     follows a Get flushes both.
+//     the bodies joined from their table. Its commit waits for the WAL
+//     flush, as every commit does (see Durability for async_leases).
 //   - DeleteBatch passes the ids and receipts as two arrays through unnest
 //     and deletes the states, the bodies and the count in one statement,
 //     returning one outcome per receipt (deleted, stale receipt, gone).
@@ -100,7 +98,7 @@
 //     and the group keeps a copy of the receipts, never the caller's
 //     slice.
 //   - UpdateVisibility updates only a message held with its newest
-//     receipt (and, like Get, does not wait for the flush).
+//     receipt (and, like Get, waits for the flush).
 //   - Count sums the queue's 16 counter rows: O(1) in the depth, and
 //     approximate as Azure's ApproximateMessagesCount is, since an expired
 //     message counts until it is swept. Every statement that adds or
@@ -174,8 +172,9 @@
 // point the driver at the server); in transaction pooling a Subscribe
 // hears nothing, and PgBouncer refuses the startup parameter unless it
 // ignores it (ignore_startup_parameters = plan_cache_mode). Everything
-// else (each operation one statement, the Get's synchronous_commit set
-// for its own transaction only) works in either mode.
+// else (each operation one statement; with async_leases, a Get's
+// synchronous_commit set for its own transaction only) works in either
+// mode.
 //
 // # Errors
 //
@@ -187,6 +186,19 @@
 //
 // # Durability
 //
-// A Put returns once its transaction has committed; with the server's
-// default synchronous_commit = on, it survives a power loss of the server.
+// Every operation returns once its transaction has committed; with the
+// server's default synchronous_commit = on, what it did survives a power
+// loss of the server: an acknowledged Put is never lost, a lease (a Get,
+// a renewal) never undone, so two consumers never hold one message inside
+// one visibility window and dequeue counts never go back.
+//
+// async_leases=true (WithAsyncLeases) lets Gets and renewals commit
+// without waiting for the flush, for one disk flush less per batch got. A
+// server crash, or a failover even to a synchronous standby, can then undo
+// leases that consumers were told they hold: those messages are visible
+// again while they run, a second consumer can get them, and their dequeue
+// counts roll back (a poison message may run more than max_dequeue_count
+// times). Puts and deletes still wait, so nothing acknowledged is lost.
+// Use it only where handlers are idempotent and the flush is the
+// bottleneck; BENCHMARKS.md has its price.
 package postgres

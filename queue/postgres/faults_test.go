@@ -17,43 +17,64 @@ import (
 
 // TestFaults runs the fault layer on the machine's server, each case in a
 // schema of its own: queues open through queue.Open with a postgres:// URL
-// whose host is the fault proxy's, the path a user's worker takes.
+// whose host is the fault proxy's, the path a user's worker takes. The
+// Restart case runs on a server of its own (pgtest.StartServer), crashed
+// (an immediate shutdown) and recovered.
 func TestFaults(t *testing.T) {
-	base, err := url.Parse(pgtest.URL(t))
+	shared := pgtest.URL(t)
+	queuetest.RunFaults(t, func(t *testing.T) *queuetest.FaultHarness {
+		h := faultHarness(t, shared, pgtest.Schema(t))
+		h.Restartable = func(t *testing.T) *queuetest.FaultHarness {
+			srv := pgtest.StartServer(t)
+			h := faultHarness(t, srv.URL, pgtest.NewSchemaName())
+			h.Restart = func(t *testing.T) { srv.Restart(t, true) }
+			return h
+		}
+		return h
+	})
+}
+
+// faultHarness is the harness for schema on the server at rawURL.
+func faultHarness(t *testing.T, rawURL, schema string) *queuetest.FaultHarness {
+	base, err := url.Parse(rawURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	queuetest.RunFaults(t, func(t *testing.T) *queuetest.FaultHarness {
-		schema := pgtest.Schema(t)
-		proxy := queuetest.NewFaultProxy(t, base.Host)
-		proxied := *base
-		proxied.Host = proxy.Addr()
-		queueURL := func(u url.URL, name string) string {
-			q := u.Query()
-			q.Set(postgres.ParamQueue, name)
-			q.Set(postgres.ParamSchema, schema)
-			u.RawQuery = q.Encode()
-			return u.String()
-		}
-		check := openDB(t, schema)
-		return &queuetest.FaultHarness{
-			Proxy: proxy,
-			Open: func(ctx context.Context, name string) (*queue.Queue, error) {
-				return queue.Open(ctx, queueURL(proxied, name))
-			},
-			Direct: func(ctx context.Context, name string) (*queue.Queue, error) {
-				return queue.Open(ctx, queueURL(*base, name))
-			},
-			Stored: func(ctx context.Context, name string) (int, error) {
-				return storedRows(ctx, check, name)
-			},
-			GetWork: func(ctx context.Context, name string) (int, error) {
-				return getWork(ctx, check, name)
-			},
-			DrainMessages: 2000,
-			Features:      features,
-		}
-	})
+	proxy := queuetest.NewFaultProxy(t, base.Host)
+	proxied := *base
+	proxied.Host = proxy.Addr()
+	queueURL := func(u url.URL, name string) string {
+		q := u.Query()
+		q.Set(postgres.ParamQueue, name)
+		q.Set(postgres.ParamSchema, schema)
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	check, err := postgres.Open(context.Background(), rawURL, postgres.WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = check.Close() })
+	return &queuetest.FaultHarness{
+		Proxy: proxy,
+		Open: func(ctx context.Context, name string) (*queue.Queue, error) {
+			return queue.Open(ctx, queueURL(proxied, name))
+		},
+		Direct: func(ctx context.Context, name string) (*queue.Queue, error) {
+			return queue.Open(ctx, queueURL(*base, name))
+		},
+		Stored: func(ctx context.Context, name string) (int, error) {
+			return storedRows(ctx, check, name)
+		},
+		GetWork: func(ctx context.Context, name string) (int, error) {
+			return getWork(ctx, check, name)
+		},
+		// The driver reads the client's clock only to space its own work
+		// (TestClientClockOnlyThroughWallNow); this skews that reading.
+		Skew:          postgres.SetClientSkew,
+		DrainMessages: 2000,
+		Features:      features,
+	}
 }
 
 // storedRows counts the rows of queue name's messages, expired ones

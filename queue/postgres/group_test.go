@@ -203,3 +203,38 @@ func TestCancelledAfterTakenWaitsForTheStatement(t *testing.T) {
 		t.Fatalf("the queue counts %d (%v), want 0", n, err)
 	}
 }
+
+// TestOneSweepAtATime: while one queue's sweep runs, a call on another
+// queue leaves its sweep for later, so sweeps never hold more than one
+// connection of the pool; once the first is done, the next call starts it.
+func TestOneSweepAtATime(t *testing.T) {
+	pq, _ := heldReceipts(t, "sweep-a", 0)
+	db := pq.db
+	other, err := db.queue(context.Background(), "sweep-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.sweepSlot <- struct{}{} // a sweep of another queue runs
+	other.kickSweep()
+	other.st.sweepMu.Lock()
+	started := other.st.sweeping || !other.st.lastSweep.IsZero()
+	other.st.sweepMu.Unlock()
+	if started {
+		t.Fatal("a second sweep started while one ran")
+	}
+	<-db.sweepSlot
+	other.kickSweep()
+	deadline := time.Now().Add(time.Minute) // a hang guard only
+	for {
+		other.st.sweepMu.Lock()
+		ran := !other.st.lastSweep.IsZero()
+		other.st.sweepMu.Unlock()
+		if ran {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no sweep started once the slot was free")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

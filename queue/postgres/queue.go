@@ -152,25 +152,35 @@ func (q *pgQueue) Get(ctx context.Context, n int, visibility time.Duration) ([]*
 // Depth) kicks it, so expired messages leave the count, the storage and a
 // Get's path soon after they expire while anyone uses the queue, live work
 // or not; the caller never waits for it.
+//
+// A DB sweeps one queue at a time (so sweeps hold at most one connection
+// of the pool, whatever the number of queues with a backlog to sweep): a
+// call that finds another queue's sweep running leaves its own to a later
+// call.
 func (q *pgQueue) kickSweep() {
 	st, db := q.st, q.db
 	now := wallNow()
 	st.sweepMu.Lock()
+	defer st.sweepMu.Unlock()
 	if st.sweeping || (!st.lastSweep.IsZero() && now.Sub(st.lastSweep) < db.sweepEvery) {
+		return
+	}
+	select {
+	case db.sweepSlot <- struct{}{}:
+	default:
+		return // another queue's sweep runs
+	}
+	done := func() {
+		<-db.sweepSlot
+		st.sweepMu.Lock()
+		st.sweeping = false
 		st.sweepMu.Unlock()
+	}
+	if !db.background(func(ctx context.Context) { _, _ = q.Sweep(ctx) }, done) {
+		<-db.sweepSlot
 		return
 	}
 	st.sweeping, st.lastSweep = true, now
-	st.sweepMu.Unlock()
-	if !db.background(func(ctx context.Context) { _, _ = q.Sweep(ctx) }, func() {
-		st.sweepMu.Lock()
-		st.sweeping = false
-		st.sweepMu.Unlock()
-	}) {
-		st.sweepMu.Lock()
-		st.sweeping = false
-		st.sweepMu.Unlock()
-	}
 }
 
 // Sweep deletes the queue's expired messages, states, bodies and count, in

@@ -210,7 +210,7 @@ func MigrateURL(ctx context.Context, rawURL string, apply bool) (schema string, 
 	if err := validSchema(schema); err != nil {
 		return "", 0, 0, fmt.Errorf("%w: %v", queue.ErrInvalidURL, err)
 	}
-	for _, p := range []string{ParamQueue, ParamSchema, ParamMigrate, ParamNotifyInterval, ParamMaxBody} {
+	for _, p := range []string{ParamQueue, ParamSchema, ParamMigrate, ParamNotifyInterval, ParamMaxBody, ParamAsyncLeases} {
 		params.Del(p)
 	}
 	c := *u

@@ -170,3 +170,29 @@ func TestVacuum(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestURLAsyncLeases: async_leases=true opens a DB of its own (its
+// statements differ), and a value that is not a boolean is refused,
+// naming the parameter.
+func TestURLAsyncLeases(t *testing.T) {
+	schema := pgtest.Schema(t)
+	ctx := context.Background()
+	plain, err := queue.Open(ctx, pgtest.QueueURL(t, schema, "leases", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	async, err := queue.Open(ctx, pgtest.QueueURL(t, schema, "leases", "async_leases=true"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer async.Close()
+	var a, b *postgres.DB
+	if !plain.As(&a) || !async.As(&b) || a == b {
+		t.Fatalf("async_leases=true shares the DB of a plain URL")
+	}
+	_, err = queue.Open(ctx, pgtest.QueueURL(t, schema, "leases", "async_leases=sometimes"))
+	if !errors.Is(err, queue.ErrInvalidURL) || !strings.Contains(err.Error(), "async_leases") {
+		t.Fatalf("async_leases=sometimes: %v", err)
+	}
+}
