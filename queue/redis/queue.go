@@ -106,10 +106,11 @@ func (q *redisQueue) run(ctx context.Context, s *goredis.Script, keys []string, 
 
 // again sends an idempotent script (one that sent twice acts once, or
 // changes nothing) up to DefaultAttempts times while it fails transiently,
-// pausing as go-redis would between its own retries.
-func (q *redisQueue) again(ctx context.Context, s *goredis.Script, keys []string, args ...any) (any, error) {
+// pausing as go-redis would between its own retries. args gives the
+// arguments of each attempt (from 1).
+func (q *redisQueue) again(ctx context.Context, s *goredis.Script, keys []string, args func(attempt int) []any) (any, error) {
 	for attempt := 1; ; attempt++ {
-		v, err := q.run(ctx, s, keys, args...)
+		v, err := q.run(ctx, s, keys, args(attempt)...)
 		if err == nil || attempt >= DefaultAttempts || ctx.Err() != nil {
 			return v, err
 		}
@@ -125,6 +126,9 @@ func (q *redisQueue) again(ctx context.Context, s *goredis.Script, keys []string
 		}
 	}
 }
+
+// same is the arguments of a script sent alike at every attempt.
+func same(args ...any) func(int) []any { return func(int) []any { return args } }
 
 // us is d in whole microseconds, rounded up so that a positive duration
 // never becomes zero.
@@ -152,7 +156,11 @@ func (q *redisQueue) Put(ctx context.Context, body []byte, opts driver.PutOption
 		sweep = putSweep
 	}
 	id := ids.newID(wallNow())
-	v, err := q.again(ctx, putScript, q.keys3, id, body, ttl, us(opts.InitialVisibilityDelay), sweep, q.c.now())
+	args := []any{id, body, ttl, us(opts.InitialVisibilityDelay), sweep, 0, q.c.now()}
+	v, err := q.again(ctx, putScript, q.keys3, func(attempt int) []any {
+		args[5] = min(attempt-1, 1) // sent before: check for the id
+		return args
+	})
 	if err != nil {
 		return "", err
 	}
@@ -308,7 +316,7 @@ func (q *redisQueue) DeleteBatch(ctx context.Context, receipts []driver.Receipt)
 // first send would have.
 func (q *redisQueue) UpdateVisibility(ctx context.Context, id, popReceipt string, d time.Duration) (string, error) {
 	r := nonce() + "u"
-	v, err := q.again(ctx, updateScript, q.keys3, id, popReceipt, us(d), r, q.c.now())
+	v, err := q.again(ctx, updateScript, q.keys3, same(id, popReceipt, us(d), r, q.c.now()))
 	if err != nil {
 		return "", err
 	}
@@ -323,7 +331,7 @@ func (q *redisQueue) UpdateVisibility(ctx context.Context, id, popReceipt string
 // reads only once none remain, calling again until then.
 func (q *redisQueue) Peek(ctx context.Context, n int) ([]*driver.Message, error) {
 	for {
-		v, err := q.again(ctx, peekScript, q.keys2, n, sweepChunk, q.c.now())
+		v, err := q.again(ctx, peekScript, q.keys2, same(n, sweepChunk, q.c.now()))
 		if err != nil {
 			return nil, err
 		}
@@ -357,7 +365,7 @@ func (q *redisQueue) Peek(ctx context.Context, n int) ([]*driver.Message, error)
 // Count is exact: the sorted set's size less the messages whose TTL has
 // passed but that are not swept yet.
 func (q *redisQueue) Count(ctx context.Context) (int, error) {
-	v, err := q.again(ctx, countScript, q.keys2, q.c.now())
+	v, err := q.again(ctx, countScript, q.keys2, same(q.c.now()))
 	if err != nil {
 		return 0, err
 	}

@@ -71,26 +71,34 @@ const (
 	markerLife = time.Minute
 )
 
-// common is prepended to every script.
-var common = strings.NewReplacer(
-	"SWEEP_CHUNK", strconv.Itoa(sweepChunk),
-	"INDEX_SLACK", strconv.FormatInt(indexSlack.Milliseconds(), 10),
-	"MARKER_LIFE", strconv.FormatInt(markerLife.Milliseconds(), 10),
-).Replace(`
+// The Lua helpers. A script starts with those it calls (helpers called by
+// a helper come before it): Lua makes a closure of every local function
+// each time a script runs, which costs a put as much as a command, so no
+// script carries helpers it does not call.
+const (
+	// luaKeys names the queue's sorted sets and message hashes.
+	luaKeys = `
+local z, x = KEYS[1], KEYS[2]
+local base = string.sub(z, 1, -2)
+local function mkey(id) return base .. 'm:' .. id end
+`
+	// luaClock reads the script's time: the injected clock's, or TIME.
+	luaClock = `
 local function clock(a)
   if a ~= '' then return tonumber(a) end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local z, x = KEYS[1], KEYS[2]
-local base = string.sub(z, 1, -2)
-local function mkey(id) return base .. 'm:' .. id end
--- ms is the millisecond that Redis's expiry of something that ends at us
--- µs takes: Redis deletes a key once its clock is past that millisecond,
--- so never before us.
+`
+	// luaMs: the millisecond that Redis's expiry of something that ends
+	// at us µs takes: Redis deletes a key once its clock is past that
+	// millisecond, so never before us.
+	luaMs = `
 local function ms(us) return math.floor(us / 1000) end
--- sweep drops up to limit messages whose TTL has passed, the earliest
--- expiry first, and returns how many it dropped.
+`
+	// luaSweep drops up to limit messages whose TTL has passed, the
+	// earliest expiry first, and returns how many it dropped.
+	luaSweep = `
 local function sweep(now, limit)
   if limit <= 0 then return 0 end
   local ids = redis.call('ZRANGEBYSCORE', x, '-inf', now, 'LIMIT', 0, limit)
@@ -103,35 +111,44 @@ local function sweep(now, limit)
   redis.call('ZREMRANGEBYRANK', x, 0, k - 1)
   return k
 end
--- drop removes one message.
-local function drop(id)
-  redis.call('DEL', mkey(id))
-  redis.call('ZREM', z, id)
-  redis.call('ZREM', x, id)
-end
--- held finds a live message and checks its receipt: 1 held (and the key),
--- 2 held under again already (an update whose reply was lost, sent again),
--- 0 gone or expired, -1 a stale receipt.
+`
+	// luaHeld finds a live message and checks its receipt: 1 held (and
+	// the key), 2 held under again already (an update whose reply was
+	// lost, sent again), 0 gone or expired (then dropped), -1 a stale
+	// receipt.
+	luaHeld = `
 local function held(id, receipt, now, again)
   local h = mkey(id)
   local f = redis.call('HMGET', h, 'r', 'e')
   if not f[1] then return 0 end
-  if f[2] ~= '0' and tonumber(f[2]) <= now then drop(id) return 0 end
+  if f[2] ~= '0' and tonumber(f[2]) <= now then
+    redis.call('DEL', h)
+    redis.call('ZREM', z, id)
+    redis.call('ZREM', x, id)
+    return 0
+  end
   if again and f[1] == again then return 2, h end
   if receipt == '' or f[1] ~= receipt then return -1 end
   return 1, h
 end
--- mark sets the wake-up marker w to vis, unless it holds an earlier time;
--- on the server's clock it expires MARKER_LIFE ms after vis.
+`
+	// luaMark (after luaMs) sets the wake-up marker w to vis, unless it
+	// holds an earlier time; on the server's clock, a marker it creates
+	// expires markerLife after vis (one that exists keeps its expiry: its
+	// time is the earlier).
+	luaMark = `
 local function mark(w, vis, now, real)
-  redis.call('ZADD', w, 'LT', vis, 'w')
-  if real then redis.call('PEXPIRE', w, ms(vis - now) + MARKER_LIFE) end
+  if redis.call('ZADD', w, 'LT', vis, 'w') == 1 and real then
+    redis.call('PEXPIRE', w, ms(vis - now) + MARKER_LIFE)
+  end
 end
--- outlive (server's clock), after a put of a message that expires at e:
--- z and x expire together, no sooner than their last member and at most
--- INDEX_SLACK ms after it, and never while z holds a message without TTL
--- (then both persist: x's expired members must stay for Count to subtract
--- them from z until a sweep).
+`
+	// luaOutlive (after luaMs; server's clock), after a put of a message
+	// that expires at e: z and x expire together, no sooner than their
+	// last member and at most indexSlack after it, and never while z holds
+	// a message without TTL (then both persist: x's expired members must
+	// stay for Count to subtract them from z until a sweep).
+	luaOutlive = `
 local function outlive(now, e, ttl)
   local want = ms(e) + 1
   local tx = redis.call('PTTL', x)
@@ -146,8 +163,11 @@ local function outlive(now, e, ttl)
   redis.call('PEXPIREAT', x, at)
   redis.call('PEXPIREAT', z, at)
 end
--- settle (server's clock), after messages left: once z holds no message
--- without TTL, z and x expire with the last of x's members.
+`
+	// luaSettle (after luaMs; server's clock), after messages left: once
+	// z holds no message without TTL, z and x expire with the last of x's
+	// members.
+	luaSettle = `
 local function settle()
   if redis.call('PTTL', z) ~= -1 then return end
   if redis.call('ZCARD', z) ~= redis.call('ZCARD', x) then return end
@@ -156,21 +176,37 @@ local function settle()
   redis.call('PEXPIREAT', x, at)
   redis.call('PEXPIREAT', z, at)
 end
-`)
+`
+)
+
+// luaConstants fills in the Go constants the helpers name.
+var luaConstants = strings.NewReplacer(
+	"INDEX_SLACK", strconv.FormatInt(indexSlack.Milliseconds(), 10),
+	"MARKER_LIFE", strconv.FormatInt(markerLife.Milliseconds(), 10),
+)
+
+// script is a script of helpers and a body.
+func script(body string, helpers ...string) *goredis.Script {
+	return goredis.NewScript(luaConstants.Replace(strings.Join(helpers, "") + body))
+}
 
 // putScript: KEYS z, x, w; ARGV id, body, ttl µs (-1: none), delay µs,
-// sweep limit, now. Returns {id, inserted µs}.
+// sweep limit, again (1 when the put was sent before), now. Returns {id,
+// inserted µs}.
 //
-// The id is the client's. A message under it already is the same put sent
-// again after its reply was lost: the script writes nothing and answers as
-// the first time, so a put is stored once however many times it is sent.
-var putScript = goredis.NewScript(common + `
-local now = clock(ARGV[6])
-local real = ARGV[6] == ''
+// The id is the client's. When the put was sent before (its reply lost) and
+// a message has its id, that message is the same put: the script writes
+// nothing and answers as the first time, so a put is stored once however
+// many times it is sent. A first send skips the check: its id is new.
+var putScript = script(`
+local now = clock(ARGV[7])
+local real = ARGV[7] == ''
 local id = ARGV[1]
 local h = mkey(id)
-local ins = redis.call('HGET', h, 'i')
-if ins then return {id, tonumber(ins)} end
+if ARGV[6] == '1' then
+  local ins = redis.call('HGET', h, 'i')
+  if ins then return {id, tonumber(ins)} end
+end
 sweep(now, tonumber(ARGV[5]))
 local ttl = tonumber(ARGV[3])
 local e = 0
@@ -190,7 +226,7 @@ if real then
   end
 end
 return {id, now}
-`)
+`, luaKeys, luaClock, luaMs, luaSweep, luaMark, luaOutlive)
 
 // getScript: KEYS z, x, w; ARGV n, visibility µs, receipt nonce, sweep
 // limit, now. Returns {until, more, id1, body1, dequeues1, inserted1,
@@ -201,7 +237,7 @@ return {id, now}
 // When the batch was full and visible messages remain, it sets the wake-up
 // marker again, so that another process blocked on it joins in (BullMQ's
 // rule): one put wakes one process, and the backlog wakes the rest.
-var getScript = goredis.NewScript(common + `
+var getScript = script(`
 local now = clock(ARGV[5])
 local limit = tonumber(ARGV[4])
 local swept = sweep(now, limit)
@@ -241,23 +277,25 @@ if #ids == n and #redis.call('ZRANGEBYSCORE', z, '-inf', now, 'LIMIT', 0, 1) > 0
   mark(KEYS[3], now, now, ARGV[5] == '')
 end
 return out
-`)
+`, luaKeys, luaClock, luaMs, luaSweep, luaMark)
 
 // deleteScript: KEYS z, x; ARGV id, receipt, now. Returns 1 deleted, 0
 // not found, -1 stale receipt.
-var deleteScript = goredis.NewScript(common + `
+var deleteScript = script(`
 local now = clock(ARGV[3])
-local ok = held(ARGV[1], ARGV[2], now)
+local ok, h = held(ARGV[1], ARGV[2], now)
 if ok == 1 then
-  drop(ARGV[1])
+  redis.call('DEL', h)
+  redis.call('ZREM', z, ARGV[1])
+  redis.call('ZREM', x, ARGV[1])
   if ARGV[3] == '' then settle() end
 end
 return ok
-`)
+`, luaKeys, luaClock, luaHeld, luaMs, luaSettle)
 
 // deleteBatchScript: KEYS z, x; ARGV now, id1, receipt1, id2, … Returns one
 // code per receipt, as deleteScript's.
-var deleteBatchScript = goredis.NewScript(common + `
+var deleteBatchScript = script(`
 local now = clock(ARGV[1])
 local out, ids, keys = {}, {}, {}
 local seen = {}
@@ -283,7 +321,7 @@ if #ids > 0 then
   if ARGV[1] == '' then settle() end
 end
 return out
-`)
+`, luaKeys, luaClock, luaHeld, luaMs, luaSettle)
 
 // updateScript: KEYS z, x, w; ARGV id, receipt, d µs, new receipt, now.
 // Returns 1 updated (the new receipt is in force), 0, -1 as deleteScript.
@@ -291,7 +329,7 @@ return out
 // updated by this same call, whose reply was lost, and the script answers 1
 // again without moving it. A release (d = 0) sets the wake-up marker: the
 // message is visible again.
-var updateScript = goredis.NewScript(common + `
+var updateScript = script(`
 local now = clock(ARGV[5])
 local ok, h = held(ARGV[1], ARGV[2], now, ARGV[4])
 if ok == 2 then return 1 end
@@ -301,14 +339,14 @@ local vis = now + tonumber(ARGV[3])
 redis.call('ZADD', z, vis, ARGV[1])
 if vis == now then mark(KEYS[3], now, now, ARGV[5] == '') end
 return 1
-`)
+`, luaKeys, luaClock, luaHeld, luaMs, luaMark)
 
 // peekScript: KEYS z, x; ARGV n, sweep limit, now. Returns {more, id,
 // body, dequeues, inserted, expires, visible-at, …} for up to n visible,
 // unexpired messages, oldest first. It first drops expired messages, up to
 // the limit: if it reached it, more may remain, and it returns {1} alone
 // for the caller to call again; else {0, …}. It changes nothing else.
-var peekScript = goredis.NewScript(common + `
+var peekScript = script(`
 local now = clock(ARGV[3])
 local limit = tonumber(ARGV[2])
 if sweep(now, limit) == limit then return {1} end
@@ -327,21 +365,21 @@ for j = 1, #ids, 2 do
   end
 end
 return out
-`)
+`, luaKeys, luaClock, luaSweep)
 
 // countScript: KEYS z, x; ARGV now. The messages, visible or not, less
 // those whose TTL has passed and that no call has swept yet: ZCARD and one
 // ZCOUNT, O(log n), exact.
-var countScript = goredis.NewScript(common + `
+var countScript = script(`
 local now = clock(ARGV[1])
 return redis.call('ZCARD', z) - redis.call('ZCOUNT', x, '-inf', now)
-`)
+`, luaKeys, luaClock)
 
 // clearScript: KEYS z, x, w; ARGV limit. Deletes up to limit messages and
 // returns how many remain; the caller repeats until none do. With the last
 // message it deletes the marker, and PREFIX{NAME}:seq, the id counter that
 // earlier versions kept.
-var clearScript = goredis.NewScript(common + `
+var clearScript = script(`
 local ids = redis.call('ZRANGE', z, 0, tonumber(ARGV[1]) - 1)
 if #ids > 0 then
   local keys = {}
@@ -353,4 +391,4 @@ end
 local left = redis.call('ZCARD', z)
 if left == 0 then redis.call('DEL', x, KEYS[3], base .. 'seq') end
 return left
-`)
+`, luaKeys)
