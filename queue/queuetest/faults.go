@@ -171,24 +171,50 @@ type faultEnv struct {
 // name is a queue name unique to this run.
 func (e *faultEnv) name(base string) string { return base + "-" + e.suffix }
 
+// open opens queue name through the proxy, direct bypassing it; both are
+// closed when the case ends.
 func (e *faultEnv) open(t *testing.T, name string) *queue.Queue {
 	t.Helper()
-	q, err := e.h.Open(e.ctx, name)
+	return e.opened(t, "Open", name, e.h.Open)
+}
+
+func (e *faultEnv) direct(t *testing.T, name string) *queue.Queue {
+	t.Helper()
+	return e.opened(t, "Direct", name, e.h.Direct)
+}
+
+func (e *faultEnv) opened(t *testing.T, how, name string, open func(context.Context, string) (*queue.Queue, error)) *queue.Queue {
+	t.Helper()
+	q, err := open(e.ctx, name)
 	if err != nil {
-		t.Fatalf("Open(%q): %v", name, err)
+		t.Fatalf("%s(%q): %v", how, name, err)
 	}
 	t.Cleanup(func() { _ = q.Close() })
 	return q
 }
 
-func (e *faultEnv) direct(t *testing.T, name string) *queue.Queue {
+// loseReplyOn calls call on one message after another, each time with the
+// next reply lost, until a call fails, and returns that message. The
+// failure must be transient and not refused (the caller cannot know
+// whether the call happened); what names the call ("a Delete").
+func (e *faultEnv) loseReplyOn(t *testing.T, what string, lose int, ms []*queue.Message, call func(*queue.Message) error, refused func(error) bool) *queue.Message {
 	t.Helper()
-	q, err := e.h.Direct(e.ctx, name)
-	if err != nil {
-		t.Fatalf("Direct(%q): %v", name, err)
+	for _, m := range ms {
+		before := e.h.Proxy.Counts()
+		e.h.Proxy.LoseReplies(lose)
+		err := call(m)
+		e.h.Proxy.LoseReplies(0)
+		if err == nil {
+			continue // the fault landed elsewhere (a health check)
+		}
+		if refused(err) || !queue.IsTransient(err) {
+			t.Fatalf("%s whose reply was lost failed with %v, want a transient error (the caller cannot know whether it happened)", what, err)
+		}
+		landed(t, e.h.Proxy, before)
+		return m
 	}
-	t.Cleanup(func() { _ = q.Close() })
-	return q
+	t.Fatalf("%d tries of %s, each with a reply lost, all succeeded: the faults landed elsewhere", len(ms), what)
+	return nil
 }
 
 // unit is the shortest visibility timeout the cases use on the server's
@@ -445,25 +471,9 @@ func testLostReplyDelete(t *testing.T, e *faultEnv) {
 	d := e.direct(t, name)
 	e.warm(t, q)
 	ms := e.heldMessages(t, q, d, faultTries)
-	var hit *queue.Message
-	for _, m := range ms {
-		before := e.h.Proxy.Counts()
-		e.h.Proxy.LoseReplies(1)
-		err := q.Delete(e.ctx, m.ID, m.PopReceipt)
-		e.h.Proxy.LoseReplies(0)
-		if err == nil {
-			continue
-		}
-		if !queue.IsTransient(err) {
-			t.Fatalf("a Delete whose reply was lost failed with %v, which is not transient", err)
-		}
-		landed(t, e.h.Proxy, before)
-		hit = m
-		break
-	}
-	if hit == nil {
-		t.Fatalf("no Delete failed in %d tries with a reply lost each time", len(ms))
-	}
+	hit := e.loseReplyOn(t, "a Delete", 1, ms, func(m *queue.Message) error {
+		return q.Delete(e.ctx, m.ID, m.PopReceipt)
+	}, func(error) bool { return false })
 	err := retry(func() error { return q.Delete(e.ctx, hit.ID, hit.PopReceipt) })
 	e.wantRetriedDelete(t, "the retried Delete", err)
 	e.wantStored(t, d, hit.ID, false)
@@ -563,25 +573,10 @@ func testLostReplyUpdate(t *testing.T, e *faultEnv) {
 	// fails the call before it reaches the server, and the message then
 	// comes back when this runs out.
 	ms := e.heldFor(t, q, d, faultTries, 3*e.unit())
-	var hit *queue.Message
-	for _, m := range ms {
-		before := e.h.Proxy.Counts()
-		e.h.Proxy.LoseReplies(e.attempts())
+	hit := e.loseReplyOn(t, "an UpdateVisibility", e.attempts(), ms, func(m *queue.Message) error {
 		_, err := q.UpdateVisibility(e.ctx, m.ID, m.PopReceipt, e.unit())
-		e.h.Proxy.LoseReplies(0)
-		if err == nil {
-			continue
-		}
-		if errors.Is(err, queue.ErrReceiptMismatch) || !queue.IsTransient(err) {
-			t.Fatalf("an UpdateVisibility whose reply was lost failed with %v, want a transient error (the caller cannot know whether it happened)", err)
-		}
-		landed(t, e.h.Proxy, before)
-		hit = m
-		break
-	}
-	if hit == nil {
-		t.Fatalf("no UpdateVisibility failed in %d tries with a reply lost each time", len(ms))
-	}
+		return err
+	}, func(err error) bool { return errors.Is(err, queue.ErrReceiptMismatch) })
 	// Whether or not it happened, the message comes back: lost is never
 	// the outcome.
 	eventually(t, "the message of an UpdateVisibility whose reply was lost", func() error {
