@@ -70,6 +70,14 @@ type FaultHarness struct {
 	// DrainMessages is how many messages the DropAllMidDrain case drains
 	// (0: 1,000).
 	DrainMessages int
+	// Attempts is how many times in all the driver itself sends a call that
+	// is safe to send again after a lost reply (a put under an id it chose,
+	// a visibility update under the receipt it chose), for the cases that
+	// lose a Put's or UpdateVisibility's reply or drop its request: they arm
+	// that many faults, so that the call fails as the case needs and is not
+	// hidden by the driver's retries (0: 1, a driver that sends each call
+	// once).
+	Attempts int
 
 	// Features are what the driver promises (as in Harness).
 	Features driver.Features
@@ -157,6 +165,10 @@ func RunFaults(t *testing.T, newHarness func(t *testing.T) *FaultHarness) {
 	}
 }
 
+// attempts is how many faults a case arms for a call the driver may send
+// again by itself.
+func (e *faultEnv) attempts() int { return max(e.h.Attempts, 1) }
+
 // faultEnv is one fault case's view of its harness.
 type faultEnv struct {
 	h      *FaultHarness
@@ -194,11 +206,11 @@ func (e *faultEnv) opened(t *testing.T, how, name string, open func(context.Cont
 // next reply lost, until a call fails, and returns that message. The
 // failure must be transient and not refused (the caller cannot know
 // whether the call happened); what names the call ("a Delete").
-func (e *faultEnv) loseReplyOn(t *testing.T, what string, ms []*queue.Message, call func(*queue.Message) error, refused func(error) bool) *queue.Message {
+func (e *faultEnv) loseReplyOn(t *testing.T, what string, lose int, ms []*queue.Message, call func(*queue.Message) error, refused func(error) bool) *queue.Message {
 	t.Helper()
 	for _, m := range ms {
 		before := e.h.Proxy.Counts()
-		e.h.Proxy.LoseReplies(1)
+		e.h.Proxy.LoseReplies(lose)
 		err := call(m)
 		e.h.Proxy.LoseReplies(0)
 		if err == nil {
@@ -328,7 +340,7 @@ func testLostReplyPut(t *testing.T, e *faultEnv) {
 	for i := 0; i < faultTries && len(failed) == 0; i++ {
 		body := fmt.Sprintf("lost-put-%d", i)
 		before := e.h.Proxy.Counts()
-		e.h.Proxy.LoseReplies(1)
+		e.h.Proxy.LoseReplies(e.attempts())
 		id, err := q.Put(e.ctx, []byte(body), queue.PutOptions{})
 		e.h.Proxy.LoseReplies(0)
 		if err != nil {
@@ -468,7 +480,7 @@ func testLostReplyDelete(t *testing.T, e *faultEnv) {
 	d := e.direct(t, name)
 	e.warm(t, q)
 	ms := e.heldMessages(t, q, d, faultTries)
-	hit := e.loseReplyOn(t, "a Delete", ms, func(m *queue.Message) error {
+	hit := e.loseReplyOn(t, "a Delete", 1, ms, func(m *queue.Message) error {
 		return q.Delete(e.ctx, m.ID, m.PopReceipt)
 	}, func(error) bool { return false })
 	err := retry(func() error { return q.Delete(e.ctx, hit.ID, hit.PopReceipt) })
@@ -570,7 +582,7 @@ func testLostReplyUpdate(t *testing.T, e *faultEnv) {
 	// fails the call before it reaches the server, and the message then
 	// comes back when this runs out.
 	ms := e.heldFor(t, q, d, faultTries, 3*e.unit())
-	hit := e.loseReplyOn(t, "an UpdateVisibility", ms, func(m *queue.Message) error {
+	hit := e.loseReplyOn(t, "an UpdateVisibility", e.attempts(), ms, func(m *queue.Message) error {
 		_, err := q.UpdateVisibility(e.ctx, m.ID, m.PopReceipt, e.unit())
 		return err
 	}, func(err error) bool { return errors.Is(err, queue.ErrReceiptMismatch) })
@@ -600,7 +612,7 @@ func testDroppedRequest(t *testing.T, e *faultEnv) {
 	for i := 0; i < faultTries && dropped == ""; i++ {
 		body := fmt.Sprint("dropped-", i)
 		before := e.h.Proxy.Counts()
-		e.h.Proxy.DropRequests(1)
+		e.h.Proxy.DropRequests(e.attempts())
 		id, err := q.Put(e.ctx, []byte(body), queue.PutOptions{})
 		e.h.Proxy.DropRequests(0)
 		if err == nil {
