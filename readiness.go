@@ -2,6 +2,7 @@ package adaptq
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/adaptq/adaptq/listener"
@@ -74,7 +75,7 @@ func queueReady(o listener.Options, st listener.Stats, held int, now time.Time) 
 		if !st.LastGet.IsZero() {
 			since = fmt.Sprintf("the last successful one was %s ago", ago(now, st.LastGet))
 		}
-		return fmt.Sprintf("the last get failed %s ago (%s); %s", ago(now, st.LastGetError), queue.RedactText(errText(st.LastGetErr)), since)
+		return fmt.Sprintf("the last get failed %s ago (%s); %s", ago(now, st.LastGetError), redactLine(errText(st.LastGetErr)), since)
 	case st.LastGet.IsZero():
 		return "no get yet"
 	}
@@ -97,4 +98,10 @@ func errText(err error) string {
 		return "unknown error"
 	}
 	return err.Error()
+}
+
+// redactLine hides the secrets in s (queue.RedactText) and keeps it to one
+// line.
+func redactLine(s string) string {
+	return strings.Join(strings.Fields(queue.RedactText(s)), " ")
 }

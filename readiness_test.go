@@ -220,3 +220,16 @@ func TestQueueReadyRule(t *testing.T) {
 		})
 	}
 }
+
+func TestRedactLine(t *testing.T) {
+	t.Parallel()
+	got := redactLine("azure: get \"q\": Get \"https://a.queue.core.windows.net/q?sig=abc&sv=1\":\n dial tcp: refused; redis://u:pw@h:6379/0")
+	for _, secret := range []string{"sig=abc", "pw@"} {
+		if strings.Contains(got, secret) {
+			t.Errorf("redactLine kept %q: %q", secret, got)
+		}
+	}
+	if strings.Contains(got, "\n") || !strings.Contains(got, "refused") {
+		t.Errorf("redactLine = %q", got)
+	}
+}

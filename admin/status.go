@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -81,7 +82,7 @@ func (s *Server) statusView(ctx context.Context) statuspage.View {
 			cpm = math.NaN() // not 0: no message has been through yet
 		}
 		v.Queues = append(v.Queues, statuspage.Queue{
-			Name: q.Name, Depth: q.Depth, DepthError: queue.RedactText(q.DepthError), InFlight: q.InFlight,
+			Name: q.Name, Depth: q.Depth, DepthError: redactLine(q.DepthError), InFlight: q.InFlight,
 			ActiveTasks: q.ActiveTasks, IdleTasks: q.IdleTasks, TotalTasks: q.TotalTasks,
 			Processed: q.Processed, Failed: q.Failed, Poisoned: q.Poisoned,
 			CallsPerMessage: cpm,
@@ -185,7 +186,7 @@ func (s *Server) poisonView(ctx context.Context, name string) statuspage.Poison 
 	}
 	ms, err := poison.PeekBodies(ctx, pq, n)
 	if err != nil {
-		p.Error = queue.RedactText(err.Error())
+		p.Error = redactLine(err.Error())
 		return p
 	}
 	p.More = len(ms) == n
@@ -196,7 +197,7 @@ func (s *Server) poisonView(ctx context.Context, name string) statuspage.Poison 
 		}
 		p.Messages = append(p.Messages, statuspage.PoisonMessage{
 			PoisonID: m.PoisonID, ID: m.ID, DequeueCount: m.DequeueCount,
-			Rule: string(m.Rule), Reason: queue.RedactText(m.Reason), FailedAt: failed,
+			Rule: string(m.Rule), Reason: redactLine(m.Reason), FailedAt: failed,
 			Body: m.Body, Size: m.Size,
 		})
 	}
@@ -221,7 +222,7 @@ func (s *Server) statusRequeue(rw http.ResponseWriter, r *http.Request) {
 	}
 	for _, f := range res.Failed {
 		s.log.Warn("adaptq: requeue from the status page failed", zap.String("queue", name),
-			zap.String("poison_id", f.PoisonID), zap.String("msg_id", f.ID), zap.String("error", queue.RedactText(f.Error)))
+			zap.String("poison_id", f.PoisonID), zap.String("msg_id", f.ID), zap.String("error", redactLine(f.Error)))
 	}
 	q := url.Values{"queue": {name}, "requeued": {strconv.Itoa(len(res.Done))}}
 	if len(res.NotFound) > 0 {
@@ -280,4 +281,10 @@ func was(n int) string {
 		return "was"
 	}
 	return "were"
+}
+
+// redactLine hides the secrets in s (queue.RedactText) and keeps it to one
+// line, for a cell of the page or a log field.
+func redactLine(s string) string {
+	return strings.Join(strings.Fields(queue.RedactText(s)), " ")
 }

@@ -156,9 +156,9 @@ func (s *pgSide) fill(ctx context.Context, n int) error {
 WITH m AS (
 	INSERT INTO `+sc+`.messages (queue_id, visible_at, expires_at, inserted_at)
 	SELECT $1, now(), now() + interval '7 days', now() FROM generate_series(1, $2::int)
-	RETURNING id
+	RETURNING id, expires_at
 ), b AS (
-	INSERT INTO `+sc+`.bodies (id, body) SELECT id, $3 FROM m
+	INSERT INTO `+sc+`.bodies (id, body, queue_id, expires_at) SELECT id, $3, $1, expires_at FROM m
 )
 UPDATE `+sc+`.counts SET n = n + $2::int WHERE queue_id = $1 AND shard = 0`, qid, k, pgBody)
 		if err != nil {
@@ -191,8 +191,8 @@ func (d pgDrain) cpuPerMsg() (client, server time.Duration) {
 	return d.cpu.client / time.Duration(d.n), d.cpu.server / time.Duration(d.n)
 }
 
-func drainAdaptq(ctx context.Context, base string, n int) (pgDrain, error) {
-	s, err := openPGSide(ctx, base, nil)
+func drainAdaptq(ctx context.Context, base string, n int, opts ...postgres.Option) (pgDrain, error) {
+	s, err := openPGSide(ctx, base, nil, opts...)
 	if err != nil {
 		return pgDrain{}, err
 	}
@@ -389,7 +389,7 @@ func postgresSection(ctx context.Context, e *Env, s *Section) error {
 	s.how("Throughput: %s jobs of %d bytes, drained from full with a no-op handler, %d runs of each side alternating (median). Filling is not timed: adaptq's with one INSERT … SELECT per 50,000 messages, River's with InsertMany of 5,000; both tables VACUUM ANALYZEd before the clock starts.", commas(int64(n)), len(pgBody), repeats)
 	s.how("adaptq: the listener with %d tasks, batch size 32, %d handler slots each. River %s: its own client (riverpgxv5) with MaxWorkers %d, FetchCooldown %s, FetchPollInterval %s (its benchmark's settings), timed from Start to the last JobCompleted event.", pgTasks, listenerSlotsPerTask, riverVersion, riverMaxWorkers, riverFetchCooldown, riverFetchPollInterval)
 
-	// ADAPTQ_BENCH_POSTGRES_PARTS (drain,idle,wake,long) runs some of the
+	// ADAPTQ_BENCH_POSTGRES_PARTS (drain,idle,wake,expired,long) runs some of the
 	// section's parts only, to study one.
 	part := func(name string) bool {
 		v := os.Getenv("ADAPTQ_BENCH_POSTGRES_PARTS")
@@ -407,6 +407,11 @@ func postgresSection(ctx context.Context, e *Env, s *Section) error {
 	}
 	if part("wake") {
 		if err := pgWakeRows(ctx, e, s, base); err != nil {
+			return err
+		}
+	}
+	if part("expired") {
+		if err := pgExpiredRows(ctx, e, s, base); err != nil {
 			return err
 		}
 	}
@@ -432,7 +437,7 @@ func cpuMedian(ds []pgDrain) (client, server time.Duration) {
 
 // pgThroughput is the side-by-side drain.
 func pgThroughput(ctx context.Context, e *Env, s *Section, base string, n, repeats int) error {
-	var ad, rv []pgDrain
+	var ad, aa, rv []pgDrain
 	for i := 0; i < repeats; i++ {
 		e.logf("postgres: run %d/%d: adaptq", i+1, repeats)
 		a, err := drainAdaptq(ctx, base, n)
@@ -440,6 +445,12 @@ func pgThroughput(ctx context.Context, e *Env, s *Section, base string, n, repea
 			return fmt.Errorf("adaptq drain: %w", err)
 		}
 		ad = append(ad, a)
+		e.logf("postgres: run %d/%d: adaptq, async_leases", i+1, repeats)
+		x, err := drainAdaptq(ctx, base, n, postgres.WithAsyncLeases())
+		if err != nil {
+			return fmt.Errorf("adaptq drain (async_leases): %w", err)
+		}
+		aa = append(aa, x)
 		e.logf("postgres: run %d/%d: river", i+1, repeats)
 		r, err := drainRiver(ctx, base, n)
 		if err != nil {
@@ -456,6 +467,12 @@ func pgThroughput(ctx context.Context, e *Env, s *Section, base string, n, repea
 	s.add(Row{What: "adaptq, PostgreSQL driver + listener", Figure: perSec(ar), Note: "runs: " + ratesList(ad)})
 	s.add(Row{What: "River " + riverVersion + " (riverpgxv5)", Figure: perSec(rr), Note: "runs: " + ratesList(rv)})
 	s.add(Row{What: "adaptq ÷ River, processed jobs/s", Figure: fmt.Sprintf("%.2f×", ratio), Target: fmt.Sprintf("≥ %.0f×", PostgresRatioTarget), Holds: verdict(ratio >= PostgresRatioTarget)})
+	xr := median(pick(aa, func(d pgDrain) float64 { return d.rate }))
+	xcl, xsv := cpuMedian(aa)
+	s.add(Row{What: "adaptq with async_leases=true (Gets and renewals commit without waiting for the WAL flush; not the default)", Figure: perSec(xr),
+		Note: "runs: " + ratesList(aa) + fmt.Sprintf("; CPU per job %s client + %s server", usString(xcl), usString(xsv))})
+	s.add(Row{What: "the price of durable leases (the default): adaptq ÷ adaptq with async_leases, processed jobs/s", Figure: fmt.Sprintf("%.2f×", ar/xr),
+		Note: fmt.Sprintf("the default waits for a WAL flush at every Get's commit, as River's fetch does (River keeps synchronous_commit on); adaptq with async_leases ÷ River: %.2f×", xr/rr)})
 	calls := median(pick(ad, func(d pgDrain) float64 { return d.calls }))
 	acl, asv := cpuMedian(ad)
 	rcl, rsv := cpuMedian(rv)

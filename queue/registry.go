@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -148,7 +147,7 @@ func Schemes() []string {
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Queue, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w %q: %v", ErrInvalidURL, Redact(rawURL), err)
+		return nil, fmt.Errorf("%w %q: %s", ErrInvalidURL, Redact(rawURL), ParseReason(err))
 	}
 	if u.Scheme == "" {
 		return nil, fmt.Errorf("%w %q: no scheme (want one of %s)", ErrInvalidURL, Redact(rawURL), strings.Join(KnownSchemes(), ", "))
@@ -167,7 +166,21 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Queue, error) {
 }
 
 // secretParams are URL parameters whose values Redact hides.
-var secretParams = []string{"key", "accountkey", "account_key", "sig", "sas", "token", "password", "secret", "connection_string"}
+// RedactText hides them outside URLs too (token=abc in an error's text).
+var secretParams = []string{"key", "accountkey", "account_key", "sig", "sas", "token", "password", "secret", "connection_string",
+	"signature", "x-amz-signature", "x-amz-credential", "x-amz-security-token", "access_token", "api_key", "apikey",
+	"client_secret", "passwd", "pwd", "session_token"}
+
+// isSecretParam reports whether a URL parameter's value is a secret.
+func isSecretParam(k string) bool {
+	lk := strings.ToLower(k)
+	for _, s := range secretParams {
+		if lk == s {
+			return true
+		}
+	}
+	return false
+}
 
 // Redact returns rawURL with any password and secret-looking query values
 // replaced by "REDACTED", for error messages and logs.
@@ -187,11 +200,8 @@ func Redact(rawURL string) string {
 	if u.RawQuery != "" {
 		q := u.Query()
 		for k := range q {
-			lk := strings.ToLower(k)
-			for _, s := range secretParams {
-				if lk == s {
-					q[k] = []string{"REDACTED"}
-				}
+			if isSecretParam(k) {
+				q[k] = []string{"REDACTED"}
 			}
 		}
 		c := *u
@@ -199,18 +209,6 @@ func Redact(rawURL string) string {
 		u = &c
 	}
 	return u.Redacted()
-}
-
-// urlInText finds URLs in an error's text, where a backend's client may
-// have quoted a request URL with its signature.
-var urlInText = regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^\s"'<>]+`)
-
-// RedactText hides the secrets of every URL in s (Redact) and keeps it to
-// one line: for an error's text shown to people (a probe's reason, a status
-// page).
-func RedactText(s string) string {
-	s = urlInText.ReplaceAllStringFunc(s, Redact)
-	return strings.Join(strings.Fields(s), " ")
 }
 
 // CheckParams returns ErrInvalidURL naming the first query parameter of u

@@ -38,8 +38,8 @@ func BenchmarkDrain(b *testing.B) {
 WITH m AS (
 	INSERT INTO %[1]s.messages (queue_id, visible_at, expires_at, inserted_at)
 	SELECT (SELECT id FROM %[1]s.queues WHERE name = 'drain'), now(), now() + interval '1 day', now() FROM generate_series(1, $1::int)
-	RETURNING id
-) INSERT INTO %[1]s.bodies (id, body) SELECT id, $2 FROM m`, sc), k, body); err != nil {
+	RETURNING id, queue_id, expires_at
+) INSERT INTO %[1]s.bodies (id, body, queue_id, expires_at) SELECT id, $2, queue_id, expires_at FROM m`, sc), k, body); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -31,6 +31,7 @@ func (q *pgQueue) Depth(ctx context.Context) (driver.Depth, error) {
 	if err := q.check(); err != nil {
 		return driver.Depth{}, err
 	}
+	q.kickSweep()
 	var total, hidden int64
 	var oldest *time.Time
 	if err := q.db.pool.QueryRow(ctx, depthSQL(quoteIdent(q.db.schema)), q.db.nowArg(), q.st.id).Scan(&total, &hidden, &oldest); err != nil {

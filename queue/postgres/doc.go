@@ -16,8 +16,9 @@
 //	postgres://USER:PASSWORD@HOST/DB?queue=orders&schema=jobs&pool_max_conns=16&sslmode=require
 //
 // adaptq's parameters are queue (required), schema (DefaultSchema),
-// migrate=false (WithoutMigrate), notify_interval (DefaultNotifyInterval)
-// and max_body; every other parameter is pgx's (pool_max_conns,
+// migrate=false (WithoutMigrate), notify_interval (DefaultNotifyInterval),
+// max_body and async_leases=true (WithAsyncLeases: faster Gets, at the
+// risk the Durability section states); every other parameter is pgx's (pool_max_conns,
 // connect_timeout, sslmode …). Within one process, the queues opened by URL
 // with the same connection and options share one DB: one pool, one LISTEN
 // connection.
@@ -30,7 +31,7 @@
 // errors.go (which errors are transient), url.go (the postgres:// scheme).
 // Package pgtest finds the server tests run against.
 //
-// # Schema (version 1)
+// # Schema (version 2)
 //
 // One set of tables holds every queue of a schema, keyed by a small
 // queue_id: one table for many queues rather than one per queue, because
@@ -44,9 +45,16 @@
 //	messages(id bigint identity, queue_id, visible_at, expires_at, inserted_at,
 //	         dequeue_count, receipt)                       -- the state a Get changes
 //	INDEX messages_ready  (queue_id, visible_at, id)      -- what Get, Peek and the sweep scan
-//	bodies(id PRIMARY KEY, body bytea)                     -- written once, by Put
+//	bodies(id PRIMARY KEY, body bytea, queue_id, expires_at) -- written once, by Put
+//	INDEX bodies_expiry   (queue_id, expires_at)           -- what the sweep probes
 //	counts(queue_id, shard, n)                             -- 16 rows per queue
 //	adaptq_migrations(version, description, applied_at)
+//
+// Version 2 added bodies' queue_id and expires_at (copied from the
+// messages when it runs: one pass over the bodies) and bodies_expiry.
+// Migrate with the workers of version 1 stopped: a body such a worker
+// writes afterwards has no expiry, so its message, once expired, is never
+// returned but never swept either.
 //
 // Bodies live apart from the state: an UPDATE in PostgreSQL writes a whole
 // new row version, so a Get that hid a message in a row holding its body
@@ -74,31 +82,40 @@
 //     FOR UPDATE SKIP LOCKED, so concurrent Gets (in any process) never
 //     wait for nor share a message, and in the same statement hides them,
 //     draws their receipts and adds 1 to their dequeue counts, returning
-//     the bodies joined from their table. Its commit does not wait for the
-//     WAL flush (synchronous_commit off for that transaction alone): a
-//     server crash can only undo a Get, which makes its messages visible
-//     again, a redelivery that at-least-once allows, and the delete that
-//     follows a Get flushes both.
+//     the bodies joined from their table. Its commit waits for the WAL
+//     flush, as every commit does (see Durability for async_leases).
 //   - DeleteBatch passes the ids and receipts as two arrays through unnest
 //     and deletes the states, the bodies and the count in one statement,
 //     returning one outcome per receipt (deleted, stale receipt, gone).
 //     Concurrent DeleteBatch calls of a queue in a process share a
 //     statement (group commit): while one is on its way the others wait,
 //     then go together, so one commit serves several batches under load
-//     and none waits when alone.
+//     and none waits when alone. The caller that sends a shared statement
+//     serves only the calls queued ahead of its own, never those that
+//     arrive meanwhile; a call whose context ends while it waits withdraws
+//     its request (once a statement carries it, the call waits for that
+//     statement's outcome): a call that returned never acts afterwards,
+//     and the group keeps a copy of the receipts, never the caller's
+//     slice.
 //   - UpdateVisibility updates only a message held with its newest
-//     receipt (and, like Get, does not wait for the flush).
+//     receipt (and, like Get, waits for the flush).
 //   - Count sums the queue's 16 counter rows: O(1) in the depth, and
 //     approximate as Azure's ApproximateMessagesCount is, since an expired
 //     message counts until it is swept. Every statement that adds or
 //     deletes messages updates the counter in the same transaction, on the
 //     row of its connection's backend pid modulo 16, so concurrent writers
 //     rarely wait on one row.
-//   - Expired messages are never returned. A Get that found work deletes
-//     the expired ones among the first 1,000 visible messages (the range
-//     its index scan reads) at most once a minute per queue and process;
-//     Sweep does it on demand. No index on expires_at: it would cost every
-//     Put and Get an index entry.
+//   - Expired messages are never returned. Every call that reads a queue
+//     (Get, Peek, Count, Depth) starts a sweep in the background, at most
+//     once per SweepInterval (a second) per queue and process, which
+//     deletes the expired messages (states, bodies, count) in statements
+//     of 1,000, found through bodies_expiry: so they leave Count, Depth,
+//     the table and a Get's path within about a second while anyone uses
+//     the queue, live work or not, and a sweep that finds nothing is one
+//     index probe. Sweep does it on demand. The index lives on bodies,
+//     which Put writes once and nothing updates, so it costs a Put one
+//     index entry and a Get none (an index on messages would take a new
+//     entry at every Get, which rewrites the state row).
 //
 // Statements run with generic plans (plan_cache_mode =
 // force_generic_plan on the DB's connections, unless the connection
@@ -155,8 +172,9 @@
 // point the driver at the server); in transaction pooling a Subscribe
 // hears nothing, and PgBouncer refuses the startup parameter unless it
 // ignores it (ignore_startup_parameters = plan_cache_mode). Everything
-// else (each operation one statement, the Get's synchronous_commit set
-// for its own transaction only) works in either mode.
+// else (each operation one statement; with async_leases, a Get's
+// synchronous_commit set for its own transaction only) works in either
+// mode.
 //
 // # Errors
 //
@@ -168,6 +186,19 @@
 //
 // # Durability
 //
-// A Put returns once its transaction has committed; with the server's
-// default synchronous_commit = on, it survives a power loss of the server.
+// Every operation returns once its transaction has committed; with the
+// server's default synchronous_commit = on, what it did survives a power
+// loss of the server: an acknowledged Put is never lost, a lease (a Get,
+// a renewal) never undone, so two consumers never hold one message inside
+// one visibility window and dequeue counts never go back.
+//
+// async_leases=true (WithAsyncLeases) lets Gets and renewals commit
+// without waiting for the flush, for one disk flush less per batch got. A
+// server crash, or a failover even to a synchronous standby, can then undo
+// leases that consumers were told they hold: those messages are visible
+// again while they run, a second consumer can get them, and their dequeue
+// counts roll back (a poison message may run more than max_dequeue_count
+// times). Puts and deletes still wait, so nothing acknowledged is lost.
+// Use it only where handlers are idempotent and the flush is the
+// bottleneck; BENCHMARKS.md has its price.
 package postgres

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/adaptq/adaptq/queue/driver"
@@ -16,21 +18,46 @@ const groupTimeout = 30 * time.Second
 
 // deleteGroup shares delete statements between concurrent DeleteBatch
 // calls of one queue in a process (group commit): while a statement is on
-// its way, the calls that arrive wait, and the caller whose statement
-// returns sends theirs together in the next one. Each call still returns
-// only once its messages' deletion has committed, and one alone is sent at
-// once; under load, one commit (one WAL flush, one counter update) serves
-// several batches, as River's completer serves many jobs.
+// its way, the calls that arrive wait, and one of them then sends all that
+// wait together in the next. Each call returns only once its messages'
+// deletion has committed, and one alone is sent at once; under load, one
+// commit (one WAL flush, one counter update) serves several batches, as
+// River's completer serves many jobs.
+//
+// A caller leads (sends statements) only until its own request is done:
+// the requests queued ahead of it, never those that arrive while it
+// serves, so no call is held back by others' traffic. A caller whose
+// context ends while its request waits withdraws it; once a leader has
+// taken it, the caller waits for that statement, so a call that returned
+// never acts afterwards. Requests hold a copy of the caller's receipts.
 type deleteGroup struct {
 	mu      chan struct{} // a one-slot lock: held while a leader runs
 	pending chan *delReq
 }
 
+// A delReq's state: waiting in pending, taken by a leader, or withdrawn by
+// its caller.
+const (
+	reqPending int32 = iota
+	reqTaken
+	reqWithdrawn
+)
+
 type delReq struct {
-	receipts []driver.Receipt
+	receipts []driver.Receipt // the group's copy
+	state    atomic.Int32
 	res      []error
 	err      error
-	done     chan struct{}
+	done     chan struct{} // closed once res and err are set
+}
+
+func (r *delReq) finished() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
 }
 
 func newDeleteGroup() *deleteGroup {
@@ -39,7 +66,7 @@ func newDeleteGroup() *deleteGroup {
 
 // do deletes receipts through run, alone or with other callers' receipts.
 func (g *deleteGroup) do(ctx context.Context, receipts []driver.Receipt, run func(context.Context, []driver.Receipt) ([]error, error)) ([]error, error) {
-	r := &delReq{receipts: receipts, done: make(chan struct{})}
+	r := &delReq{receipts: slices.Clone(receipts), done: make(chan struct{})}
 	select {
 	case g.pending <- r:
 	default:
@@ -51,27 +78,36 @@ func (g *deleteGroup) do(ctx context.Context, receipts []driver.Receipt, run fun
 		case <-r.done:
 			return r.res, r.err
 		case g.mu <- struct{}{}:
-			// Leader: send what is pending (ours among it, unless a leader
-			// before us took it), then hand over.
-			g.lead(ctx, run)
+			// Leader until our own request is done.
+			g.lead(ctx, r, run)
 			<-g.mu
 		case <-ctx.Done():
-			// The delete may still happen, as when a reply is lost.
-			return nil, ctx.Err()
+			if r.state.CompareAndSwap(reqPending, reqWithdrawn) {
+				// Never sent, and now never will be.
+				return nil, ctx.Err()
+			}
+			// A leader has taken it: its statement is on its way (bounded
+			// by groupTimeout). Wait for the outcome rather than return
+			// while the delete may still happen.
+			<-r.done
+			return r.res, r.err
 		}
 	}
 }
 
-// lead sends every pending request in statements of up to
-// maxGroupReceipts receipts.
-func (g *deleteGroup) lead(ctx context.Context, run func(context.Context, []driver.Receipt) ([]error, error)) {
-	for {
+// lead sends the pending requests, oldest first, in statements of up to
+// maxGroupReceipts receipts, until own is done.
+func (g *deleteGroup) lead(ctx context.Context, own *delReq, run func(context.Context, []driver.Receipt) ([]error, error)) {
+	for !own.finished() {
 		var batch []*delReq
 		n := 0
 	collect:
 		for n < maxGroupReceipts {
 			select {
 			case r := <-g.pending:
+				if !r.state.CompareAndSwap(reqPending, reqTaken) {
+					continue // withdrawn by its caller
+				}
 				batch = append(batch, r)
 				n += len(r.receipts)
 			default:
@@ -79,7 +115,7 @@ func (g *deleteGroup) lead(ctx context.Context, run func(context.Context, []driv
 			}
 		}
 		if len(batch) == 0 {
-			return
+			return // own was withdrawn (never: we are its caller) or taken
 		}
 		all := batch[0].receipts
 		if len(batch) > 1 {

@@ -49,33 +49,28 @@ func (db *DB) trailingNotify(st *queueState) {
 		return
 	}
 	l.pending = true
-	wait := max(db.notify-time.Since(l.last), 0)
+	wait := max(db.notify-wallNow().Sub(l.last), 0)
 	l.mu.Unlock()
-	if db.closed.Load() {
-		return
-	}
-	db.wg.Add(1)
-	go func() {
-		defer db.wg.Done()
+	db.background(func(bg context.Context) {
 		if wait > 0 {
 			t := time.NewTimer(wait)
 			select {
 			case <-t.C:
-			case <-db.bg.Done():
+			case <-bg.Done():
 				t.Stop()
 				return
 			}
 		}
 		l.mu.Lock()
 		l.pending = false
-		l.last = time.Now()
+		l.last = wallNow()
 		l.mu.Unlock()
-		ctx, cancel := context.WithTimeout(db.bg, 10*time.Second)
+		ctx, cancel := context.WithTimeout(bg, 10*time.Second)
 		defer cancel()
 		// A failure here leaves the consumers to their safety polls; the
 		// Put itself succeeded.
 		_, _ = db.pool.Exec(ctx, db.sql.notify, db.channel, st.name)
-	}()
+	}, nil)
 }
 
 // ListenApplicationName is the application_name of the LISTEN connection.

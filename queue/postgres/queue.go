@@ -84,7 +84,7 @@ func (q *pgQueue) Put(ctx context.Context, body []byte, opts driver.PutOptions) 
 		body = []byte{}
 	}
 	lim := &q.st.n
-	notify := lim.claim(time.Now(), q.db.notify)
+	notify := lim.claim(wallNow(), q.db.notify)
 	var id int64
 	var err error
 	if notify {
@@ -109,6 +109,7 @@ func (q *pgQueue) Get(ctx context.Context, n int, visibility time.Duration) ([]*
 	if err := q.check(); err != nil {
 		return nil, err
 	}
+	q.kickSweep()
 	rows, err := q.db.pool.Query(ctx, q.db.sql.get, q.db.nowArg(), q.st.id, n, micros(visibility))
 	if err != nil {
 		return nil, err
@@ -142,34 +143,66 @@ func (q *pgQueue) Get(ctx context.Context, n int, visibility time.Duration) ([]*
 		out[i] = &ms[i]
 	}
 	q.db.churned(len(ms))
-	q.maybeSweep(ctx)
 	return out, nil
 }
 
-// maybeSweep deletes expired messages, at most once per SweepInterval per
-// queue in the process, from a Get that found work.
-func (q *pgQueue) maybeSweep(ctx context.Context) {
-	st := q.st
-	now := time.Now()
-	if !st.sweepMu.TryLock() {
-		return
-	}
+// kickSweep starts a sweep of the queue's expired messages in the
+// background (see Sweep), unless one is running or began within the DB's
+// sweep interval. Every call that reads the queue (Get, Peek, Count,
+// Depth) kicks it, so expired messages leave the count, the storage and a
+// Get's path soon after they expire while anyone uses the queue, live work
+// or not; the caller never waits for it.
+//
+// A DB sweeps one queue at a time (so sweeps hold at most one connection
+// of the pool, whatever the number of queues with a backlog to sweep): a
+// call that finds another queue's sweep running leaves its own to a later
+// call.
+func (q *pgQueue) kickSweep() {
+	st, db := q.st, q.db
+	now := wallNow()
+	st.sweepMu.Lock()
 	defer st.sweepMu.Unlock()
-	if !st.lastSweep.IsZero() && now.Sub(st.lastSweep) < SweepInterval {
+	if st.sweeping || (!st.lastSweep.IsZero() && now.Sub(st.lastSweep) < db.sweepEvery) {
 		return
 	}
-	st.lastSweep = now
-	_, _ = q.Sweep(ctx)
+	select {
+	case db.sweepSlot <- struct{}{}:
+	default:
+		return // another queue's sweep runs
+	}
+	done := func() {
+		<-db.sweepSlot
+		st.sweepMu.Lock()
+		st.sweeping = false
+		st.sweepMu.Unlock()
+	}
+	if !db.background(func(ctx context.Context) { _, _ = q.Sweep(ctx) }, done) {
+		<-db.sweepSlot
+		return
+	}
+	st.sweeping, st.lastSweep = true, now
 }
 
-// Sweep deletes up to 1,000 expired messages of the queue and returns how
-// many it deleted. Gets that find work call it once a minute; expired
-// messages are never returned or counted before then.
+// Sweep deletes the queue's expired messages, states, bodies and count, in
+// statements of up to sweepBatch messages each (one short transaction
+// apiece), and returns how many it deleted. It finds them through the
+// bodies_expiry index, so its work is proportional to what has expired,
+// not to the queue's depth. Messages another statement holds are left to
+// the next sweep.
 func (q *pgQueue) Sweep(ctx context.Context) (int, error) {
-	var n int
-	err := q.db.pool.QueryRow(ctx, q.db.sql.sweep, q.db.nowArg(), q.st.id, sweepBatch).Scan(&n)
-	q.db.churned(2 * n)
-	return n, err
+	total := 0
+	for {
+		var found, deleted int
+		err := q.db.pool.QueryRow(ctx, q.db.sql.sweep, q.db.nowArg(), q.st.id, sweepBatch).Scan(&found, &deleted)
+		if err != nil {
+			return total, err
+		}
+		total += deleted
+		q.db.churned(2 * deleted)
+		if found < sweepBatch || deleted == 0 {
+			return total, nil
+		}
+	}
 }
 
 func formatReceipt(r int64) string { return fmt.Sprintf("%016x", uint64(r)) }
@@ -350,6 +383,7 @@ func (q *pgQueue) Peek(ctx context.Context, n int) ([]*driver.Message, error) {
 	if err := q.check(); err != nil {
 		return nil, err
 	}
+	q.kickSweep()
 	rows, err := q.db.pool.Query(ctx, q.db.sql.peek, q.db.nowArg(), q.st.id, n)
 	if err != nil {
 		return nil, err
@@ -375,11 +409,13 @@ func (q *pgQueue) Peek(ctx context.Context, n int) ([]*driver.Message, error) {
 }
 
 // Count is the number of messages, visible or not, read from the queue's
-// counter rows: approximate, as expired messages count until swept.
+// counter rows: approximate, as expired messages count until swept (which
+// Count kicks).
 func (q *pgQueue) Count(ctx context.Context) (int, error) {
 	if err := q.check(); err != nil {
 		return 0, err
 	}
+	q.kickSweep()
 	var n int64
 	err := q.db.pool.QueryRow(ctx, q.db.sql.count, q.st.id).Scan(&n)
 	return int(n), err

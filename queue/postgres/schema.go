@@ -13,7 +13,7 @@ import (
 )
 
 // SchemaVersion is the newest schema this package writes and reads.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // ErrSchemaTooNew: the database schema was written by a newer version of
 // this package; upgrade the program rather than run it against a schema it
@@ -79,6 +79,12 @@ CREATE TABLE {s}.counts (
 	PRIMARY KEY (queue_id, shard)
 ) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000,
 	  autovacuum_vacuum_cost_delay = 0);
+`},
+	{2, "bodies carry their queue and expiry, indexed: expired messages are found without a scan", `
+ALTER TABLE {s}.bodies ADD COLUMN queue_id int, ADD COLUMN expires_at timestamptz;
+UPDATE {s}.bodies b SET queue_id = m.queue_id, expires_at = m.expires_at
+FROM {s}.messages m WHERE m.id = b.id;
+CREATE INDEX bodies_expiry ON {s}.bodies (queue_id, expires_at);
 `},
 }
 
@@ -204,7 +210,7 @@ func MigrateURL(ctx context.Context, rawURL string, apply bool) (schema string, 
 	if err := validSchema(schema); err != nil {
 		return "", 0, 0, fmt.Errorf("%w: %v", queue.ErrInvalidURL, err)
 	}
-	for _, p := range []string{ParamQueue, ParamSchema, ParamMigrate, ParamNotifyInterval, ParamMaxBody} {
+	for _, p := range []string{ParamQueue, ParamSchema, ParamMigrate, ParamNotifyInterval, ParamMaxBody, ParamAsyncLeases} {
 		params.Del(p)
 	}
 	c := *u

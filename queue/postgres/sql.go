@@ -24,13 +24,26 @@ type statements struct {
 // shard is the counter row a connection updates (see countShards).
 var shard = "pg_backend_pid() % " + strconv.Itoa(countShards)
 
-func newStatements(schema string) statements {
+// newStatements writes the statements for schema. With asyncLeases
+// (WithAsyncLeases), a Get and an UpdateVisibility set synchronous_commit
+// off for their own transaction: {async} is then a CTE that does it, and
+// {from_async} and {and_async} make the statement read it (an
+// unreferenced CTE is never run); without, all three are empty.
+func newStatements(schema string, asyncLeases bool) statements {
+	async, fromAsync, andAsync := "", "", ""
+	if asyncLeases {
+		async = "async AS (SELECT set_config('synchronous_commit', 'off', true)), "
+		fromAsync = " FROM async"
+		andAsync = "async, "
+	}
 	r := strings.NewReplacer(
 		"{s}", schema,
 		"{now}", "coalesce($1::timestamptz, now())",
 		"{shard}", shard,
 		"{receipt}", "((random() - 0.5) * 1.8e19)::bigint",
-		"{async}", "async AS (SELECT set_config('synchronous_commit', 'off', true))",
+		"{async}", async,
+		"{from_async}", fromAsync,
+		"{and_async}", andAsync,
 	)
 	f := func(s string) string { return r.Replace(s) }
 	put := `
@@ -39,9 +52,9 @@ WITH m AS (
 	VALUES ($2, {now} + $3::bigint * interval '1 microsecond',
 	        CASE WHEN $4::bigint < 0 THEN 'infinity'::timestamptz ELSE {now} + $4::bigint * interval '1 microsecond' END,
 	        {now})
-	RETURNING id
+	RETURNING id, expires_at
 ), b AS (
-	INSERT INTO {s}.bodies (id, body) SELECT id, $5 FROM m
+	INSERT INTO {s}.bodies (id, body, queue_id, expires_at) SELECT id, $5, $2, expires_at FROM m
 ), c AS (
 	UPDATE {s}.counts SET n = n + 1 WHERE queue_id = $2 AND shard = {shard}
 )`
@@ -70,15 +83,12 @@ SELECT id FROM q LIMIT 1`),
 		// A Get is one statement: lock up to $3 visible messages, oldest
 		// first, skipping those another Get has locked; hide them, with a
 		// new receipt and their dequeue count + 1. Only the narrow state
-		// row is rewritten; bodies are read from their own table. Its
-		// commit does not wait for the WAL to reach the disk (the async
-		// CTE sets synchronous_commit off for its transaction): a server
-		// crash may undo a Get, making its messages visible again, a
-		// redelivery at-least-once allows; the delete that follows a Get
-		// waits for the flush of both. The update finds the locked rows
-		// by ctid (a TID scan, whatever the plan).
+		// row is rewritten; bodies are read from their own table. The
+		// update finds the locked rows by ctid (a TID scan, whatever the
+		// plan). Its commit waits for the WAL flush as every commit does,
+		// unless WithAsyncLeases (see there for the risk).
 		get: f(`
-WITH {async}, picked AS (
+WITH {async}picked AS (
 	SELECT ctid, id, visible_at FROM {s}.messages
 	WHERE queue_id = $2 AND visible_at <= {now} AND expires_at > {now}
 	ORDER BY visible_at, id
@@ -94,7 +104,7 @@ WITH {async}, picked AS (
 	RETURNING m.id, m.receipt, m.dequeue_count, m.inserted_at, m.expires_at, m.visible_at, picked.visible_at AS was_visible_at
 )
 SELECT got.id, got.receipt, got.dequeue_count, got.inserted_at, nullif(got.expires_at, 'infinity'), got.visible_at, b.body
-FROM async, got JOIN {s}.bodies b ON b.id = got.id
+FROM {and_async}got JOIN {s}.bodies b ON b.id = got.id
 ORDER BY got.was_visible_at, got.id`),
 
 		peek: f(`
@@ -143,16 +153,16 @@ SELECT false, r.ord, e.expires_at > {now}
 FROM r LEFT JOIN {s}.messages e ON e.id = r.id AND e.queue_id = $2
 WHERE r.ord NOT IN (SELECT ord FROM d)`),
 
-		// UpdateVisibility, like Get, commits without waiting for the
-		// flush: undone by a crash, the message is visible earlier.
+		// UpdateVisibility, like Get, waits for the flush unless
+		// WithAsyncLeases.
 		update: f(`
-WITH {async}, u AS (
+WITH {async}u AS (
 	UPDATE {s}.messages
 	SET visible_at = {now} + $5::bigint * interval '1 microsecond', receipt = {receipt}
 	WHERE id = $3 AND queue_id = $2 AND receipt = $4 AND expires_at > {now}
 	RETURNING receipt
 )
-SELECT (SELECT receipt FROM u), (SELECT expires_at > {now} FROM {s}.messages WHERE id = $3 AND queue_id = $2) FROM async`),
+SELECT (SELECT receipt FROM u), (SELECT expires_at > {now} FROM {s}.messages WHERE id = $3 AND queue_id = $2){from_async}`),
 
 		// Count sums the queue's counter rows: O(1) in the queue's depth.
 		// It is approximate as Azure's is: expired messages count until
@@ -169,18 +179,19 @@ WITH d AS (
 )
 SELECT count(*) FROM d`),
 
-		// The sweep deletes the expired among the first $3 visible
-		// messages, the ones a Get steps over (the index range it reads);
-		// hidden messages are reached when they are visible again.
+		// The sweep deletes up to $3 expired messages of the queue, found
+		// through bodies_expiry (a body row carries its message's queue and
+		// expiry, written once by Put), so it reads no live message and
+		// costs one index probe when nothing has expired. Messages another
+		// statement holds locked are skipped. It returns how many expired
+		// messages it found and how many it deleted.
 		sweep: f(`
-WITH d AS (
+WITH x AS (
+	SELECT id FROM {s}.bodies WHERE queue_id = $2 AND expires_at <= {now} LIMIT $3
+), d AS (
 	DELETE FROM {s}.messages WHERE ctid = ANY (ARRAY(
-		SELECT ctid FROM {s}.messages WHERE ctid = ANY (ARRAY(
-			SELECT ctid FROM {s}.messages
-			WHERE queue_id = $2 AND visible_at <= {now}
-			ORDER BY visible_at, id
-			LIMIT $3))
-		AND expires_at <= {now}
+		SELECT ctid FROM {s}.messages
+		WHERE id = ANY (ARRAY(SELECT id FROM x)) AND queue_id = $2 AND expires_at <= {now}
 		FOR UPDATE SKIP LOCKED))
 	RETURNING id
 ), b AS (
@@ -189,6 +200,6 @@ WITH d AS (
 	UPDATE {s}.counts SET n = n - (SELECT count(*) FROM d)
 	WHERE queue_id = $2 AND shard = {shard} AND EXISTS (SELECT 1 FROM d)
 )
-SELECT count(*) FROM d`),
+SELECT (SELECT count(*) FROM x), (SELECT count(*) FROM d)`),
 	}
 }

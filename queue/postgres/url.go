@@ -34,6 +34,9 @@ const (
 	ParamNotifyInterval = "notify_interval"
 	// ParamMaxBody overrides the largest body, in bytes.
 	ParamMaxBody = "max_body"
+	// ParamAsyncLeases: "true" lets Gets and renewals commit without
+	// waiting for the WAL flush (WithAsyncLeases, and its risk).
+	ParamAsyncLeases = "async_leases"
 )
 
 func init() {
@@ -135,6 +138,18 @@ func OpenURL(ctx context.Context, u *url.URL) (driver.Queue, error) {
 		}
 		opts = append(opts, WithMaxBodySize(n))
 		key = append(key, "max_body="+s)
+	}
+	if s, err := one(ParamAsyncLeases); err != nil {
+		return nil, err
+	} else if s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return nil, bad("%s %q is not true or false", ParamAsyncLeases, s)
+		}
+		if b {
+			opts = append(opts, WithAsyncLeases())
+			key = append(key, "async_leases")
+		}
 	}
 	c := *u
 	c.Scheme = "postgres"

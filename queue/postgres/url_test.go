@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/postgres"
 	"github.com/adaptq/adaptq/queue/postgres/pgtest"
@@ -172,38 +171,28 @@ func TestVacuum(t *testing.T) {
 	}
 }
 
-// TestSweep: expired messages stay counted until swept, and the sweep
-// deletes them, states and bodies, and takes them off the count.
-func TestSweep(t *testing.T) {
+// TestURLAsyncLeases: async_leases=true opens a DB of its own (its
+// statements differ), and a value that is not a boolean is refused,
+// naming the parameter.
+func TestURLAsyncLeases(t *testing.T) {
 	schema := pgtest.Schema(t)
-	c := clock.NewFake(clock.Epoch)
-	db := openDB(t, schema, postgres.WithClock(c))
 	ctx := context.Background()
-	q, err := db.Queue(ctx, "ttl")
+	plain, err := queue.Open(ctx, pgtest.QueueURL(t, schema, "leases", ""))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 5; i++ {
-		if _, err := q.Put(ctx, []byte("short"), queue.PutOptions{TTL: time.Second}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := q.Put(ctx, []byte("long"), queue.PutOptions{TTL: time.Hour}); err != nil {
+	defer plain.Close()
+	async, err := queue.Open(ctx, pgtest.QueueURL(t, schema, "leases", "async_leases=true"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	c.Advance(2 * time.Second)
-	if n, _ := q.Count(ctx); n != 6 {
-		t.Fatalf("Count before the sweep = %d, want 6 (approximate: expired messages count until swept)", n)
+	defer async.Close()
+	var a, b *postgres.DB
+	if !plain.As(&a) || !async.As(&b) || a == b {
+		t.Fatalf("async_leases=true shares the DB of a plain URL")
 	}
-	swept, err := db.Sweep(ctx, "ttl")
-	if err != nil || swept != 5 {
-		t.Fatalf("Sweep = %d, %v; want 5", swept, err)
-	}
-	if n, _ := q.Count(ctx); n != 1 {
-		t.Fatalf("Count after the sweep = %d, want 1", n)
-	}
-	var bodies int
-	if err := db.Pool().QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{schema, "bodies"}.Sanitize()).Scan(&bodies); err != nil || bodies != 1 {
-		t.Fatalf("bodies left: %d, %v; want 1", bodies, err)
+	_, err = queue.Open(ctx, pgtest.QueueURL(t, schema, "leases", "async_leases=sometimes"))
+	if !errors.Is(err, queue.ErrInvalidURL) || !strings.Contains(err.Error(), "async_leases") {
+		t.Fatalf("async_leases=sometimes: %v", err)
 	}
 }

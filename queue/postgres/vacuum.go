@@ -42,16 +42,9 @@ func (db *DB) churned(n int) {
 		return
 	}
 	db.churn.Store(0)
-	if db.closed.Load() {
+	if !db.background(func(ctx context.Context) { _ = db.Vacuum(ctx) }, func() { db.vacuuming.Store(false) }) {
 		db.vacuuming.Store(false)
-		return
 	}
-	db.wg.Add(1)
-	go func() {
-		defer db.wg.Done()
-		defer db.vacuuming.Store(false)
-		_ = db.Vacuum(db.bg)
-	}()
 }
 
 // Vacuum vacuums the DB's tables now, unless another process is vacuuming
@@ -81,10 +74,10 @@ func (db *DB) Vacuum(ctx context.Context) error {
 	return err
 }
 
-// Sweep deletes the expired messages among the first 1,000 visible ones of
-// the queue called name and returns how many it deleted. Gets that find
-// work do it once a minute; a program that wants Count free of expired
-// messages sooner calls it.
+// Sweep deletes the expired messages of the queue called name now and
+// returns how many it deleted. Calls that read a queue start a sweep by
+// themselves (SweepInterval); a program that wants the storage back at
+// once (after a long outage of its consumers, say) calls it.
 func (db *DB) Sweep(ctx context.Context, name string) (int, error) {
 	q, err := db.queue(ctx, name)
 	if err != nil {

@@ -5,7 +5,8 @@
 // PostgreSQL on 127.0.0.1:5432 (trust auth, database test) as user
 // postgres, then root. If none answers, tests skip with a message naming
 // what was tried; under CI (CI=true) they fail instead, so a CI run never
-// passes without the database.
+// passes without the database. StartServer starts a server of a test's
+// own, for the cases that restart or crash it.
 package pgtest
 
 import (
