@@ -163,4 +163,48 @@ func TestCancelledCallActsOnlyIfItSucceeds(t *testing.T) {
 			t.Fatalf("a Delete returned %v; the message stored: %v", err, s)
 		}
 	})
+	t.Run("StoppedByTheCancel", func(t *testing.T) {
+		// A statement the cancel reaches while it waits for a lock stops:
+		// the call fails, as the caller's context error, and nothing
+		// happens once the lock goes.
+		prep := open("stopped", local)
+		q := open("stopped", "")
+		tx, err := admin.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if _, err := tx.Exec(ctx, `LOCK TABLE `+pgx.Identifier{schema, "messages"}.Sanitize()+` IN EXCLUSIVE MODE`); err != nil {
+			t.Fatal(err)
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		errc := make(chan error, 1)
+		go func() {
+			_, err := q.Put(cctx, []byte("x"), queue.PutOptions{})
+			errc <- err
+		}()
+		c, err := pgx.Connect(ctx, srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(ctx)
+		waitFor(t, hang, "the Put to wait for the lock", func() bool {
+			var n int
+			err := c.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = $1::regclass`,
+				pgx.Identifier{schema, "messages"}.Sanitize()).Scan(&n)
+			return err == nil && n > 0
+		})
+		cancel()
+		err = <-errc
+		if err == nil || !errors.Is(err, context.Canceled) {
+			t.Fatalf("a Put cancelled while it waited for a lock returned %v, want context.Canceled", err)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := prep.Count(ctx); err != nil || n != 0 {
+			t.Fatalf("after a Put that failed, Count = %d (%v), want 0", n, err)
+		}
+	})
 }

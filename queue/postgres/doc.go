@@ -184,6 +184,18 @@
 // connections (53300, 1 s) and other class 08 errors are transient
 // (queue.IsTransient), so the listener retries them.
 //
+// A call whose context ends while the server runs its statement asks the
+// server to cancel it and waits for the answer (up to 5 s): the statement
+// stops and the call fails with the context's error, or it was already
+// committing (waiting for the WAL flush or a synchronous standby, which a
+// cancel cannot undo) and the call reports its success. So a call that
+// returned an error never acts afterwards. pgx's default, which drops the
+// connection at once and cancels in the background, let a Put store, a
+// Get hide or a renewal change the receipt after the call had failed.
+// OpenConfig replaces the configuration's context watcher for that; only
+// a server that does not answer in 5 s leaves the outcome unknown, as a
+// lost reply does.
+//
 // # Durability
 //
 // Every operation returns once its transaction has committed; with the
