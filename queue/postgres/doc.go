@@ -51,10 +51,11 @@
 //	adaptq_migrations(version, description, applied_at)
 //
 // Version 2 added bodies' queue_id and expires_at (copied from the
-// messages when it runs: one pass over the bodies) and bodies_expiry.
-// Migrate with the workers of version 1 stopped: a body such a worker
-// writes afterwards has no expiry, so its message, once expired, is never
-// returned but never swept either.
+// messages when it runs: one pass over the bodies) and bodies_expiry. A
+// worker of version 1 still running after the migration writes bodies
+// without them; the sweep fills them in from the messages (finding such
+// bodies through bodies_expiry too), so their messages are swept once
+// expired like any other.
 //
 // Bodies live apart from the state: an UPDATE in PostgreSQL writes a whole
 // new row version, so a Get that hid a message in a row holding its body

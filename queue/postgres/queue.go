@@ -194,14 +194,14 @@ func (q *pgQueue) kickSweep() {
 func (q *pgQueue) Sweep(ctx context.Context) (int, error) {
 	total := 0
 	for {
-		var found, deleted int
-		err := q.db.pool.QueryRow(ctx, q.db.sql.sweep, q.db.nowArg(), q.st.id, sweepBatch).Scan(&found, &deleted)
+		var found, deleted, filed int
+		err := q.db.pool.QueryRow(ctx, q.db.sql.sweep, q.db.nowArg(), q.st.id, sweepBatch).Scan(&found, &deleted, &filed)
 		if err != nil {
 			return total, err
 		}
 		total += deleted
-		q.db.churned(2 * deleted)
-		if found < sweepBatch || deleted == 0 {
+		q.db.churned(2*deleted + filed)
+		if (found < sweepBatch || deleted == 0) && filed == 0 {
 			return total, nil
 		}
 	}
