@@ -102,8 +102,9 @@ const faultTries = 10
 //   - DroppedRequest: a request dropped before the server fails
 //     transiently and changes nothing.
 //   - CancelledMidCall: a DeleteBatch whose caller gives up while replies
-//     are held returns, and afterwards deletes none of the entries the
-//     caller then writes into its slice.
+//     are held returns, and afterwards deletes neither its own message
+//     (if it failed) nor any of the entries the caller then writes into
+//     its slice.
 //   - ExpiredBacklog: an expired backlog leaves Count, Depth and storage
 //     (Stored) with no Get at all, costs a Get no work once swept
 //     (GetWork), and a live message put behind it is still got.
@@ -761,7 +762,10 @@ func testCancelledMidCall(t *testing.T, e *faultEnv) {
 	rs := []queue.Receipt{receipt(ms[1])}
 	bDone := make(chan error, 1)
 	go func() {
-		_, err := q.DeleteBatch(w, rs)
+		res, err := q.DeleteBatch(w, rs)
+		if err == nil {
+			err = res[0] // B's outcome for its one receipt
+		}
 		bDone <- err
 	}()
 	eventually(t, "the second DeleteBatch waits", func() error {
@@ -777,16 +781,20 @@ func testCancelledMidCall(t *testing.T, e *faultEnv) {
 	})
 	cancel()
 	released := false
+	var bErr error
 	select {
-	case <-bDone:
+	case bErr = <-bDone:
 	case <-time.After(faultHang / 4):
 		// A driver that cannot stop a call whose reply is in flight
 		// returns when the reply comes.
 		t.Log("the cancelled DeleteBatch did not return while its reply was held; releasing")
 		release()
 		released = true
-		<-bDone
+		bErr = <-bDone
 	}
+	// What B left at its return (a call that failed may have acted before
+	// it returned, never after).
+	bStored, known := e.stored(t, d, ms[1].ID)
 	// B has returned: its slice is the caller's again.
 	rs[0] = receipt(ms[2])
 	if !released {
@@ -802,6 +810,17 @@ func testCancelledMidCall(t *testing.T, e *faultEnv) {
 	for _, m := range ms[4:] {
 		if _, err := q.DeleteBatch(e.ctx, []queue.Receipt{receipt(m)}); err != nil {
 			t.Fatalf("a later DeleteBatch: %v", err)
+		}
+	}
+	// B's own message: deleted if B said so; if B failed and it was
+	// still stored when B returned, still stored now (a request the
+	// driver kept queued would have been sent by a later call).
+	switch {
+	case bErr == nil:
+		e.wantStored(t, d, ms[1].ID, false)
+	case known && bStored:
+		if s, _ := e.stored(t, d, ms[1].ID); !s {
+			t.Errorf("a DeleteBatch that returned %v deleted its message afterwards", bErr)
 		}
 	}
 	// The message written into the slice after B returned must still be
