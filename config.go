@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/viper"
 
+	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/internal/durationhint"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
@@ -119,6 +120,11 @@ type QueueConfig struct {
 	PoisonQueue     string `yaml:"poison_queue"`
 	// Trigger lets producers wake the queue's idle listeners.
 	Trigger TriggerConfig `yaml:"trigger"`
+	// PassEnv names the worker's environment variables an exec: handler's
+	// program gets besides the base set (handler.ExecBaseEnv: PATH, HOME,
+	// LANG, TZ …): names, or prefixes ending in "*". Nothing else of the
+	// worker's environment reaches it.
+	PassEnv []string `yaml:"pass_env"`
 	// Instances is the policy of the scaling signal (GET /v1/scaling): how
 	// many worker instances the queue needs.
 	Instances InstancesConfig `yaml:"instances"`
@@ -532,6 +538,20 @@ func decode(path string, raw any, dst reflect.Value) []string {
 	bad := func(want string) []string {
 		return []string{fmt.Sprintf("%s: %s is not %s", path, show(raw), want)}
 	}
+	// Text where a mapping or a list belongs (admin: "TOKEN"), or a value
+	// where text belongs (token: 123456), may be a secret written one
+	// level off: name its kind, never the value.
+	hidden := func(want string) []string {
+		msg := fmt.Sprintf("%s: %s is not %s", path, kindOf(raw), want)
+		switch raw.(type) {
+		case map[string]any, []any:
+		case string, envString:
+			msg += " (the value is not shown: it may be a secret)"
+		default:
+			msg += " (the value is not shown: it may be a secret; quote it if it is text)"
+		}
+		return []string{msg}
+	}
 	switch {
 	case t == durationType:
 		s, ok := text(raw)
@@ -546,13 +566,22 @@ func decode(path string, raw any, dst reflect.Value) []string {
 	case t.Kind() == reflect.Struct:
 		m, ok := raw.(map[string]any)
 		if !ok {
-			return bad("a mapping")
+			return hidden("a mapping")
 		}
 		return decodeStruct(path, m, dst)
 	case t.Kind() == reflect.Slice:
 		items, ok := raw.([]any)
+		if ev, isEnv := raw.(envString); isEnv && t.Elem().Kind() == reflect.String {
+			// A list of names from the environment: A,B,C.
+			items, ok = nil, true
+			for _, it := range strings.Split(string(ev), ",") {
+				if it = strings.TrimSpace(it); it != "" {
+					items = append(items, envString(it))
+				}
+			}
+		}
 		if !ok {
-			return bad("a list")
+			return hidden("a list")
 		}
 		var problems []string
 		out := reflect.MakeSlice(t, 0, len(items))
@@ -573,7 +602,7 @@ func decode(path string, raw any, dst reflect.Value) []string {
 		case envString:
 			dst.SetString(string(v))
 		default:
-			return bad("text")
+			return hidden("text")
 		}
 	case t.Kind() == reflect.Int:
 		switch v := raw.(type) {
@@ -721,6 +750,23 @@ func text(raw any) (string, bool) {
 	return "", false
 }
 
+// kindOf names what a raw value is, without its value.
+func kindOf(raw any) string {
+	switch raw.(type) {
+	case string, envString:
+		return "text"
+	case map[string]any:
+		return "a mapping"
+	case []any:
+		return "a list"
+	case bool:
+		return "true or false"
+	case int, int64, uint64, float64:
+		return "a number"
+	}
+	return "a value"
+}
+
 // show renders a raw value for an error message.
 func show(raw any) string {
 	switch v := raw.(type) {
@@ -804,6 +850,13 @@ func (q *QueueConfig) validate(at string) []string {
 	}
 	if err := checkHandlerSpec(q.Handler); err != nil {
 		add("handler", "%v", err)
+	}
+	if len(q.PassEnv) > 0 {
+		if !strings.HasPrefix(q.Handler, ExecPrefix) {
+			add("pass_env", "is for exec: handlers only (handler is %q)", handlerLabel(q.Handler))
+		} else if err := handler.CheckPassEnv(q.PassEnv); err != nil {
+			add("pass_env", "%s", strings.TrimPrefix(err.Error(), "pass_env "))
+		}
 	}
 	if q.BatchSize < 1 {
 		add("batch_size", "%d is below 1", q.BatchSize)

@@ -60,11 +60,14 @@ func TestExecFailureIsLoggedWithTheMessageID(t *testing.T) {
 	if runtime.GOOS == "windows" {
 		t.Skip("exec: sh")
 	}
+	// A name of its own per run: a message that failed in an earlier run
+	// (-count=2) is visible again in the process-wide memory store.
+	name := uniqueQueue("fail-exec")
 	cfg := testConfig(t, `
 log: {level: info, format: json}
 admin: {address: ""}
 queues:
-  - url: memory://fail-exec
+  - url: memory://`+name+`
     handler: "exec: sh -c 'echo \"working on $ADAPTQ_MESSAGE_ID\"; echo downstream said no >&2; printf partial; exit 3'"
 `)
 	out := &testutil.SyncBuffer{}
@@ -77,7 +80,7 @@ queues:
 		t.Fatal(err)
 	}
 	stop := runWorker(t, w)
-	id, err := w.Put(context.Background(), "fail-exec", []byte("job"), queue.PutOptions{})
+	id, err := w.Put(context.Background(), name, []byte("job"), queue.PutOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,15 +91,15 @@ queues:
 	es := logEntries(t, out)
 	f := withMsg(es, logFailed)[0]
 	reason, _ := f["error"].(string)
-	if f["level"] != "warn" || f["msg_id"] != id || f["dequeue_count"] != 1.0 || f["queue"] != "fail-exec" ||
+	if f["level"] != "warn" || f["msg_id"] != id || f["dequeue_count"] != 1.0 || f["queue"] != name ||
 		f["exit_code"] != 3.0 || !strings.Contains(reason, "exit status 3") || !strings.Contains(reason, "downstream said no") {
-		t.Errorf("failure line %v: want warn, msg_id %s, dequeue_count 1, queue fail-exec, exit_code 3, an error with exit status 3 and the stderr tail", f, id)
+		t.Errorf("failure line %v: want warn, msg_id %s, dequeue_count 1, queue %s, exit_code 3, an error with exit status 3 and the stderr tail", f, id, name)
 	}
 	want := map[string]string{"working on " + id: "stdout", "downstream said no": "stderr", "partial": "stdout"}
 	lines := withMsg(es, logExecLine)
 	for _, e := range lines {
 		line, _ := e["line"].(string)
-		if want[line] != e["stream"] || e["msg_id"] != id || e["queue"] != "fail-exec" || e["dequeue_count"] != 1.0 || e["level"] != "info" {
+		if want[line] != e["stream"] || e["msg_id"] != id || e["queue"] != name || e["dequeue_count"] != 1.0 || e["level"] != "info" {
 			t.Errorf("output line %v: want it from %q with msg_id %s, queue and dequeue_count", e, want[line], id)
 		}
 		delete(want, line)
@@ -121,15 +124,16 @@ func TestHTTPFailureReasonIsClearAndRedacted(t *testing.T) {
 	}
 	refused := ln.Addr().String()
 	ln.Close()
+	q503, qRefused := uniqueQueue("fail-503"), uniqueQueue("fail-refused")
 	secretURL := func(hostport string) string {
 		return "http://hook:pa55word@" + hostport + "/hook?token=t0ken&id=7"
 	}
 	cfg := testConfig(t, `
 admin: {address: ""}
 queues:
-  - url: memory://fail-503
+  - url: memory://`+q503+`
     handler: "http: `+secretURL(strings.TrimPrefix(down.URL, "http://"))+`"
-  - url: memory://fail-refused
+  - url: memory://`+qRefused+`
     handler: "http: `+secretURL(refused)+`"
 `)
 	core, logs := observer.New(zap.InfoLevel)
@@ -139,7 +143,7 @@ queues:
 	}
 	stop := runWorker(t, w)
 	ids := map[string]string{}
-	for _, q := range []string{"fail-503", "fail-refused"} {
+	for _, q := range []string{q503, qRefused} {
 		if ids[q], err = w.Put(context.Background(), q, []byte("job"), queue.PutOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -156,8 +160,8 @@ queues:
 		}
 	}
 	for q, want := range map[string][]string{
-		"fail-503":     {"503 Service Unavailable", "maintenance", "token=REDACTED"},
-		"fail-refused": {"connection refused", "token=REDACTED"},
+		q503:     {"503 Service Unavailable", "maintenance", "token=REDACTED"},
+		qRefused: {"connection refused", "token=REDACTED"},
 	} {
 		got := logs.FilterMessage(logFailed).FilterField(zap.String("queue", q)).All()
 		if len(got) != 1 {
@@ -173,7 +177,7 @@ queues:
 		if f["msg_id"] != ids[q] {
 			t.Errorf("%s: msg_id %v, want %s", q, f["msg_id"], ids[q])
 		}
-		if code, has := f["status_code"]; (q == "fail-503") != has || (has && code != int64(503)) {
+		if code, has := f["status_code"]; (q == q503) != has || (has && code != int64(503)) {
 			t.Errorf("%s: status_code %v", q, code)
 		}
 	}
@@ -189,12 +193,13 @@ func fmtFields(e observer.LoggedEntry) string {
 // out are summed up when the worker stops.
 func TestFailureLinesAreRateLimitedPerQueue(t *testing.T) {
 	t.Parallel()
+	qa, qb := uniqueQueue("burst-a"), uniqueQueue("burst-b")
 	cfg := testConfig(t, `
 log: {failures: {lines: 2, interval: 1h}}
 admin: {address: ""}
 queues:
-  - {url: memory://burst-a, handler: broken}
-  - {url: memory://burst-b, handler: broken}
+  - {url: memory://`+qa+`, handler: broken}
+  - {url: memory://`+qb+`, handler: broken}
 `)
 	core, logs := observer.New(zap.InfoLevel)
 	w, err := New(cfg, WithLogger(zap.New(core)))
@@ -204,7 +209,7 @@ queues:
 	w.MustHandle("broken", func(context.Context, *queue.Message) error { return errors.New("downstream is down") })
 	stop := runWorker(t, w)
 	const n = 30
-	for _, q := range []string{"burst-a", "burst-b"} {
+	for _, q := range []string{qa, qb} {
 		for range n {
 			if _, err := w.Put(context.Background(), q, []byte("job"), queue.PutOptions{}); err != nil {
 				t.Fatal(err)
@@ -221,11 +226,11 @@ queues:
 		st, err := l.State(context.Background())
 		return err == nil && l.Stats().Failed == n && st.InFlight == 0
 	}
-	waitUntil(t, "every message fails", func() bool { return settled("burst-a") && settled("burst-b") })
+	waitUntil(t, "every message fails", func() bool { return settled(qa) && settled(qb) })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []string{"burst-a", "burst-b"} {
+	for _, q := range []string{qa, qb} {
 		of := logs.FilterField(zap.String("queue", q))
 		if got := of.FilterMessage(logFailed).Len(); got != 2 {
 			t.Errorf("%s: %d failure lines, want 2", q, got)

@@ -501,7 +501,7 @@ func (w *Worker) handlerFor(qc QueueConfig) (handler.Func, error) {
 		if err != nil {
 			return nil, err
 		}
-		o := handler.ExecOptions{Queue: qc.Name, Timeout: qc.HandlerTimeout, Stdout: w.execOut, Stderr: w.execErr}
+		o := handler.ExecOptions{Queue: qc.Name, PassEnv: qc.PassEnv, Timeout: qc.HandlerTimeout, Stdout: w.execOut, Stderr: w.execErr}
 		if w.execOut == nil && w.execErr == nil {
 			o.Log = w.log
 		}

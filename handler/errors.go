@@ -3,6 +3,7 @@ package handler
 import (
 	"errors"
 	"fmt"
+	"syscall"
 )
 
 // permanentError marks an error that retrying cannot fix.
@@ -58,3 +59,50 @@ func (e *PanicError) Unwrap() error {
 
 // Permanent reports false: a panic is retried like any other failure.
 func (e *PanicError) Permanent() bool { return false }
+
+// workerFaultError marks an error of the worker's own making.
+type workerFaultError struct{ err error }
+
+func (e *workerFaultError) Error() string     { return e.err.Error() }
+func (e *workerFaultError) Unwrap() error     { return e.err }
+func (e *workerFaultError) WorkerFault() bool { return true }
+
+// WorkerFault marks err as the worker's fault, not the message's: the
+// worker ran out of a resource (file descriptors, memory, processes) and
+// could not even try the message. The listener does not count such a
+// failure towards poisoning: it hands the message back at once, for
+// another worker or a later try, and pauses its own gets for a while. The
+// text of err is unchanged, and errors.Is and errors.As still reach it.
+// WorkerFault(nil) is nil.
+func WorkerFault(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &workerFaultError{err: err}
+}
+
+// exhausted are the errors of a process that ran out of a resource:
+// file descriptors, its own (EMFILE) or the system's (ENFILE), and memory.
+var exhausted = []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOMEM}
+
+// IsWorkerFault reports whether err, or an error it wraps, was marked with
+// WorkerFault or implements interface{ WorkerFault() bool } returning true,
+// or is an error of a process out of resources: "too many open files"
+// (EMFILE, ENFILE) or "cannot allocate memory" (ENOMEM). Exec also marks
+// a command that could not start because the system would not create a
+// process (EAGAIN).
+func IsWorkerFault(err error) bool {
+	if err == nil {
+		return false
+	}
+	var w interface{ WorkerFault() bool }
+	if errors.As(err, &w) {
+		return w.WorkerFault()
+	}
+	for _, e := range exhausted {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}

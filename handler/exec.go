@@ -9,9 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -22,7 +24,8 @@ import (
 )
 
 // Environment variables that Exec sets for each message, on top of the
-// worker's environment and ExecOptions.Env. They are stable: programs in
+// variables it passes from the worker's environment (ExecBaseEnv and
+// ExecOptions.PassEnv) and ExecOptions.Env. They are stable: programs in
 // any language may rely on them.
 const (
 	// EnvMessageID is the message id, the same on every delivery: the key
@@ -38,6 +41,21 @@ const (
 	// EnvQueue is the queue's name, set when ExecOptions.Queue is.
 	EnvQueue = "ADAPTQ_QUEUE"
 )
+
+// ExecBaseEnv are the variables of the worker's environment every Exec
+// command gets, whatever ExecOptions.PassEnv says: what a program needs to
+// find programs, its home, a temporary directory, its language and its
+// time zone, and none that carries a credential. An entry ending in "*"
+// stands for every variable that starts with the rest. The Windows names
+// (case-insensitive there) are what programs need to start at all.
+// Anything else of the worker's, its own ADAPTQ_ variables, the Azure,
+// AWS and Redis credentials and a proxy URL (which may hold a password)
+// among them, reaches a command only when PassEnv names it.
+var ExecBaseEnv = []string{
+	"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_*", "TZ", "TMPDIR",
+	"SYSTEMROOT", "SYSTEMDRIVE", "WINDIR", "COMSPEC", "PATHEXT", "TEMP", "TMP",
+	"USERPROFILE", "USERNAME", "HOMEDRIVE", "HOMEPATH", "APPDATA", "LOCALAPPDATA", "PROGRAMDATA",
+}
 
 // ExitDataErr is the exit code Exec treats as a permanent failure unless
 // ExecOptions.PermanentExitCodes says otherwise: EX_DATAERR from BSD's
@@ -71,16 +89,23 @@ const (
 )
 
 // ExecOptions tune Exec. The zero value runs the command in the worker's
-// directory and environment with no time limit but the handler's context,
-// discards its standard output, and treats exit code ExitDataErr as
-// permanent.
+// directory, with the ExecBaseEnv part of the worker's environment and no
+// time limit but the handler's context, discards its standard output, and
+// treats exit code ExitDataErr as permanent.
 type ExecOptions struct {
 	// Queue, if set, is passed to the command as ADAPTQ_QUEUE.
 	Queue string
 
+	// PassEnv names the variables of the worker's environment the command
+	// gets besides ExecBaseEnv: exact names, or a prefix ending in "*"
+	// ("MYAPP_*"). A name listed here is passed even if it holds a
+	// credential (AWS_SECRET_ACCESS_KEY): the operator asked for it. "*"
+	// alone is refused: list what the program needs.
+	PassEnv []string
+
 	// Env holds extra "KEY=value" entries for the command's environment,
-	// on top of os.Environ(). The ADAPTQ_ variables of the message override
-	// both.
+	// on top of the variables passed from the worker's. The ADAPTQ_
+	// variables of the message override both.
 	Env []string
 
 	// Dir is the command's working directory; "" is the worker's. A
@@ -108,6 +133,7 @@ type ExecOptions struct {
 	// line of the entry "handler: exec output", with the fields msg_id,
 	// dequeue_count, queue (if Queue is set) and stream ("stdout" or
 	// "stderr"): in JSON logs each line says which message it is about.
+	// Lines are redacted as failure reasons are (queue.RedactText).
 	// A line longer than MaxLogLine is cut there, and the field
 	// truncated_bytes counts what was cut; a last line without a newline
 	// is logged too. Log may be set together with Stdout and Stderr.
@@ -131,7 +157,8 @@ type ExitError struct {
 	// Code is the exit code, or -1 if the process was killed by a signal.
 	Code int
 	// Stderr is the tail of the command's standard error, at most
-	// MaxStderrTail bytes.
+	// MaxStderrTail bytes, with the secrets of URLs and secret parameters
+	// in it redacted (queue.RedactText).
 	Stderr []byte
 
 	err *exec.ExitError
@@ -159,7 +186,9 @@ func (e *ExitError) Unwrap() error {
 // the arguments argv[1:] (no shell is involved; see ParseCommand), with
 //
 //   - the message body, byte for byte, on standard input;
-//   - the environment os.Environ(), then o.Env, then ADAPTQ_MESSAGE_ID,
+//   - an explicit environment: the variables of the worker's that
+//     ExecBaseEnv and o.PassEnv name (never the rest: the worker's own
+//     secrets stay with it), then o.Env, then ADAPTQ_MESSAGE_ID,
 //     ADAPTQ_DEQUEUE_COUNT, ADAPTQ_INSERTED_AT and, if o.Queue is set,
 //     ADAPTQ_QUEUE (see EnvMessageID and the constants after it);
 //   - standard output discarded or copied to o.Stdout, and standard error
@@ -192,8 +221,9 @@ func (e *ExitError) Unwrap() error {
 // Exec checks its arguments at once: argv must name a program that
 // exec.LookPath finds (relative to o.Dir for a path like ./worker.py; the
 // absolute path is used from then on), o.Dir must be a directory, o.Env
-// entries must have the form KEY=value, o.Timeout must not be negative
-// and PermanentExitCodes must be positive.
+// entries must have the form KEY=value, o.PassEnv entries must be names
+// (or prefixes ending in "*", not "*" alone), o.Timeout must not be
+// negative and PermanentExitCodes must be positive.
 func Exec(argv []string, o ExecOptions) (Func, error) {
 	if len(argv) == 0 || argv[0] == "" {
 		return nil, errors.New("handler: exec: empty command")
@@ -214,6 +244,9 @@ func Exec(argv []string, o ExecOptions) (Func, error) {
 		case k == "":
 			return bad("env entry with an empty name")
 		}
+	}
+	if err := CheckPassEnv(o.PassEnv); err != nil {
+		return nil, fmt.Errorf("handler: exec %q: %w", name, err)
 	}
 	if o.Dir != "" {
 		fi, err := os.Stat(o.Dir)
@@ -241,6 +274,7 @@ func Exec(argv []string, o ExecOptions) (Func, error) {
 
 	args := append([]string{name}, argv[1:]...) // a copy: the caller keeps argv
 	extraEnv := append([]string(nil), o.Env...)
+	pass := append(append([]string(nil), ExecBaseEnv...), o.PassEnv...)
 	var timeoutErr error
 	if o.Timeout > 0 {
 		timeoutErr = fmt.Errorf("handler: exec %q: killed after the timeout of %s: %w",
@@ -258,7 +292,7 @@ func Exec(argv []string, o ExecOptions) (Func, error) {
 		cmd := exec.CommandContext(runCtx, path)
 		cmd.Args = args
 		cmd.Dir = o.Dir
-		cmd.Env = messageEnv(extraEnv, o.Queue, m)
+		cmd.Env = messageEnv(passedEnv(os.Environ(), pass), extraEnv, o.Queue, m)
 		cmd.Stdin = bytes.NewReader(m.Body)
 		stderr := &tailBuffer{max: MaxStderrTail}
 		cmd.Stderr = stderr
@@ -293,20 +327,32 @@ func Exec(argv []string, o ExecOptions) (Func, error) {
 		if err == nil || (cmd.ProcessState != nil && cmd.ProcessState.Success()) {
 			return nil
 		}
+		// The tail goes into errors, logs and poison envelopes: a URL the
+		// program printed keeps no signature or password.
+		tail := stderr.Bytes()
+		if tail != nil {
+			tail = []byte(queue.RedactText(string(tail)))
+		}
 		if runCtx.Err() != nil {
 			if timeoutErr != nil && context.Cause(runCtx) == timeoutErr {
-				return wrapStderr(timeoutErr, stderr.Bytes())
+				return wrapStderr(timeoutErr, tail)
 			}
-			return wrapStderr(fmt.Errorf("handler: exec %q: killed: %w", name, ctx.Err()), stderr.Bytes())
+			return wrapStderr(fmt.Errorf("handler: exec %q: killed: %w", name, ctx.Err()), tail)
 		}
 		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
-			xe := &ExitError{Command: name, Code: ee.ExitCode(), Stderr: stderr.Bytes(), err: ee}
+			xe := &ExitError{Command: name, Code: ee.ExitCode(), Stderr: tail, err: ee}
 			if permanent[xe.Code] {
 				return Permanent(xe)
 			}
 			return xe
 		}
-		return wrapStderr(fmt.Errorf("handler: exec %q: %w", name, err), stderr.Bytes())
+		err = wrapStderr(fmt.Errorf("handler: exec %q: %w", name, err), tail)
+		if IsWorkerFault(err) || errors.Is(err, syscall.EAGAIN) {
+			// The command could not start: no pipe, no memory, no process
+			// for it. The worker is short, not the message at fault.
+			return WorkerFault(err)
+		}
+		return err
 	}, nil
 }
 
@@ -327,9 +373,55 @@ func lookPath(name, dir string) (string, error) {
 	return filepath.Abs(path)
 }
 
-// messageEnv is the environment for one run of the command.
-func messageEnv(extra []string, queueName string, m *queue.Message) []string {
-	base := os.Environ()
+// CheckPassEnv checks a list of variables to pass (ExecOptions.PassEnv):
+// each is a name or a prefix ending in "*", not "*" alone, with no "=".
+func CheckPassEnv(names []string) error {
+	for _, n := range names {
+		switch {
+		case n == "" || n == "*":
+			return fmt.Errorf("pass_env entry %q: name a variable, or a prefix ending in * (passing every variable would pass the worker's secrets)", n)
+		case strings.ContainsAny(n, "= \t\n\x00") || strings.Contains(strings.TrimSuffix(n, "*"), "*"):
+			return fmt.Errorf("pass_env entry %q is not a variable name (or a prefix ending in *)", n)
+		}
+	}
+	return nil
+}
+
+// passedEnv is the part of environ (KEY=value entries) whose names pass
+// matches, in environ's order.
+func passedEnv(environ, pass []string) []string {
+	out := make([]string, 0, len(pass))
+	for _, kv := range environ {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			continue // Windows' per-drive "=C:" entries
+		}
+		for _, p := range pass {
+			if envNameMatches(k, p) {
+				out = append(out, kv)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// envNameMatches reports whether variable k is named by p, a name or a
+// prefix ending in "*". Names are case-insensitive on Windows.
+func envNameMatches(k, p string) bool {
+	prefix, glob := strings.CutSuffix(p, "*")
+	if runtime.GOOS == "windows" {
+		k, prefix = strings.ToUpper(k), strings.ToUpper(prefix)
+	}
+	if glob {
+		return strings.HasPrefix(k, prefix)
+	}
+	return k == prefix
+}
+
+// messageEnv is the environment for one run of the command: base, the
+// variables passed from the worker's, then extra and the message's.
+func messageEnv(base, extra []string, queueName string, m *queue.Message) []string {
 	env := make([]string, 0, len(base)+len(extra)+4)
 	env = append(env, base...)
 	env = append(env, extra...)
@@ -501,7 +593,9 @@ func (l *lineLogger) emit() {
 		// Do not end on half a character.
 		line = cutToRune(line)
 	}
-	fields := []zap.Field{zap.String("line", string(line))} // a copy: buf is reused
+	// A copy (buf is reused), redacted: the line that becomes a failure's
+	// reason is logged here too, and must not carry what the reason hides.
+	fields := []zap.Field{zap.String("line", queue.RedactText(string(line)))}
 	if l.dropped > 0 {
 		fields = append(fields, zap.Int("truncated_bytes", l.dropped+len(l.buf)-len(line)))
 	}

@@ -112,3 +112,22 @@ func TestExecLogsNothingAboveInfo(t *testing.T) {
 		t.Errorf("logged at warn level: %v", logs.All())
 	}
 }
+
+// The stderr line that becomes a failure's reason is also logged as an
+// output line: both are redacted.
+func TestExecOutputLinesAreRedacted(t *testing.T) {
+	t.Parallel()
+	core, logs := observer.New(zapcore.InfoLevel)
+	h := mustExec(t, sh(`echo "GET https://a.blob.core.windows.net/c?sig=SIGSECRET" >&2; echo "password=PWSECRET"; exit 3`),
+		handler.ExecOptions{Log: zap.New(core)})
+	_ = h(context.Background(), &queue.Message{ID: "m", DequeueCount: 1})
+	lines := append(outputLines(logs, "stderr"), outputLines(logs, "stdout")...)
+	if len(lines) != 2 {
+		t.Fatalf("lines %q", lines)
+	}
+	for _, l := range lines {
+		if strings.Contains(l, "SECRET") || !strings.Contains(l, "REDACTED") {
+			t.Errorf("output line %q: want it redacted", l)
+		}
+	}
+}

@@ -92,12 +92,16 @@ type HTTPOptions struct {
 	// Client sends the requests. nil means a client of this handler's own
 	// that shares http.DefaultTransport's settings (proxy from the
 	// environment, TLS, HTTP/2), keeps up to queue.MaxBatchSize idle
-	// connections per host, and follows only 307 and 308 redirects, which
-	// repeat the POST with its body (net/http drops Authorization and
-	// cookies when one leads to another host). Other redirects (301, 302, 303) would
-	// turn it into a GET without the body, so they are not followed: they
-	// fail like a 5xx. A Client of your own is used as it is; its Timeout,
-	// if any, applies as well.
+	// connections per host, never sends a Referer, and follows only 307
+	// and 308 redirects to the same origin (scheme, host and port as the
+	// handler's URL), which repeat the POST with its body. A redirect to
+	// another origin is not followed: the body, the headers (credentials
+	// among them) and the URL's query would go to a host nobody
+	// configured. Other redirects (301, 302, 303) would turn the POST into
+	// a GET without the body, so they are not followed either. A redirect
+	// not followed fails like a 5xx (it is retried), and its StatusError
+	// names where it pointed. A Client of your own is used as it is; its
+	// Timeout, if any, applies as well.
 	Client *http.Client
 }
 
@@ -111,8 +115,12 @@ type StatusError struct {
 	StatusCode int
 	Status     string
 	// Body is the start of the response body, at most MaxHTTPErrorBody
-	// bytes.
+	// bytes, with the secrets of URLs and secret parameters in it redacted
+	// (queue.RedactText).
 	Body []byte
+	// Location is where a redirect the handler did not follow pointed
+	// (redacted with queue.Redact); empty for other responses.
+	Location string
 
 	retryAfter time.Duration
 }
@@ -120,6 +128,9 @@ type StatusError struct {
 // Error names the URL, the status and the start of the response body.
 func (e *StatusError) Error() string {
 	s := fmt.Sprintf("handler: POST %s: %s", e.URL, e.Status)
+	if e.Location != "" {
+		s += fmt.Sprintf(" (to %s: not followed)", e.Location)
+	}
 	if b := bytes.TrimSpace(e.Body); len(b) > 0 {
 		s += fmt.Sprintf(": %q", b)
 	}
@@ -169,10 +180,9 @@ func HTTP(rawURL string, o HTTPOptions) (Func, error) {
 	redacted := queue.Redact(rawURL)
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		if ue, ok := errors.AsType[*url.Error](err); ok {
-			err = ue.Err // url.Error repeats the URL, password included
-		}
-		return nil, fmt.Errorf("handler: http: invalid URL %q: %w", redacted, err)
+		// url.Error repeats the URL, password included, and an escape
+		// error quotes the password's characters: give the reason only.
+		return nil, fmt.Errorf("handler: http: invalid URL %q: %s", redacted, queue.ParseReason(err))
 	}
 	switch {
 	case !u.IsAbs():
@@ -264,13 +274,19 @@ func HTTP(rawURL string, o HTTPOptions) (Func, error) {
 		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 			return nil
 		}
-		return &StatusError{
+		se := &StatusError{
 			URL:        redacted,
 			StatusCode: resp.StatusCode,
 			Status:     resp.Status,
-			Body:       readSnippet(resp.Body, MaxHTTPErrorBody),
+			Body:       []byte(queue.RedactText(string(readSnippet(resp.Body, MaxHTTPErrorBody)))),
 			retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
 		}
+		if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+			if loc, err := resp.Location(); err == nil {
+				se.Location = queue.Redact(loc.String())
+			}
+		}
+		return se
 	}, nil
 }
 
@@ -285,11 +301,19 @@ func newHTTPClient() *http.Client {
 	return &http.Client{
 		Transport: rt,
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			// net/http sets a Referer on a redirect: the handler's URL,
+			// whose query may hold a token.
+			req.Header.Del("Referer")
 			if req.Response == nil {
 				return http.ErrUseLastResponse
 			}
 			switch req.Response.StatusCode {
 			case http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+				if !sameOrigin(req.URL, via[0].URL) {
+					// The body and the headers would go to a host nobody
+					// configured: report the redirect instead.
+					return http.ErrUseLastResponse
+				}
 				if len(via) >= httpMaxRedirects {
 					return fmt.Errorf("stopped after %d redirects", httpMaxRedirects)
 				}
@@ -300,6 +324,21 @@ func newHTTPClient() *http.Client {
 			return http.ErrUseLastResponse
 		},
 	}
+}
+
+// sameOrigin reports whether a and b have the same scheme, host and port
+// (a missing port is the scheme's default).
+func sameOrigin(a, b *url.URL) bool {
+	port := func(u *url.URL) string {
+		if p := u.Port(); p != "" {
+			return p
+		}
+		if strings.EqualFold(u.Scheme, "https") {
+			return "443"
+		}
+		return "80"
+	}
+	return strings.EqualFold(a.Scheme, b.Scheme) && strings.EqualFold(a.Hostname(), b.Hostname()) && port(a) == port(b)
 }
 
 // drainAndClose reads what is left of a response body, up to httpDrainMax,

@@ -212,26 +212,6 @@ func TestHTTPStatus(t *testing.T) {
 	})
 }
 
-func TestHTTPFollowsBodyPreservingRedirects(t *testing.T) {
-	t.Parallel()
-	for _, status := range []int{http.StatusTemporaryRedirect, http.StatusPermanentRedirect} {
-		t.Run(strconv.Itoa(status), func(t *testing.T) {
-			t.Parallel()
-			target, got := recorder(t, http.StatusOK)
-			srv := httptest.NewServer(http.RedirectHandler(target.URL+"/moved", status))
-			t.Cleanup(srv.Close)
-			h := mustHTTP(t, srv.URL, handler.HTTPOptions{})
-			if err := h(context.Background(), &queue.Message{ID: "m", Body: []byte("payload")}); err != nil {
-				t.Fatal(err)
-			}
-			reqs := got()
-			if len(reqs) != 1 || reqs[0].method != http.MethodPost || string(reqs[0].body) != "payload" {
-				t.Fatalf("target got %+v, want one POST with the body", reqs)
-			}
-		})
-	}
-}
-
 func TestHTTPRetryAfter(t *testing.T) {
 	t.Parallel()
 	date := time.Now().Add(time.Hour).UTC().Format(http.TimeFormat)

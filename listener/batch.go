@@ -274,7 +274,7 @@ func (b *batch) run(inline bool, ctx context.Context, cancel context.CancelFunc)
 		switch m := b.msgs[i]; {
 		case l.draining.Load():
 			b.releaseUnstarted(i)
-		case l.o.Poison != nil && m.DequeueCount > l.o.MaxDequeueCount:
+		case l.o.Poison != nil && m.DequeueCount > l.o.MaxDequeueCount && l.counted(m) > l.o.MaxDequeueCount:
 			// It was fetched this often before and never finished: it
 			// crashes its worker. Poison it without running it again.
 			if b.state[i].CompareAndSwap(stFetched, stSettling) {
@@ -293,6 +293,12 @@ func (b *batch) run(inline bool, ctx context.Context, cancel context.CancelFunc)
 				break // renewal found its lease lost while it waited
 			}
 			err := l.h(ctx, m)
+			if err != nil {
+				// Once, at the source of every sink (the log, the poison
+				// envelope and the tools that read it): no URL's signature
+				// or password, no token=, in a failure's reason.
+				err = queue.RedactError(err)
+			}
 			ran++
 			if !inline {
 				l.ewma.add(time.Since(start))
@@ -342,6 +348,9 @@ func (b *batch) settle(n, ok int) {
 	l.sem.Release(int64(n))
 	if ok > 0 {
 		l.stats.processed.Add(int64(ok))
+		if l.faultStreak.Load() != 0 {
+			l.faultStreak.Store(0) // the worker has what it needs again
+		}
 	}
 	l.inFlight.Add(-int64(n))
 	b.t.finished(n)
@@ -361,13 +370,17 @@ func (b *batch) failed(i int, err error) {
 	if errors.As(err, &pe) {
 		l.stats.panics.Add(1)
 	}
+	if handler.IsWorkerFault(err) {
+		b.workerFault(i, err)
+		return
+	}
 	if l.o.Poison != nil {
 		switch {
 		case handler.IsPermanent(err):
 			if b.poison(i, "permanent failure", err) {
 				return
 			}
-		case m.DequeueCount >= l.o.MaxDequeueCount:
+		case m.DequeueCount >= l.o.MaxDequeueCount && l.counted(m) >= l.o.MaxDequeueCount:
 			if b.poison(i, "failed at the maximum dequeue count", err) {
 				return
 			}
@@ -383,16 +396,13 @@ func (b *batch) failed(i int, err error) {
 		l.release(m.ID, b.newestReceipt(i))
 		return
 	}
-	delay := l.o.RetryDelay(m, err)
-	l.logFailure(m, err, delay)
-	if delay > 0 {
-		_, uerr := l.q.UpdateVisibility(l.opCtx, m.ID, b.newestReceipt(i), min(delay, queue.MaxVisibilityTimeout))
-		if uerr == nil {
-			l.stats.hidden.Add(1)
-		} else {
-			l.log.Debug("listener: hiding a failed message failed", zap.String("msg_id", m.ID), zap.Error(uerr))
-		}
-	}
+	b.retryLater(i, err)
+}
+
+// counted is m's dequeue count less its deliveries that failed here for
+// the worker's own lack of resources: what poisoning counts.
+func (l *Listener) counted(m *queue.Message) int {
+	return m.DequeueCount - l.failures.excused(m.ID)
 }
 
 // poison moves message i, which its runner settles, to the poison queue: put first, so that a crash
@@ -422,6 +432,9 @@ func (b *batch) poison(i int, reason string, cause error) bool {
 	l.failures.forget(m.ID)
 	derr := l.q.Delete(l.opCtx, m.ID, b.newestReceipt(i))
 	fields = append(fields, zap.String("poison_id", id))
+	if errors.Is(derr, queue.ErrNotFound) && l.isExpired(m) {
+		derr = nil // it expired meanwhile: gone from its queue, kept in the poison queue
+	}
 	if derr != nil {
 		// Someone else holds it now, or the delete failed: it may come
 		// back and reach the poison queue twice. It is counted poisoned
@@ -447,6 +460,8 @@ func (l *Listener) poisonRecord(m *queue.Message, cause error) poison.Message {
 		if !known {
 			r.Reason = fmt.Sprintf("dequeue count %d is above the maximum %d: earlier runs ended without a verdict (a crash, a lost lease, another worker)", m.DequeueCount, l.o.MaxDequeueCount)
 		}
+	case errExpiring(cause):
+		r.Rule, r.Reason = poison.RuleExpiring, cause.Error()
 	case handler.IsPermanent(cause):
 		r.Rule, r.Reason = poison.RulePermanent, cause.Error()
 	default:

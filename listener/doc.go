@@ -47,6 +47,15 @@
 // crash, a timeout or a lost delete, so handlers must be idempotent (key on
 // Message.ID).
 //
+// No hide outlives its message: a failed message is hidden at most until a
+// get can still find it before its time-to-live ends, and one that cannot
+// be retried as a server asked before then is poisoned rather than lost
+// (see Options.RetryDelay). A failure for want of the worker's own
+// resources (handler.IsWorkerFault) hands the message back at once without
+// counting towards its poisoning, and pauses the tasks' gets. The error a
+// handler returns is redacted once (queue.RedactError) before the log, the
+// poison envelope or RetryDelay sees it.
+//
 // While a handler runs past half the visibility timeout, its message is
 // hidden again for another timeout (UpdateVisibility), and the newest pop
 // receipt is carried forward to the next renewal and to the delete. A

@@ -97,18 +97,36 @@ func (f *failureLog) summarizeLocked() {
 
 // logFailure writes the line of a handler failure whose message stays in
 // the queue, within the rate limit: at warn, or at error for a permanent
-// failure (it needs a human). delay is how long the message is hidden
-// before it may run again (0: until its visibility timeout ends).
-func (l *Listener) logFailure(m *queue.Message, err error, delay time.Duration) {
+// failure (it needs a human) or a message that will not run again. r is
+// what becomes of the message (see planRetry): the line says whether it
+// runs again, and its delay how long it is hidden first (none: until its
+// visibility timeout ends).
+func (l *Listener) logFailure(m *queue.Message, err error, r retry) {
 	lvl, msg := zapcore.WarnLevel, "listener: handler failed; the message will run again"
-	if handler.IsPermanent(err) {
+	switch {
+	case r.fate == expired:
+		lvl, msg = zapcore.ErrorLevel, "listener: handler failed after the message expired; it will not run again"
+	case handler.IsPermanent(err):
 		lvl, msg = zapcore.ErrorLevel, "listener: handler failed permanently"
+	case r.fate == runsSooner:
+		msg = "listener: handler failed; the message will run again, hidden for less than its retry delay so that it runs before it expires"
 	}
 	ce := l.log.Check(lvl, msg)
 	if ce == nil || !l.failLog.allow() {
 		return
 	}
-	ce.Write(failureFields(m, err, delay)...)
+	delay := time.Duration(0)
+	if r.hide {
+		delay = r.delay
+	}
+	fields := failureFields(m, err, delay)
+	if r.fate != runsAgain {
+		fields = append(fields, zap.Time("expires_at", m.ExpiresAt))
+	}
+	if r.fate == runsSooner && r.wanted > r.delay {
+		fields = append(fields, zap.Duration("retry_delay", r.wanted))
+	}
+	ce.Write(fields...)
 }
 
 // failureFields are the fields of a failure line: the message, the error

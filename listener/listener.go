@@ -76,6 +76,12 @@ type Listener struct {
 	stats        counters
 	failures     lastFailures // last errors of failed messages, for their poisoning
 	failLog      failureLog   // rate-limited failure lines
+	// pauseUntil (Unix nanoseconds of the listener's clock; 0: none) is
+	// when tasks may get again after a handler failed for want of the
+	// worker's resources; faultStreak counts such pauses since the last
+	// success (see pauseGets).
+	pauseUntil  atomic.Int64
+	faultStreak atomic.Int32
 }
 
 // New returns a listener that feeds messages of q to h. It validates the
@@ -365,7 +371,8 @@ type State struct {
 	// Depth is the queue's approximate count, visible and hidden.
 	Depth int
 	// ActiveTasks are running now; TotalTasks were ever started; IdleTasks
-	// are sleeping after an empty get.
+	// are sleeping after an empty get (or pausing after a handler failed
+	// for want of the worker's resources).
 	ActiveTasks, TotalTasks, IdleTasks int
 	// InFlight is the number of fetched messages not yet finished.
 	InFlight int
@@ -401,6 +408,10 @@ type Stats struct {
 	// renewals that found the message taken or gone (the handler's context
 	// was cancelled).
 	Poisoned, LeasesLost int64
+	// WorkerFaults counts failures for want of the worker's own resources
+	// (handler.IsWorkerFault): those messages were handed back, not
+	// counted towards their poisoning. Failed counts them too.
+	WorkerFaults int64
 	// LastGet is when a get last succeeded (empty or not), LastGetError
 	// when one last failed and LastGetErr its error, by the listener's
 	// clock; zero before the first. Readiness compares them.
@@ -425,7 +436,7 @@ type counters struct {
 	deleted, mismatches, notFound, deleteErrors atomic.Int64
 	getErrors, transientErrors, emptyGets       atomic.Int64
 	released, renewed, hidden, workDetected     atomic.Int64
-	poisoned, leasesLost                        atomic.Int64
+	poisoned, leasesLost, workerFaults          atomic.Int64
 	triggers                                    atomic.Int64
 	// lastGet and lastGetError are Unix nanoseconds of the listener's
 	// clock (0: never); lastGetErr is the newest get error.
@@ -455,7 +466,7 @@ func (l *Listener) Stats() Stats {
 		Poisoned:     c.poisoned.Load(), LeasesLost: c.leasesLost.Load(), Triggers: c.triggers.Load(),
 		LastGet: unixNanos(c.lastGet.Load()), LastGetError: unixNanos(c.lastGetError.Load()),
 		PickupLatency: time.Duration(c.pickupNanos.Load()), PickedUp: c.pickedUp.Load(),
-		LastGetFailed: c.lastGetFailed.Load(),
+		LastGetFailed: c.lastGetFailed.Load(), WorkerFaults: c.workerFaults.Load(),
 	}
 	if p := c.lastGetErr.Load(); p != nil {
 		s.LastGetErr = *p

@@ -120,6 +120,14 @@ type Options struct {
 	// (0: leave it; it reappears when its visibility timeout ends).
 	// Default: DefaultPermanentRetryDelay for permanent errors, the
 	// server's hint for errors carrying one (queue.RetryAfter), else 0.
+	// No hide outlives the message: a delay (or a visibility timeout) that
+	// would end too close to the message's expiry for a get to find it
+	// again is cut short; a server's hint that cannot be honoured before
+	// the expiry, or a message that expired while its handler ran, is
+	// poisoned instead (poison.RuleExpiring), where there is a poison
+	// queue. A failure for want of the worker's own resources
+	// (handler.IsWorkerFault) is not hidden: the message is handed back
+	// at once and does not count towards its poisoning.
 	RetryDelay func(m *queue.Message, err error) time.Duration
 
 	// Poison receives messages that cannot be processed (Azure Functions'

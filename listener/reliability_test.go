@@ -310,14 +310,16 @@ func TestLostLeaseCancelsAnInlineHandler(t *testing.T) {
 	eventually(t, "later batches still run", func() bool { return rec.distinct() == 289 })
 }
 
+// A hint that fits in the message's life (here an hour) is honoured, with
+// a poison queue too: the message is hidden, not poisoned.
 func TestRetryAfterFromAHandlerHidesTheMessage(t *testing.T) {
 	var runs atomic.Int32
 	h := func(context.Context, *queue.Message) error {
 		runs.Add(1)
 		return queue.Transient(errors.New("downstream said 429"), 90*time.Second)
 	}
-	f := newFixture(t, h, listener.Options{VisibilityTimeout: 10 * time.Second, Idle: poisonIdle})
-	f.put(1)
+	f, _ := poisonFixture(t, h, listener.Options{VisibilityTimeout: 10 * time.Second, Idle: poisonIdle}, nil)
+	f.putTTL(time.Hour)
 	f.start()
 	eventually(t, "the first run", func() bool { return f.l.Stats().Hidden == 1 })
 	for end := f.clock.Now().Add(80 * time.Second); f.clock.Now().Before(end); {
@@ -329,6 +331,9 @@ func TestRetryAfterFromAHandlerHidesTheMessage(t *testing.T) {
 	}
 	f.clock.Advance(15 * time.Second)
 	eventually(t, "it runs again after the hint", func() bool { return runs.Load() == 2 })
+	if p := f.l.Stats().Poisoned; p != 0 {
+		t.Fatalf("poisoned %d", p)
+	}
 }
 
 // A body that leaves no room for the envelope within the backend's limit

@@ -95,6 +95,21 @@ func (t *task) loop() error {
 		case sleepCancelled:
 			return nil
 		}
+		if d := l.paused(); d > 0 {
+			// A handler failed for want of the worker's resources: get
+			// nothing until the pause ends (see pauseGets). The task is
+			// idle meanwhile.
+			l.idleTasks.Add(1)
+			r := l.sleep(ctx, d, false)
+			l.idleTasks.Add(-1)
+			switch r {
+			case sleepStop:
+				counted = false
+				return nil
+			case sleepCancelled:
+				return nil
+			}
+		}
 		held, ok := l.acquire(ctx, min(l.o.BatchSize, l.o.Concurrency))
 		if !ok {
 			return nil

@@ -63,7 +63,7 @@ func Schemes() []string {
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Queue, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w %q: %v", ErrInvalidURL, Redact(rawURL), err)
+		return nil, fmt.Errorf("%w %q: %s", ErrInvalidURL, Redact(rawURL), ParseReason(err))
 	}
 	if u.Scheme == "" {
 		return nil, fmt.Errorf("%w %q: no scheme (want one of %s)", ErrInvalidURL, Redact(rawURL), strings.Join(Schemes(), ", "))
@@ -83,7 +83,21 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Queue, error) {
 }
 
 // secretParams are URL parameters whose values Redact hides.
-var secretParams = []string{"key", "accountkey", "account_key", "sig", "sas", "token", "password", "secret", "connection_string"}
+// RedactText hides them outside URLs too (token=abc in an error's text).
+var secretParams = []string{"key", "accountkey", "account_key", "sig", "sas", "token", "password", "secret", "connection_string",
+	"signature", "x-amz-signature", "x-amz-credential", "x-amz-security-token", "access_token", "api_key", "apikey",
+	"client_secret", "passwd", "pwd", "session_token"}
+
+// isSecretParam reports whether a URL parameter's value is a secret.
+func isSecretParam(k string) bool {
+	lk := strings.ToLower(k)
+	for _, s := range secretParams {
+		if lk == s {
+			return true
+		}
+	}
+	return false
+}
 
 // Redact returns rawURL with any password and secret-looking query values
 // replaced by "REDACTED", for error messages and logs.
@@ -103,11 +117,8 @@ func Redact(rawURL string) string {
 	if u.RawQuery != "" {
 		q := u.Query()
 		for k := range q {
-			lk := strings.ToLower(k)
-			for _, s := range secretParams {
-				if lk == s {
-					q[k] = []string{"REDACTED"}
-				}
+			if isSecretParam(k) {
+				q[k] = []string{"REDACTED"}
 			}
 		}
 		c := *u

@@ -1,6 +1,8 @@
 package queue_test
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -34,6 +36,30 @@ func TestValidateName(t *testing.T) {
 	} {
 		if err := queue.ValidateName(name); (err == nil) != ok {
 			t.Errorf("ValidateName(%q) = %v", name, err)
+		}
+	}
+}
+
+// url.Parse repeats the raw URL in its error: Open must not, and the
+// reason it gives must not quote the password's characters either.
+func TestOpenOfAnUnparsableURLNeverShowsThePassword(t *testing.T) {
+	for _, raw := range []string{
+		"postgres://app:Xy7%of9Secret@127.0.0.1/test?queue=orders",
+		"memory://user:Xy7%of9Secret@orders",
+		"azure://acct:Xy7%of9Secret@acct/q",
+	} {
+		_, err := queue.Open(context.Background(), raw)
+		if err == nil {
+			t.Fatalf("Open(%q) succeeded", raw)
+		}
+		if !errors.Is(err, queue.ErrInvalidURL) {
+			t.Errorf("Open(%q) = %v, want ErrInvalidURL", raw, err)
+		}
+		if s := err.Error(); strings.Contains(s, "of9Secret") || strings.Contains(s, "%of") {
+			t.Errorf("Open(%q) = %q shows the password", raw, s)
+		}
+		if !strings.Contains(err.Error(), "%25") {
+			t.Errorf("Open(%q) = %q does not say how to write a %%", raw, err)
 		}
 	}
 }

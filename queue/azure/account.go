@@ -3,6 +3,7 @@ package azure
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -287,7 +288,7 @@ func NewAccount(cfg Config) (*Account, error) {
 		a.ownClient = true
 	}
 	core := azcore.ClientOptions{
-		Transport: a.httpClient,
+		Transport: oneAttempt{a.httpClient},
 		// One try: the caller (the listener's backoff) is the only retry
 		// policy, and the cost meter sees every attempt.
 		Retry: policy.RetryOptions{MaxRetries: -1, TryTimeout: cfg.Timeout},
@@ -356,6 +357,30 @@ func sanitize(err error, cfg Config) string {
 	}
 	return s
 }
+
+// oneAttempt sends each Get of messages once. Go's transport sends a GET
+// again by itself when a reused connection closes before the answer, but a
+// Get of messages is not a read: the first one may have hidden its
+// messages and raised their dequeue counts. With a body that is not
+// replayable (empty: nothing more goes on the wire) the transport leaves
+// it to the caller, who sees a transient error, and the cost meter counts
+// every attempt. Other GETs (a payload blob's download, a count) are reads
+// and keep the transport's retry.
+type oneAttempt struct{ c *http.Client }
+
+func (o oneAttempt) Do(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/messages") && (req.Body == nil || req.Body == http.NoBody) {
+		req.Body, req.GetBody, req.ContentLength = emptyBody{}, nil, 0
+	}
+	return o.c.Do(req)
+}
+
+// emptyBody is a request body with nothing in it that the transport cannot
+// replay (http.NoBody it can).
+type emptyBody struct{}
+
+func (emptyBody) Read([]byte) (int, error) { return 0, io.EOF }
+func (emptyBody) Close() error             { return nil }
 
 // newHTTPClient is the driver's own HTTP client: the standard transport
 // with room for many idle connections to one host.

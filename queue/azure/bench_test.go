@@ -140,9 +140,9 @@ func BenchmarkDrainLatency(b *testing.B) {
 	const latency = 30 * time.Millisecond
 	srv := azuritetest.Shared(b)
 	p := newFaultProxy(b, srv.QueueEndpoint)
-	p.Delay.Store(int64(latency))
+	p.SetDelay(latency)
 	direct := newAccount(b, srv, azure.Config{})
-	far := newAccount(b, srv, azure.Config{QueueEndpoint: p.Endpoint})
+	far := newAccount(b, srv, azure.Config{QueueEndpoint: proxyEndpoint(p)})
 	compareDrains(b, direct, far, benchMessages/2, handWrittenConsumer, listenerConsumer)
 }
 

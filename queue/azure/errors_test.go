@@ -16,6 +16,7 @@ import (
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/azure"
 	"github.com/adaptq/adaptq/queue/azure/azuritetest"
+	"github.com/adaptq/adaptq/queue/queuetest"
 )
 
 // azureErr returns err's *azure.Error, failing the test if there is none.
@@ -235,7 +236,7 @@ func TestTransportFailuresAreTransient(t *testing.T) {
 	// A server slower than the timeout: transient, not the caller's
 	// context.
 	p := newFaultProxy(t, srv.QueueEndpoint)
-	slow := newAccount(t, srv, azure.Config{QueueEndpoint: p.Endpoint, Timeout: 200 * time.Millisecond})
+	slow := newAccount(t, srv, azure.Config{QueueEndpoint: proxyEndpoint(p), Timeout: 200 * time.Millisecond})
 	// Opening creates the queue through the proxy within the 200 ms
 	// timeout, which a busy machine may miss: a transient error, retried.
 	var sq *queue.Queue
@@ -249,27 +250,20 @@ func TestTransportFailuresAreTransient(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p.Delay.Store(int64(time.Second))
+	p.SetDelay(time.Second)
 	_, err = sq.Get(ctx, 1, time.Second)
 	if !queue.IsTransient(err) {
 		t.Fatalf("timeout: %v, want transient", err)
 	}
-	p.Delay.Store(0)
+	p.SetDelay(0)
 
 	// Connections closed without an answer, before and after the server
 	// acted: transient.
-	for _, share := range []*struct {
-		name string
-		set  func(int32)
-	}{
-		{"before", p.DropBefore.Store},
-		{"after", p.DropAfter.Store},
-	} {
-		share.set(1000)
+	for _, f := range []queuetest.HTTPFault{queuetest.HangUp, queuetest.LoseAnswer} {
+		p.Arm(1, f)
 		_, err := sq.Put(ctx, []byte("x"), queue.PutOptions{})
-		share.set(0)
 		if !queue.IsTransient(err) {
-			t.Fatalf("connection closed %s the server acted: %v, want transient", share.name, err)
+			t.Fatalf("connection closed (%s): %v, want transient", f.Name, err)
 		}
 	}
 }
@@ -280,17 +274,16 @@ func TestTransportFailuresAreTransient(t *testing.T) {
 func TestOneRequestPerCall(t *testing.T) {
 	srv := azuritetest.Shared(t)
 	p := newFaultProxy(t, srv.QueueEndpoint)
-	acct := newAccount(t, srv, azure.Config{QueueEndpoint: p.Endpoint})
+	acct := newAccount(t, srv, azure.Config{QueueEndpoint: proxyEndpoint(p)})
 	q := openQueue(t, acct, uniq(t, "one-request"))
 	if _, err := q.Put(ctx, []byte("x"), queue.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
-	before, _ := p.counts()
-	p.Busy.Store(1000)
+	before, _ := p.Counts()
+	p.Arm(1, faultBusy)
 	_, err := q.Get(ctx, 1, time.Second)
-	p.Busy.Store(0)
-	after, _ := p.counts()
+	after, _ := p.Counts()
 	if !queue.IsTransient(err) {
 		t.Fatalf("503 ServerBusy: %v, want transient", err)
 	}
@@ -304,25 +297,22 @@ func TestOneRequestPerCall(t *testing.T) {
 		t.Fatalf("one failed Get made %d requests: the SDK retried", n)
 	}
 
-	p.RetryAfter.Store(3)
-	p.BusyRetryAfter.Store(1000)
+	p.Arm(1, faultBusyRetryAfter(3))
 	err = q.Delete(ctx, "00000000-0000-0000-0000-000000000000", "AAAA")
-	p.BusyRetryAfter.Store(0)
 	if ra, ok := queue.RetryAfter(err); !ok || ra != 3*time.Second || !queue.IsTransient(err) {
 		t.Fatalf("503 with Retry-After: 3: %v (retry after %v, %v)", err, ra, ok)
 	}
-	final, _ := p.counts()
+	final, _ := p.Counts()
 	if n := sum(final) - sum(after); n != 1 {
 		t.Fatalf("one failed Delete made %d requests", n)
 	}
 
-	p.Internal.Store(1000)
+	p.Arm(1, faultInternal)
 	_, err = q.Put(ctx, []byte("y"), queue.PutOptions{})
-	p.Internal.Store(0)
 	if e := azureErr(t, err); !queue.IsTransient(err) || e.StatusCode != 500 || e.Code != "InternalError" {
 		t.Fatalf("500 InternalError: %v, want transient", err)
 	}
-	if last, _ := p.counts(); sum(last)-sum(final) != 1 {
+	if last, _ := p.Counts(); sum(last)-sum(final) != 1 {
 		t.Fatalf("one failed Put made %d requests", sum(last)-sum(final))
 	}
 }

@@ -2,20 +2,12 @@ package azure_test
 
 import (
 	"context"
-	"io"
-	"log"
-	"math/rand/v2"
-	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
@@ -26,6 +18,7 @@ import (
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/azure"
 	"github.com/adaptq/adaptq/queue/azure/azuritetest"
+	"github.com/adaptq/adaptq/queue/queuetest"
 )
 
 var ctx = context.Background()
@@ -177,73 +170,21 @@ func fill(t testing.TB, q *queue.Queue, n int) map[string]bool {
 	return ids
 }
 
-// faultProxy is a reverse proxy in front of Azurite that fails a share of
-// the requests the way Azure and networks do: 503 ServerBusy (with or
-// without a Retry-After), a connection closed before the request reaches
-// the server, and a connection closed after the server acted on it but
-// before the client read the answer.
-type faultProxy struct {
-	URL      string // http://127.0.0.1:PORT
-	Endpoint string // URL + "/devstoreaccount1"
-
-	// Shares of requests, in parts per thousand.
-	Busy, BusyRetryAfter, DropBefore, DropAfter, Internal atomic.Int32
-	// RetryAfter is the Retry-After the busy answers with a hint carry.
-	RetryAfter atomic.Int64 // seconds
-	// Delay holds every request this long before forwarding it.
-	Delay atomic.Int64 // ns
-
-	// Counts of what happened, by request kind (see kind).
-	mu       sync.Mutex
-	rng      *rand.Rand
-	requests map[string]int
-	faults   map[string]int
-
-	rp  *httputil.ReverseProxy
-	srv *http.Server
-}
-
-func newFaultProxy(t testing.TB, target string) *faultProxy {
+// newFaultProxy is the shared HTTP fault layer in front of Azurite's queue
+// service (target: its endpoint), its requests counted by kind as the
+// meter names calls: put, get, peek, delete, update, count, clear, create.
+// Its endpoint for an account is proxyEndpoint.
+func newFaultProxy(t testing.TB, target string) *queuetest.HTTPFaultProxy {
 	t.Helper()
-	tu, err := url.Parse(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tu.Path = ""
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &faultProxy{
-		URL:      "http://" + ln.Addr().String(),
-		rng:      rand.New(rand.NewPCG(1, 2)),
-		requests: map[string]int{},
-		faults:   map[string]int{},
-	}
-	p.Endpoint = p.URL + "/" + azuritetest.Account
-	p.RetryAfter.Store(1)
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = 256
-	tr.IdleConnTimeout = azure.DefaultIdleConnTimeout // below Azurite's keep-alive
-	p.rp = &httputil.ReverseProxy{
-		Rewrite:   func(r *httputil.ProxyRequest) { r.SetURL(tu) },
-		Transport: tr,
-		ErrorLog:  log.New(io.Discard, "", 0), // cancelled requests are expected here
-	}
-	p.srv = &http.Server{Handler: http.HandlerFunc(p.serve)}
-	go func() { _ = p.srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = p.srv.Shutdown(ctx)
-		tr.CloseIdleConnections()
-	})
-	return p
+	return queuetest.NewHTTPFaultProxy(t, target, kind)
 }
+
+// proxyEndpoint is the development account's queue endpoint through p.
+func proxyEndpoint(p *queuetest.HTTPFaultProxy) string { return p.URL + "/" + azuritetest.Account }
 
 // kind names a request as the meter does: put, get, peek, delete, update,
-// count, clear, create, blob.
-func kind(r *http.Request) string {
+// count, clear, create.
+func kind(r *http.Request, _ []byte) string {
 	path := r.URL.Path
 	switch {
 	case strings.Contains(path, "/messages/"):
@@ -269,88 +210,27 @@ func kind(r *http.Request) string {
 	return "other"
 }
 
-func (p *faultProxy) serve(w http.ResponseWriter, r *http.Request) {
-	k := kind(r)
-	p.mu.Lock()
-	p.requests[k]++
-	roll := int32(p.rng.IntN(1000))
-	p.mu.Unlock()
-	if d := time.Duration(p.Delay.Load()); d > 0 {
-		select {
-		case <-time.After(d):
-		case <-r.Context().Done():
-			return
-		}
-	}
-	fault := func(name string) {
-		p.mu.Lock()
-		p.faults[name]++
-		p.mu.Unlock()
-	}
-	busy, busyRA := p.Busy.Load(), p.BusyRetryAfter.Load()
-	before, after := p.DropBefore.Load(), p.DropAfter.Load()
-	internal := p.Internal.Load()
-	switch {
-	case roll < internal:
-		fault("internal")
-		writeError(w, http.StatusInternalServerError, "InternalError", "The server encountered an internal error.", 0)
-	case roll < internal+busy:
-		fault("busy")
-		writeBusy(w, 0)
-	case roll < internal+busy+busyRA:
-		fault("busy_retry_after")
-		writeBusy(w, p.RetryAfter.Load())
-	case roll < internal+busy+busyRA+before:
-		fault("drop_before")
-		hangUp(w)
-	case roll < internal+busy+busyRA+before+after:
-		fault("drop_after")
-		rec := httptest.NewRecorder()
-		p.rp.ServeHTTP(rec, r) // the server acts on it…
-		hangUp(w)              // …and the answer is lost
-	default:
-		p.rp.ServeHTTP(w, r)
-	}
-}
-
-func writeBusy(w http.ResponseWriter, retryAfter int64) {
-	writeError(w, http.StatusServiceUnavailable, "ServerBusy", "The server is busy.", retryAfter)
-}
-
-// writeError answers as Azure Storage does: the code in x-ms-error-code
-// and an XML body whose message ends with the request id and time.
-func writeError(w http.ResponseWriter, status int, code, msg string, retryAfter int64) {
-	h := w.Header()
-	h.Set("Content-Type", "application/xml")
-	h.Set("x-ms-error-code", code)
+// azureError is a fault the proxy answers as Azure Storage answers an
+// error: the code in x-ms-error-code and an XML body whose message ends
+// with the request id and time; a Retry-After if retryAfter > 0.
+func azureError(name string, status int, code, msg string, retryAfter int) queuetest.HTTPFault {
+	h := http.Header{"Content-Type": {"application/xml"}, "X-Ms-Error-Code": {code}}
 	if retryAfter > 0 {
-		h.Set("Retry-After", strconv.FormatInt(retryAfter, 10))
+		h.Set("Retry-After", strconv.Itoa(retryAfter))
 	}
-	w.WriteHeader(status)
-	_, _ = w.Write([]byte(`<?xml version="1.0" encoding="utf-8"?><Error><Code>` + code + `</Code><Message>` + msg +
+	return queuetest.Answer(name, status, h, []byte(`<?xml version="1.0" encoding="utf-8"?><Error><Code>`+code+`</Code><Message>`+msg+
 		"\nRequestId:00000000-0000-0000-0000-000000000000\nTime:2026-01-01T00:00:00.0000000Z</Message></Error>"))
 }
 
-// hangUp closes the client's connection without an answer.
-func hangUp(w http.ResponseWriter) {
-	conn, _, err := http.NewResponseController(w).Hijack()
-	if err == nil {
-		_ = conn.Close()
-	}
-}
+// Azure's transient errors: 503 ServerBusy without and with a Retry-After
+// (seconds), 500 InternalError.
+var (
+	faultBusy     = azureError("busy", http.StatusServiceUnavailable, "ServerBusy", "The server is busy.", 0)
+	faultInternal = azureError("internal", http.StatusInternalServerError, "InternalError", "The server encountered an internal error.", 0)
+)
 
-// counts returns copies of the request and fault counts.
-func (p *faultProxy) counts() (requests, faults map[string]int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	requests, faults = map[string]int{}, map[string]int{}
-	for k, v := range p.requests {
-		requests[k] = v
-	}
-	for k, v := range p.faults {
-		faults[k] = v
-	}
-	return requests, faults
+func faultBusyRetryAfter(seconds int) queuetest.HTTPFault {
+	return azureError("busy_retry_after", http.StatusServiceUnavailable, "ServerBusy", "The server is busy.", seconds)
 }
 
 func sum(m map[string]int) int {

@@ -42,7 +42,8 @@ func TestOpenURL(t *testing.T) {
 		{"memory://orders/extra", queue.ErrInvalidURL, "memory://NAME"},
 		{"nosuch://orders", queue.ErrInvalidURL, `"nosuch"`},
 		{"orders", queue.ErrInvalidURL, "no scheme"},
-		{"::bad", queue.ErrInvalidURL, "::bad"},
+		// url.Parse's reason, without the URL, which may hold a password.
+		{"::bad", queue.ErrInvalidURL, "missing protocol scheme"},
 	} {
 		_, err := queue.Open(ctx, tc.url)
 		if !errors.Is(err, tc.target) {

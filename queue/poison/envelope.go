@@ -61,6 +61,11 @@ const (
 	// the maximum and was poisoned without running (its earlier runs
 	// ended without a verdict: a crash, a lost lease, a failed move).
 	RuleOverMaxDequeue Rule = "over_max_dequeue_count"
+	// RuleExpiring: the message could not be retried before its
+	// time-to-live ended (a server's Retry-After outlasted it, or it expired
+	// while its handler ran), so it was poisoned rather than lost; the
+	// reason says which.
+	RuleExpiring Rule = "expiring"
 )
 
 // Message is one message of a poison queue: the original message's

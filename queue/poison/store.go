@@ -20,10 +20,13 @@ const (
 	DefaultLimit = 50
 	// MaxLimit is the largest page a listing returns.
 	MaxLimit = 1000
-	// MaxScan is the most messages one operation holds hidden at once (see
-	// List). A poison queue is a place for a few failures to be looked
-	// at, not a second queue; past this many a listing says it is
-	// truncated, and requeue or purge of everything is repeated.
+	// MaxScan is the most messages one operation reads (see List), and so
+	// the most it holds hidden at once or acts on: one call's cost (one
+	// admin request's) is bounded whatever the poison queue holds. A
+	// poison queue is a place for a few failures to be looked at, not a
+	// second queue; past this many a listing says it is truncated, and a
+	// requeue or purge of more says more remain (Result.More): run it
+	// again.
 	MaxScan = 10_000
 	// ScanVisibility is how long a scan hides the messages it gets before
 	// it hands them back (UpdateVisibility 0) at its end: longer than a
@@ -413,8 +416,9 @@ func apply(ctx context.Context, pq *queue.Queue, sel Selection, act func(*queue.
 // visit reports whether it took the message out of the queue (deleted it)
 // and whether the scan should stop. Messages not taken stay hidden until
 // the scan ends, then are handed back with UpdateVisibility 0. It stops,
-// with more set, once MaxScan messages are held, or when it outlasted
-// ScanVisibility and its gets return only messages it saw.
+// with more set, once it has visited MaxScan messages (taken or held), or
+// when it outlasted ScanVisibility and its gets return only messages it
+// saw.
 func scan(ctx context.Context, pq *queue.Queue, visit func(*queue.Message) (taken, stop bool)) (more bool, err error) {
 	var held []queue.Receipt
 	at := map[string]int{} // id → index in held
@@ -424,7 +428,8 @@ func scan(ctx context.Context, pq *queue.Queue, visit func(*queue.Message) (take
 		}
 	}()
 	n := pq.Features().MaxBatch
-	stale := 0 // gets in a row that returned only messages seen before
+	stale := 0   // gets in a row that returned only messages seen before
+	visited := 0 // messages visited, taken or held
 	for {
 		ms, err := pq.Get(ctx, n, ScanVisibility)
 		if err != nil {
@@ -441,12 +446,13 @@ func scan(ctx context.Context, pq *queue.Queue, visit func(*queue.Message) (take
 				continue
 			}
 			fresh++
+			visited++
 			taken, stop := visit(pm)
 			if !taken {
 				at[pm.ID] = len(held)
 				held = append(held, queue.Receipt{ID: pm.ID, PopReceipt: pm.PopReceipt})
 			}
-			if stop {
+			if full := visited >= MaxScan; stop || full {
 				// The rest of this batch is held too, unvisited.
 				for _, rest := range ms[k+1:] {
 					if i, ok := at[rest.ID]; ok {
@@ -456,11 +462,8 @@ func scan(ctx context.Context, pq *queue.Queue, visit func(*queue.Message) (take
 					at[rest.ID] = len(held)
 					held = append(held, queue.Receipt{ID: rest.ID, PopReceipt: rest.PopReceipt})
 				}
-				return false, nil
+				return full && !stop, nil
 			}
-		}
-		if len(held) >= MaxScan {
-			return true, nil
 		}
 		if fresh == 0 {
 			// Only messages seen before came back: their hiding ran out

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/adaptq/adaptq/queue/driver"
 )
 
@@ -14,12 +12,12 @@ import (
 // visible-at is still ahead (a ZCOUNT), O(log n). A hidden message whose
 // TTL passed is counted hidden until a call sweeps it, so the visible
 // count (the difference) may be short by as many.
-var depthScript = goredis.NewScript(common + `
+var depthScript = script(`
 local now = clock(ARGV[1])
 local total = redis.call('ZCARD', z) - redis.call('ZCOUNT', x, '-inf', now)
 local hidden = redis.call('ZCOUNT', z, string.format('(%d', now), '+inf')
 return {total, hidden}
-`)
+`, luaKeys, luaClock)
 
 var _ driver.DepthReader = (*redisQueue)(nil)
 
@@ -27,7 +25,7 @@ var _ driver.DepthReader = (*redisQueue)(nil)
 // (driver.DepthReader). The oldest message's age is not known: the sorted
 // set orders messages by visibility, not by insertion.
 func (q *redisQueue) Depth(ctx context.Context) (driver.Depth, error) {
-	v, err := q.run(ctx, depthScript, q.keys2, q.c.now())
+	v, err := q.again(ctx, depthScript, q.keys2, same(q.c.now()))
 	if err != nil {
 		return driver.Depth{}, err
 	}

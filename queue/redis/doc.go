@@ -4,7 +4,7 @@
 // that leaves an idle worker blocked on the server instead of polling.
 //
 //	redis://127.0.0.1:6379/0?queue=orders
-//	rediss://worker@cache.example.com:6380/2?queue=orders&prefix=app1:&block_timeout=5m
+//	rediss://worker@cache.example.com:6380/2?queue=orders&prefix=app1:&block_timeout=5m&pool_size=32
 //
 // The password comes from the environment variable ADAPTQ_REDIS_PASSWORD
 // (PasswordEnv), never from the URL; rediss:// connects with TLS.
@@ -14,15 +14,30 @@
 // A queue is a sorted set of message ids scored by the microsecond at which
 // each becomes visible, a hash per message (body, receipt, dequeue count,
 // inserted, expires), a sorted set of ids by expiry for the messages that
-// have a TTL, an id counter and a wake-up marker, all under
-// PREFIX{NAME}: (see scripts.go). Every operation is one Lua script sent
-// with EVALSHA, so each is atomic and one round trip: Get of up to 32
-// takes the visible head of the sorted set and rescores it to now+visibility
-// with a new receipt per message; Delete, DeleteBatch and UpdateVisibility
-// check the newest receipt; Count is ZCARD less a ZCOUNT of the expired,
-// exact in O(log n). Messages past their TTL are never returned: gets and
-// puts sweep them by the expiry set, and every check of a receipt drops an
-// expired message.
+// have a TTL, and a wake-up marker, all under PREFIX{NAME}: (see
+// scripts.go). Every operation is one Lua script sent with EVALSHA, so each
+// is atomic and one round trip: Get of up to 32 takes the visible head of
+// the sorted set and rescores it to now+visibility with a new receipt per
+// message; Delete, DeleteBatch and UpdateVisibility check the newest
+// receipt; Count is ZCARD less a ZCOUNT of the expired, exact in O(log n).
+//
+// Message ids are ULIDs chosen by the putting process (26 characters: its
+// clock's milliseconds, then 80 random bits), unique across server
+// restarts, snapshots and failovers, where a counter on the server would
+// go back. They grow within a process; across processes their order is
+// their clocks', and no order is promised.
+//
+// # Expiry
+//
+// Messages past their TTL are never returned. On the server's clock, Redis
+// deletes each message's hash at its expiry by itself (PEXPIREAT), and the
+// queue's sorted sets with their last message, so that an expired backlog
+// leaves no keys with no call on the queue; a queue that also holds a
+// message without TTL keeps the expired ids in its sorted sets (tens of
+// bytes each, never counted) until a get, a peek or a put sweeps them. A
+// get or peek drops at most 1,000 expired messages per script and calls
+// again until none hide the live ones, so no call holds the server for
+// long whatever the backlog.
 //
 // # Clock
 //
@@ -35,8 +50,9 @@
 // # Native notify
 //
 // Features().NativeNotify is set: Subscribe (which the worker uses when a
-// queue's trigger is enabled) blocks in BZPOPMIN on the queue's marker key,
-// one connection per queue per process, whatever the number of
+// queue's trigger is enabled) blocks in BZPOPMIN on the queue's marker key.
+// A Client blocks on the markers of all its subscribed queues at once, on
+// one connection of its pool, whatever the number of queues and
 // subscribers. A put from any process wakes it at once; an idle worker
 // sends one blocking command per block timeout (DefaultBlockTimeout, the
 // listener's default safety interval; block_timeout in the URL). See
@@ -54,11 +70,20 @@
 // last writes. Run the server with maxmemory-policy noeviction (Redis's
 // default): an eviction policy would drop messages to make room.
 //
-// # Errors
+// # Errors and retries
 //
 // Classify marks as transient a lost connection and the server's "not now"
 // answers: LOADING, BUSY, READONLY after a failover, MASTERDOWN, TRYAGAIN,
-// CLUSTERDOWN.
+// CLUSTERDOWN. A reply lost after the server acted cannot be told from a
+// request that never arrived, so the clients Open makes do not let go-redis
+// retry (MaxRetries -1). The driver itself sends again, up to
+// DefaultAttempts in all, only what is safe to: a put (the script writes
+// its id only if absent, so the message is stored once), a visibility
+// update (its new receipt, chosen by the client, marks it done), and
+// reads. A get, delete or batch delete whose reply was lost fails with a
+// transient error: the get's messages come back after their visibility
+// timeout, and the retried delete finds ErrNotFound. Give a client passed
+// to New MaxRetries -1 too.
 //
 // # As
 //

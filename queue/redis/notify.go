@@ -13,11 +13,21 @@ import (
 
 // Native notify, as BullMQ does it. Every put sets the queue's marker, a
 // sorted set of one member scored by when the new message becomes
-// visible. In each process, the subscribers of a queue share one hub: one
-// goroutine on one dedicated connection that blocks in BZPOPMIN on the
-// marker, for up to the block timeout, and signals every subscriber when it
-// pops. A put by any process therefore wakes an idle worker at once, and an
-// idle worker sends one command per block timeout and nothing else.
+// visible. In each process, the subscribers of every queue of a Client
+// share one waker: one goroutine on one dedicated connection that blocks in
+// BZPOPMIN on the markers of all the queues that have subscribers, for up
+// to the block timeout, and signals the subscribers of the queue whose
+// marker it popped. A put by any process therefore wakes an idle worker at
+// once, an idle worker sends one command per block timeout and nothing
+// else, and however many queues a process subscribes to it holds one
+// connection for them (one per queue starved the shared pool: 22 queues on
+// a 2-core host held all 20 of its connections, and Put timed out).
+//
+// When the set of queues with subscribers changes, the waker ends its
+// blocking command with CLIENT UNBLOCK (repeated until the loop blocks on
+// the new set) and blocks again. BZPOPMIN takes the first of its keys that
+// holds a marker; the keys go in a random order each time (a map's), so a
+// busy queue whose marker is always set does not starve the others.
 //
 // BZPOPMIN hands the marker to one of the processes blocked on it. The get
 // script sets it again when it leaves visible messages behind, so a backlog
@@ -27,136 +37,201 @@ import (
 // into one marker keep the earliest time, and the listener's safety
 // interval covers the later ones.
 
-// hub is the subscribers of one queue in one process.
-type hub struct {
-	c   *Client
-	key string
+// unblockPause is how long the waker's kicker waits before it sends CLIENT
+// UNBLOCK again, when the loop was not blocked yet on the keys it had.
+const unblockPause = 50 * time.Millisecond
+
+// waker is the subscribers of a Client's queues and the loop that blocks
+// for them. Every field is under mu.
+type waker struct {
+	c *Client
 
 	mu   sync.Mutex
-	subs map[chan struct{}]struct{}
-	run  *runner // nil when nobody listens
+	subs map[string]map[chan struct{}]struct{} // by marker key
+	gen  uint64                                // bumped when the set of keys changes
+	run  *wakeRun                              // nil when no loop runs
 }
 
-// runner is one life of a hub's blocking loop: started by the first
-// subscriber, stopped when the last one leaves.
-type runner struct {
-	mu     sync.Mutex
-	stop   bool
-	id     int64 // CLIENT ID of the blocking connection, 0 until known
-	timers map[*time.Timer]struct{}
-	done   chan struct{}
+// wakeRun is one life of the waker's loop: started by the first
+// subscriber, ended when none is left or the Client closes.
+type wakeRun struct {
+	done    chan struct{}
+	stop    bool
+	ended   bool
+	id      int64  // CLIENT ID of the blocking connection, 0 until known
+	gen     uint64 // the key set the loop blocks on
+	kicking bool   // an unblock goroutine runs
+	timers  map[*time.Timer]struct{}
 }
 
 // Subscribe returns a channel that receives soon after a message is put to
 // the queue by any process, until ctx ends.
 func (q *redisQueue) Subscribe(ctx context.Context) (<-chan struct{}, error) {
-	c := q.c
-	if c.closed.Load() {
-		return nil, queue.ErrClosed
-	}
+	w := &q.c.wake
 	key := q.keys3[2]
-	c.mu.Lock()
-	h, ok := c.hubs[key]
-	if !ok {
-		h = &hub{c: c, key: key, subs: map[chan struct{}]struct{}{}}
-		c.hubs[key] = h
-	}
-	c.mu.Unlock()
 	ch := make(chan struct{}, 1)
-	h.mu.Lock()
-	h.subs[ch] = struct{}{}
-	if h.run == nil && !c.closed.Load() {
-		r := &runner{done: make(chan struct{}), timers: map[*time.Timer]struct{}{}}
-		h.run = r
-		go h.loop(r)
+	if err := w.add(key, ch); err != nil {
+		return nil, err
 	}
-	h.mu.Unlock()
-	context.AfterFunc(ctx, func() {
-		h.mu.Lock()
-		delete(h.subs, ch)
-		var r *runner
-		if len(h.subs) == 0 {
-			r, h.run = h.run, nil
-		}
-		h.mu.Unlock()
-		if r != nil {
-			h.halt(r)
-		}
-	})
+	context.AfterFunc(ctx, func() { w.remove(key, ch) })
 	return ch, nil
 }
 
-// signal wakes every subscriber; a pending signal absorbs a new one.
-func (h *hub) signal() {
-	h.mu.Lock()
-	for ch := range h.subs {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
+func (w *waker) add(key string, ch chan struct{}) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.c.closed.Load() {
+		return queue.ErrClosed
 	}
-	h.mu.Unlock()
+	if w.subs == nil {
+		w.subs = map[string]map[chan struct{}]struct{}{}
+	}
+	set, ok := w.subs[key]
+	if !ok {
+		set = map[chan struct{}]struct{}{}
+		w.subs[key] = set
+	}
+	set[ch] = struct{}{}
+	if !ok {
+		w.changed()
+	}
+	return nil
 }
 
-// stop halts the hub's loop, if it runs, and returns it (Client.Close
-// waits for it).
-func (h *hub) stop() *runner {
-	h.mu.Lock()
-	r := h.run
-	h.run = nil
-	h.mu.Unlock()
-	if r != nil {
-		h.halt(r)
+func (w *waker) remove(key string, ch chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	set := w.subs[key]
+	delete(set, ch)
+	if len(set) == 0 && set != nil {
+		delete(w.subs, key)
+		w.changed()
 	}
+}
+
+// changed starts the loop, or makes the running one block again on the
+// keys of now. Called under mu.
+func (w *waker) changed() {
+	w.gen++
+	switch {
+	case w.run != nil:
+		w.kick(w.run)
+	case len(w.subs) > 0 && !w.c.closed.Load():
+		r := &wakeRun{done: make(chan struct{}), timers: map[*time.Timer]struct{}{}}
+		w.run = r
+		go w.loop(r)
+	}
+}
+
+// stop ends the loop, if one runs, and returns it (Client.Close waits for
+// it).
+func (w *waker) stop() *wakeRun {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := w.run
+	if r == nil {
+		return nil
+	}
+	w.run = nil
+	r.stop = true
+	w.gen++
+	w.kick(r)
 	return r
 }
 
-// halt ends r's loop: CLIENT UNBLOCK ends its blocking command at once.
-// The loop may be just about to block (or not know its connection's id
-// yet), so halt repeats the unblock until the loop has ended, for up to
-// five seconds. If the server refuses it (an ACL without CLIENT), the loop
-// ends when its block times out, or when Client.Close closes the
-// connections.
-func (h *hub) halt(r *runner) {
-	r.mu.Lock()
-	r.stop = true
-	for t := range r.timers {
-		t.Stop()
+// kick starts a goroutine that sends CLIENT UNBLOCK to r's connection until
+// r blocks on the newest key set or ends. Called under mu.
+func (w *waker) kick(r *wakeRun) {
+	if r.kicking || r.ended {
+		return
 	}
-	clear(r.timers)
-	r.mu.Unlock()
-	deadline := time.Now().Add(5 * time.Second)
+	r.kicking = true
+	go w.unblock(r)
+}
+
+// unblock is kick's goroutine. The loop may be just about to block on the
+// old keys (or not know its connection's id yet), so it repeats the
+// unblock every unblockPause. If the server refuses it (an ACL without
+// CLIENT), the loop sees the new keys when its block times out, or ends
+// when Client.Close closes the connections.
+func (w *waker) unblock(r *wakeRun) {
 	for {
-		r.mu.Lock()
+		w.mu.Lock()
+		if r.ended || (!r.stop && r.gen == w.gen) {
+			r.kicking = false
+			w.mu.Unlock()
+			return
+		}
 		id := r.id
-		r.mu.Unlock()
+		w.mu.Unlock()
 		if id != 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			err := h.c.rdb.ClientUnblock(ctx, id).Err()
+			err := w.c.rdb.ClientUnblock(ctx, id).Err()
 			cancel()
 			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-				return // refused, or the client is closed: leave it to the block timeout or Close
+				w.mu.Lock()
+				r.kicking = false
+				w.mu.Unlock()
+				return
 			}
 		}
+		t := time.NewTimer(unblockPause)
 		select {
 		case <-r.done:
-			return
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return
+			t.Stop()
+		case <-t.C:
 		}
 	}
 }
 
-func (r *runner) stopped() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// keys returns the marker keys to block on and records their generation,
+// or nil when r is to end (then marked ended). Called under mu.
+func (w *waker) keys(r *wakeRun) []string {
+	if r.stop || len(w.subs) == 0 {
+		if w.run == r {
+			w.run = nil
+		}
+		r.ended = true
+		for t := range r.timers {
+			t.Stop()
+		}
+		clear(r.timers)
+		return nil
+	}
+	keys := make([]string, 0, len(w.subs))
+	for k := range w.subs { // a map's order: random each time
+		keys = append(keys, k)
+	}
+	r.gen = w.gen
+	return keys
+}
+
+// signal wakes every subscriber of the marker key (every subscriber when
+// key is ""); a pending signal absorbs a new one.
+func (w *waker) signal(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k, set := range w.subs {
+		if key != "" && k != key {
+			continue
+		}
+		for ch := range set {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+func (w *waker) stopped(r *wakeRun) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	return r.stop
 }
 
-// loop blocks on the marker until r is stopped.
-func (h *hub) loop(r *runner) {
+// loop blocks on the markers until r ends.
+func (w *waker) loop(r *wakeRun) {
 	defer close(r.done)
 	ctx := context.Background()
 	var conn *goredis.Conn
@@ -166,70 +241,81 @@ func (h *hub) loop(r *runner) {
 		}
 	}()
 	retry := 0
-	for !r.stopped() {
+	for {
+		w.mu.Lock()
+		keys := w.keys(r)
+		w.mu.Unlock()
+		if keys == nil {
+			return
+		}
 		if conn == nil {
-			conn = h.c.rdb.Conn()
+			conn = w.c.rdb.Conn()
 			id, err := conn.ClientID(ctx).Result()
-			r.mu.Lock()
+			w.mu.Lock()
 			r.id = id
-			r.mu.Unlock()
+			w.mu.Unlock()
 			if err != nil {
 				_ = conn.Close()
 				conn = nil
-				retry = h.pause(r, retry)
+				retry = w.pause(r, retry)
 				continue
 			}
 			if retry > 0 {
-				// Puts while the connection was down left the marker set,
-				// unless another process took it: let the subscribers look.
-				h.signal()
+				// Puts while the connection was down left their markers
+				// set, unless another process took them: let every
+				// subscriber look.
+				w.signal("")
 				retry = 0
 			}
 		}
-		z, err := conn.BZPopMin(ctx, h.c.o.blockTimeout, h.key).Result()
-		if r.stopped() {
-			return
-		}
+		z, err := conn.BZPopMin(ctx, w.c.o.blockTimeout, keys...).Result()
 		switch {
+		case w.stopped(r):
+			// Close: the top of the loop ends it.
 		case errors.Is(err, goredis.Nil):
-			// The block timed out: block again.
+			// The block timed out, or CLIENT UNBLOCK ended it for a new set
+			// of keys: block again.
 		case err != nil:
 			_ = conn.Close()
 			conn = nil
-			retry = h.pause(r, retry)
+			w.mu.Lock()
+			r.id = 0
+			w.mu.Unlock()
+			retry = w.pause(r, retry)
 		default:
-			h.signal()
-			if at := time.UnixMicro(int64(z.Score)); at.After(h.c.localNow().Add(time.Millisecond)) {
-				h.later(r, at.Sub(h.c.localNow()))
+			w.signal(z.Key)
+			if at := time.UnixMicro(int64(z.Score)); at.After(w.c.localNow().Add(time.Millisecond)) {
+				w.later(r, z.Key, at.Sub(w.c.localNow()))
 			}
 			time.Sleep(wakeCoalesce)
 		}
 	}
 }
 
-// later signals again after d: a delayed message becomes visible.
-func (h *hub) later(r *runner, d time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stop {
+// later signals key's subscribers again after d: a delayed message becomes
+// visible.
+func (w *waker) later(r *wakeRun, key string, d time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r.ended || r.stop {
 		return
 	}
 	var t *time.Timer
 	t = time.AfterFunc(d, func() {
-		h.signal()
-		r.mu.Lock()
+		w.signal(key)
+		w.mu.Lock()
 		delete(r.timers, t)
-		r.mu.Unlock()
+		w.mu.Unlock()
 	})
 	r.timers[t] = struct{}{}
 }
 
 // pause waits before the retry'th reconnection (100 ms doubling to 10 s),
 // returning early when r stops, and returns retry+1.
-func (h *hub) pause(r *runner, retry int) int {
+func (w *waker) pause(r *wakeRun, retry int) int {
 	d := min(100*time.Millisecond<<min(retry, 7), 10*time.Second)
 	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) && !r.stopped() {
+	for time.Now().Before(deadline) && !w.stopped(r) {
 		time.Sleep(min(50*time.Millisecond, time.Until(deadline)))
 	}
 	return retry + 1

@@ -77,6 +77,12 @@ func helper(mode string) error {
 // goroutine forwards q.Subscribe's signals to the listener's trigger, as
 // the worker does with trigger.enabled.
 func nativeListener(ctx context.Context, q *queue.Queue, h func(context.Context, *queue.Message) error, vis time.Duration) (*listener.Listener, error) {
+	return nativeListenerPolling(ctx, q, h, vis, time.Hour)
+}
+
+// nativeListenerPolling is nativeListener whose idle sleeps and safety
+// interval are safety.
+func nativeListenerPolling(ctx context.Context, q *queue.Queue, h func(context.Context, *queue.Message) error, vis, safety time.Duration) (*listener.Listener, error) {
 	var n listener.LocalNotifier
 	sig, err := q.Subscribe(ctx)
 	if err != nil {
@@ -96,9 +102,9 @@ func nativeListener(ctx context.Context, q *queue.Queue, h func(context.Context,
 		Tasks: 2, MinTasks: 1, MaxTasks: 4,
 		BatchSize: queue.MaxBatchSize, Concurrency: 4 * queue.MaxBatchSize,
 		VisibilityTimeout: vis,
-		Idle:              scaling.IdleBackoff{Min: time.Hour, Max: time.Hour, Delta: time.Second},
+		Idle:              scaling.IdleBackoff{Min: safety, Max: safety, Delta: time.Second},
 		Notifier:          &n,
-		SafetyInterval:    time.Hour,
+		SafetyInterval:    safety,
 		ShutdownGrace:     5 * time.Second,
 	})
 }

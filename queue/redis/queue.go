@@ -20,7 +20,6 @@ type redisQueue struct {
 	base  string
 	keys2 []string // z, x
 	keys3 []string // z, x, w
-	keys4 []string // z, x, seq, w
 
 	shared string // the shared client's key, for a queue opened by URL
 	closed bool
@@ -91,6 +90,9 @@ func (q *redisQueue) As(target any) bool {
 
 func (q *redisQueue) Classify(err error) (bool, time.Duration) { return Classify(err) }
 
+// run sends a script once. The Client's go-redis client should not retry
+// it either (Options.MaxRetries -1, as the URL's clients have): a script
+// whose reply was lost may have run.
 func (q *redisQueue) run(ctx context.Context, s *goredis.Script, keys []string, args ...any) (any, error) {
 	if q.c.closed.Load() {
 		return nil, queue.ErrClosed
@@ -102,6 +104,32 @@ func (q *redisQueue) run(ctx context.Context, s *goredis.Script, keys []string, 
 	return v, nil
 }
 
+// again sends an idempotent script (one that sent twice acts once, or
+// changes nothing) up to DefaultAttempts times while it fails transiently,
+// pausing as go-redis would between its own retries. args gives the
+// arguments of each attempt (from 1).
+func (q *redisQueue) again(ctx context.Context, s *goredis.Script, keys []string, args func(attempt int) []any) (any, error) {
+	for attempt := 1; ; attempt++ {
+		v, err := q.run(ctx, s, keys, args(attempt)...)
+		if err == nil || attempt >= DefaultAttempts || ctx.Err() != nil {
+			return v, err
+		}
+		if t, _ := Classify(err); !t {
+			return nil, err
+		}
+		t := time.NewTimer(min(retryMinBackoff<<(attempt-1), retryMaxBackoff))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+	}
+}
+
+// same is the arguments of a script sent alike at every attempt.
+func same(args ...any) func(int) []any { return func(int) []any { return args } }
+
 // us is d in whole microseconds, rounded up so that a positive duration
 // never becomes zero.
 func us(d time.Duration) int64 {
@@ -111,13 +139,28 @@ func us(d time.Duration) int64 {
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
 
-// Put stores a message and sets the queue's wake-up marker.
+// Put stores a message under an id it chooses (a ULID, id.go) and sets the
+// queue's wake-up marker. The script writes the message only if no message
+// has that id, so Put can send it again when its reply was lost (up to
+// DefaultAttempts in all): the message is stored once, under the id Put
+// returns. An error after every attempt is transient and means the message
+// may or may not be stored; a retry by the caller is a new put with a new
+// id.
 func (q *redisQueue) Put(ctx context.Context, body []byte, opts driver.PutOptions) (string, error) {
 	ttl := int64(-1)
 	if opts.TTL != driver.NoExpiry {
 		ttl = us(opts.TTL)
 	}
-	v, err := q.run(ctx, putScript, q.keys4, body, ttl, us(opts.InitialVisibilityDelay), q.c.now())
+	sweep := 0
+	if q.c.puts.Add(1)%putSweepEvery == 0 {
+		sweep = putSweep
+	}
+	id := ids.newID(wallNow())
+	args := []any{id, body, ttl, us(opts.InitialVisibilityDelay), sweep, 0, q.c.now()}
+	v, err := q.again(ctx, putScript, q.keys3, func(attempt int) []any {
+		args[5] = min(attempt-1, 1) // sent before: check for the id
+		return args
+	})
 	if err != nil {
 		return "", err
 	}
@@ -125,7 +168,9 @@ func (q *redisQueue) Put(ctx context.Context, body []byte, opts driver.PutOption
 	if !ok || len(a) != 2 {
 		return "", fmt.Errorf("unexpected reply %T to put", v)
 	}
-	id, _ := a[0].(string)
+	if got, _ := a[0].(string); got != id {
+		return "", fmt.Errorf("unexpected reply to put: id %q, sent %q", got, id)
+	}
 	return id, nil
 }
 
@@ -135,26 +180,52 @@ func nonce() string {
 	return strconv.FormatUint(rand.Uint64(), 36) + "."
 }
 
-// Get hides and returns up to n visible messages in one script.
+// Get hides and returns up to n visible messages. Each script drops up to
+// sweepChunk expired messages first; when a batch comes back short and the
+// sweep stopped at its limit, Get calls again for the rest, so that a large
+// expired backlog costs several short scripts, never one that holds the
+// server, and never hides the live messages behind it. A script's error
+// after some messages were hidden returns those messages (the next call
+// meets the error again); a lost reply leaves its messages hidden until
+// their visibility timeout, as a get that is not sent again must.
 func (q *redisQueue) Get(ctx context.Context, n int, visibility time.Duration) ([]*driver.Message, error) {
+	var out []*driver.Message
+	for {
+		ms, more, err := q.get(ctx, n-len(out), visibility)
+		if err != nil {
+			if len(out) > 0 {
+				return out, nil
+			}
+			return nil, err
+		}
+		out = append(out, ms...)
+		if !more || len(out) >= n || ctx.Err() != nil {
+			return out, nil
+		}
+	}
+}
+
+// get is one script of Get.
+func (q *redisQueue) get(ctx context.Context, n int, visibility time.Duration) ([]*driver.Message, bool, error) {
 	rn := nonce()
-	v, err := q.run(ctx, getScript, q.keys3, n, us(visibility), rn, q.c.now())
+	v, err := q.run(ctx, getScript, q.keys3, n, us(visibility), rn, sweepChunk, q.c.now())
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	a, ok := v.([]any)
-	if !ok || len(a) < 1 || (len(a)-1)%5 != 0 {
-		return nil, fmt.Errorf("unexpected reply to get: %T of %d", v, len(a))
+	if !ok || len(a) < 2 || (len(a)-2)%5 != 0 {
+		return nil, false, fmt.Errorf("unexpected reply to get: %T of %d", v, len(a))
 	}
-	k := (len(a) - 1) / 5
+	more := toInt(a[1]) == 1
+	k := (len(a) - 2) / 5
 	if k == 0 {
-		return nil, nil
+		return nil, more, nil
 	}
 	until := time.UnixMicro(toInt(a[0]))
 	ms := make([]driver.Message, k)
 	out := make([]*driver.Message, k)
 	for i := range k {
-		f := a[1+5*i : 6+5*i]
+		f := a[2+5*i : 7+5*i]
 		id, _ := f[0].(string)
 		body, _ := f[1].(string)
 		ms[i] = driver.Message{
@@ -168,7 +239,7 @@ func (q *redisQueue) Get(ctx context.Context, n int, visibility time.Duration) (
 		}
 		out[i] = &ms[i]
 	}
-	return out, nil
+	return out, more, nil
 }
 
 func expires(us int64) time.Time {
@@ -239,10 +310,13 @@ func (q *redisQueue) DeleteBatch(ctx context.Context, receipts []driver.Receipt)
 }
 
 // UpdateVisibility hides a held message for d from now and gives it a new
-// receipt.
+// receipt. The new receipt is chosen here and the script accepts it as
+// done when the message holds it already, so the call is sent again when
+// its reply was lost (up to DefaultAttempts in all) and answers as the
+// first send would have.
 func (q *redisQueue) UpdateVisibility(ctx context.Context, id, popReceipt string, d time.Duration) (string, error) {
 	r := nonce() + "u"
-	v, err := q.run(ctx, updateScript, q.keys3, id, popReceipt, us(d), r, q.c.now())
+	v, err := q.again(ctx, updateScript, q.keys3, same(id, popReceipt, us(d), r, q.c.now()))
 	if err != nil {
 		return "", err
 	}
@@ -252,36 +326,46 @@ func (q *redisQueue) UpdateVisibility(ctx context.Context, id, popReceipt string
 	return r, nil
 }
 
-// Peek returns up to n visible messages, oldest first, changing nothing.
+// Peek returns up to n visible messages, oldest first, changing nothing but
+// dropping expired messages: each script drops up to sweepChunk of them and
+// reads only once none remain, calling again until then.
 func (q *redisQueue) Peek(ctx context.Context, n int) ([]*driver.Message, error) {
-	v, err := q.run(ctx, peekScript, q.keys2, n, q.c.now())
-	if err != nil {
-		return nil, err
+	for {
+		v, err := q.again(ctx, peekScript, q.keys2, same(n, sweepChunk, q.c.now()))
+		if err != nil {
+			return nil, err
+		}
+		a, ok := v.([]any)
+		if !ok || len(a) < 1 || (len(a)-1)%6 != 0 {
+			return nil, fmt.Errorf("unexpected reply to peek: %T", v)
+		}
+		if toInt(a[0]) == 1 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		out := make([]*driver.Message, 0, (len(a)-1)/6)
+		for i := 1; i < len(a); i += 6 {
+			id, _ := a[i].(string)
+			body, _ := a[i+1].(string)
+			out = append(out, &driver.Message{
+				ID:            id,
+				Body:          []byte(body),
+				DequeueCount:  int(toInt(a[i+2])),
+				InsertedAt:    time.UnixMicro(toInt(a[i+3])),
+				ExpiresAt:     expires(toInt(a[i+4])),
+				NextVisibleAt: time.UnixMicro(toInt(a[i+5])),
+			})
+		}
+		return out, nil
 	}
-	a, ok := v.([]any)
-	if !ok || len(a)%6 != 0 {
-		return nil, fmt.Errorf("unexpected reply to peek: %T", v)
-	}
-	out := make([]*driver.Message, 0, len(a)/6)
-	for i := 0; i < len(a); i += 6 {
-		id, _ := a[i].(string)
-		body, _ := a[i+1].(string)
-		out = append(out, &driver.Message{
-			ID:            id,
-			Body:          []byte(body),
-			DequeueCount:  int(toInt(a[i+2])),
-			InsertedAt:    time.UnixMicro(toInt(a[i+3])),
-			ExpiresAt:     expires(toInt(a[i+4])),
-			NextVisibleAt: time.UnixMicro(toInt(a[i+5])),
-		})
-	}
-	return out, nil
 }
 
 // Count is exact: the sorted set's size less the messages whose TTL has
 // passed but that are not swept yet.
 func (q *redisQueue) Count(ctx context.Context) (int, error) {
-	v, err := q.run(ctx, countScript, q.keys2, q.c.now())
+	v, err := q.again(ctx, countScript, q.keys2, same(q.c.now()))
 	if err != nil {
 		return 0, err
 	}

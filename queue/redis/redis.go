@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +41,23 @@ const (
 	// clearChunk is how many messages one step of Clear deletes, so that
 	// clearing a large queue does not hold the server for long.
 	clearChunk = 1000
+
+	// DefaultAttempts is how many times in all the driver sends a script
+	// that is safe to send again (a put under its id, a visibility update
+	// under its new receipt, a read) when it fails transiently: go-redis's
+	// own default, one try and MaxRetries = 3 retries. The driver's other
+	// scripts (get, delete) are sent once: a lost reply after the server
+	// acted cannot be told from a request that never arrived, and sending
+	// them again would act twice or report the first act as a failure. So
+	// the clients Open makes have go-redis's retries off (MaxRetries -1),
+	// and a client passed to New should too.
+	DefaultAttempts = 4
+
+	// retryMinBackoff and retryMaxBackoff bound the pause before the n-th
+	// attempt (doubling from the first): go-redis's MinRetryBackoff and
+	// MaxRetryBackoff defaults.
+	retryMinBackoff = 8 * time.Millisecond
+	retryMaxBackoff = 512 * time.Millisecond
 )
 
 // Option configures a Client.
@@ -89,28 +105,32 @@ func WithBlockTimeout(d time.Duration) Option {
 	}
 }
 
-// Client holds the queues of one Redis database: a go-redis client and the
-// subscribers' blocking connections (one per queue with subscribers). It
-// is safe for concurrent use.
+// Client holds the queues of one Redis database: a go-redis client, and
+// one connection of its pool on which the subscribers of all its queues
+// block while any has subscribers. It is safe for concurrent use.
 type Client struct {
 	rdb  *goredis.Client
 	owns bool
 	o    options
 
 	closed atomic.Bool
-
-	mu   sync.Mutex
-	hubs map[string]*hub // by marker key
+	puts   atomic.Uint64 // puts so far, for the put's periodic sweep
+	wake   waker
 }
 
 // New returns a Client over rdb, which stays the caller's: Close does not
-// close it.
+// close it. Configure rdb with MaxRetries -1: go-redis retries every
+// command alike, and a get or delete whose reply was lost must not be sent
+// again (see DefaultAttempts). Subscribers hold one connection of rdb's
+// pool while any queue of the Client has them.
 func New(rdb *goredis.Client, opts ...Option) *Client {
 	o := defaultOptions()
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return &Client{rdb: rdb, o: o, hubs: map[string]*hub{}}
+	c := &Client{rdb: rdb, o: o}
+	c.wake.c = c
+	return c
 }
 
 // Open connects to the Redis database a redis:// or rediss:// URL names
@@ -168,7 +188,6 @@ func (c *Client) queue(name string) (*redisQueue, error) {
 		base:  base,
 		keys2: []string{base + "z", base + "x"},
 		keys3: []string{base + "z", base + "x", base + "w"},
-		keys4: []string{base + "z", base + "x", base + "seq", base + "w"},
 	}, nil
 }
 
@@ -178,18 +197,7 @@ func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
-	c.mu.Lock()
-	hubs := make([]*hub, 0, len(c.hubs))
-	for _, h := range c.hubs {
-		hubs = append(hubs, h)
-	}
-	c.mu.Unlock()
-	var runs []*runner
-	for _, h := range hubs {
-		if r := h.stop(); r != nil {
-			runs = append(runs, r)
-		}
-	}
+	r := c.wake.stop()
 	var err error
 	if c.owns {
 		if e := c.rdb.Close(); e != nil && !errors.Is(e, goredis.ErrClosed) {
@@ -197,8 +205,9 @@ func (c *Client) Close() error {
 		}
 	}
 	// CLIENT UNBLOCK (or, for a client of our own, closing the
-	// connections) ends each loop at once; else its block timeout does.
-	for _, r := range runs {
+	// connections) ends the subscribers' loop at once; else its block
+	// timeout does.
+	if r != nil {
 		select {
 		case <-r.done:
 		case <-time.After(c.o.blockTimeout + 15*time.Second):
@@ -220,7 +229,16 @@ func (c *Client) now() string {
 // subscriber's timers.
 func (c *Client) localNow() time.Time {
 	if c.o.clock == nil {
-		return time.Now()
+		return wallNow()
 	}
 	return c.o.clock.Now()
 }
+
+// skew is added to the process's clock wherever the driver reads it (the
+// time part of ids, the subscribers' timers). It is zero but in tests,
+// which move it to show that no decision of the scripts depends on the
+// process's clock: they read the server's.
+var skew atomic.Int64
+
+// wallNow is the process's clock, plus skew.
+func wallNow() time.Time { return time.Now().Add(time.Duration(skew.Load())) }

@@ -1,6 +1,12 @@
 package redis
 
-import goredis "github.com/redis/go-redis/v9"
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
 
 // The scripts. Each operation of the driver is one of them: one EVALSHA,
 // one round trip, atomic on the server. go-redis's Script.Run sends EVALSHA
@@ -13,95 +19,232 @@ import goredis "github.com/redis/go-redis/v9"
 //
 //	PREFIX{NAME}:z       sorted set: message id scored by visible-at (µs)
 //	PREFIX{NAME}:x       sorted set: message id scored by expires-at (µs), for messages with a TTL
-//	PREFIX{NAME}:seq     the id counter
 //	PREFIX{NAME}:w       the wake-up marker: a sorted set of one member that BZPOPMIN blocks on
 //	PREFIX{NAME}:m:ID    hash per message: b body, r receipt, d dequeue count, i inserted (µs), e expires (µs, 0 none)
+//
+// Message ids are chosen by the client (id.go); no counter is kept.
 //
 // Every script takes the time as its last argument: the injected clock's
 // microseconds, or "" for the server's own clock (TIME), so that workers
 // whose clocks disagree still agree on visibility and expiry.
+//
+// On the server's clock, Redis expires what a TTL ends by itself, with no
+// call on the queue: a message's hash expires at the message's expiry
+// (PEXPIREAT, to the millisecond, never before the scripts count it
+// expired); the two sorted sets expire together with their last message,
+// at most indexSlack later, and never while the queue holds a message
+// without TTL; the marker a little after its message becomes visible
+// (markerLife). A message that Redis expired leaves its id in z and x until
+// a get, peek or put sweeps it, or the sets expire; Count and Depth never
+// count it (they subtract x's expired range). With an injected clock Redis
+// cannot know the time the scripts read, so nothing gets a Redis expiry and
+// the sweeps alone reclaim.
 
-// common is prepended to every script.
-const common = `
+const (
+	// sweepChunk is the most expired messages one script drops: a thousand
+	// keys and sorted-set entries are well under a millisecond of the
+	// server's time, so that no call holds the server for long however large
+	// the expired backlog (issue 25: one Peek over 30,000 expired messages
+	// held it for 6–12 s). Get and Peek call again until the backlog is
+	// gone.
+	sweepChunk = 1000
+
+	// putSweepEvery and putSweep: every putSweepEvery-th put of a client
+	// drops up to putSweep expired messages, so that a queue nobody gets
+	// from (a poison queue) does not keep their ids while puts keep its
+	// sorted sets alive.
+	putSweepEvery = 16
+	putSweep      = 32
+
+	// indexSlack bounds how long z and x outlive the last message's TTL: a
+	// put moves their expiry only when its message would outlive them, and
+	// then to its expiry plus an eighth of its TTL, at most this. A steady
+	// stream of puts then moves it once a minute (with the default 7-day
+	// TTL), not at every put.
+	indexSlack = time.Minute
+
+	// markerLife is how long a wake-up marker that no process popped stays
+	// after its message became visible. Every blocked subscriber pops it at
+	// once, a subscriber's loop blocks again within milliseconds of a wake,
+	// and one that reconnects (after at most 10 s) signals its subscribers
+	// anyway: an older marker has nobody left to wake.
+	markerLife = time.Minute
+)
+
+// The Lua helpers. A script starts with those it calls (helpers called by
+// a helper come before it): Lua makes a closure of every local function
+// each time a script runs, which costs a put as much as a command, so no
+// script carries helpers it does not call.
+const (
+	// luaKeys names the queue's sorted sets and message hashes.
+	luaKeys = `
+local z, x = KEYS[1], KEYS[2]
+local base = string.sub(z, 1, -2)
+local function mkey(id) return base .. 'm:' .. id end
+`
+	// luaClock reads the script's time: the injected clock's, or TIME.
+	luaClock = `
 local function clock(a)
   if a ~= '' then return tonumber(a) end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local z, x = KEYS[1], KEYS[2]
-local base = string.sub(z, 1, -2)
-local function mkey(id) return base .. 'm:' .. id end
--- sweep drops up to limit messages whose TTL has passed.
+`
+	// luaMs: the millisecond that Redis's expiry of something that ends
+	// at us µs takes: Redis deletes a key once its clock is past that
+	// millisecond, so never before us.
+	luaMs = `
+local function ms(us) return math.floor(us / 1000) end
+`
+	// luaSweep drops up to limit messages whose TTL has passed, the
+	// earliest expiry first, and returns how many it dropped.
+	luaSweep = `
 local function sweep(now, limit)
+  if limit <= 0 then return 0 end
   local ids = redis.call('ZRANGEBYSCORE', x, '-inf', now, 'LIMIT', 0, limit)
-  if #ids == 0 then return end
-  for _, id in ipairs(ids) do redis.call('DEL', mkey(id)) end
+  local k = #ids
+  if k == 0 then return 0 end
+  local keys = {}
+  for i = 1, k do keys[i] = mkey(ids[i]) end
+  redis.call('DEL', unpack(keys))
   redis.call('ZREM', z, unpack(ids))
-  redis.call('ZREM', x, unpack(ids))
+  redis.call('ZREMRANGEBYRANK', x, 0, k - 1)
+  return k
 end
--- drop removes one message.
-local function drop(id)
-  redis.call('DEL', mkey(id))
-  redis.call('ZREM', z, id)
-  redis.call('ZREM', x, id)
-end
--- held finds a live message and checks its receipt: 1 held (and the key),
--- 0 gone or expired, -1 a stale receipt.
-local function held(id, receipt, now)
+`
+	// luaHeld finds a live message and checks its receipt: 1 held (and
+	// the key), 2 held under again already (an update whose reply was
+	// lost, sent again), 0 gone or expired (then dropped), -1 a stale
+	// receipt.
+	luaHeld = `
+local function held(id, receipt, now, again)
   local h = mkey(id)
   local f = redis.call('HMGET', h, 'r', 'e')
   if not f[1] then return 0 end
-  if f[2] ~= '0' and tonumber(f[2]) <= now then drop(id) return 0 end
+  if f[2] ~= '0' and tonumber(f[2]) <= now then
+    redis.call('DEL', h)
+    redis.call('ZREM', z, id)
+    redis.call('ZREM', x, id)
+    return 0
+  end
+  if again and f[1] == again then return 2, h end
   if receipt == '' or f[1] ~= receipt then return -1 end
   return 1, h
 end
 `
-
-// putScript: KEYS z, x, seq, w; ARGV body, ttl µs (-1: none), delay µs,
-// now. Returns {id, inserted µs}.
-//
-// Ids are sixteen decimal digits, so that the lexical order of the sorted
-// set's ties is the order of the puts. The counter starts at the clock's
-// microseconds the first time a queue is used: after a restart that lost
-// the data, new ids are still above every id handed out before (unless
-// the queue took more than a million puts a second on average), and a
-// stale holder never deletes a new message that took an old id. Every
-// sixteenth put sweeps a few expired messages, so that a queue nobody gets
-// from (a poison queue) does not keep them forever.
-var putScript = goredis.NewScript(common + `
-local now = clock(ARGV[4])
-local n = redis.call('INCR', KEYS[3])
-if n == 1 then
-  n = now
-  redis.call('SET', KEYS[3], string.format('%d', n))
+	// luaMark (after luaMs) sets the wake-up marker w to vis, unless it
+	// holds an earlier time; on the server's clock, a marker it creates
+	// expires markerLife after vis (one that exists keeps its expiry: its
+	// time is the earlier).
+	luaMark = `
+local function mark(w, vis, now, real)
+  if redis.call('ZADD', w, 'LT', vis, 'w') == 1 and real then
+    redis.call('PEXPIRE', w, ms(vis - now) + MARKER_LIFE)
+  end
 end
-if n % 16 == 0 then sweep(now, 32) end
-local id = string.format('%016d', n)
-local ttl = tonumber(ARGV[2])
+`
+	// luaOutlive (after luaMs; server's clock), after a put of a message
+	// that expires at e: z and x expire together, no sooner than their
+	// last member and at most indexSlack after it, and never while z holds
+	// a message without TTL (then both persist: x's expired members must
+	// stay for Count to subtract them from z until a sweep).
+	luaOutlive = `
+local function outlive(now, e, ttl)
+  local want = ms(e) + 1
+  local tx = redis.call('PTTL', x)
+  if tx >= 0 and ms(now) + tx >= want then return end
+  if redis.call('ZCARD', z) ~= redis.call('ZCARD', x) then return end
+  local at = want + math.min(math.floor(ttl / 8000), INDEX_SLACK)
+  if tx == -1 then
+    -- new sets, or sets written before expiries were kept: outlive every member
+    local last = redis.call('ZRANGE', x, -1, -1, 'WITHSCORES')
+    at = math.max(at, ms(tonumber(last[2])) + 1)
+  end
+  redis.call('PEXPIREAT', x, at)
+  redis.call('PEXPIREAT', z, at)
+end
+`
+	// luaSettle (after luaMs; server's clock), after messages left: once
+	// z holds no message without TTL, z and x expire with the last of x's
+	// members.
+	luaSettle = `
+local function settle()
+  if redis.call('PTTL', z) ~= -1 then return end
+  if redis.call('ZCARD', z) ~= redis.call('ZCARD', x) then return end
+  local last = redis.call('ZRANGE', x, -1, -1, 'WITHSCORES')
+  local at = ms(tonumber(last[2])) + 1
+  redis.call('PEXPIREAT', x, at)
+  redis.call('PEXPIREAT', z, at)
+end
+`
+)
+
+// luaConstants fills in the Go constants the helpers name.
+var luaConstants = strings.NewReplacer(
+	"INDEX_SLACK", strconv.FormatInt(indexSlack.Milliseconds(), 10),
+	"MARKER_LIFE", strconv.FormatInt(markerLife.Milliseconds(), 10),
+)
+
+// script is a script of helpers and a body.
+func script(body string, helpers ...string) *goredis.Script {
+	return goredis.NewScript(luaConstants.Replace(strings.Join(helpers, "") + body))
+}
+
+// putScript: KEYS z, x, w; ARGV id, body, ttl µs (-1: none), delay µs,
+// sweep limit, again (1 when the put was sent before), now. Returns {id,
+// inserted µs}.
+//
+// The id is the client's. When the put was sent before (its reply lost) and
+// a message has its id, that message is the same put: the script writes
+// nothing and answers as the first time, so a put is stored once however
+// many times it is sent. A first send skips the check: its id is new.
+var putScript = script(`
+local now = clock(ARGV[7])
+local real = ARGV[7] == ''
+local id = ARGV[1]
+local h = mkey(id)
+if ARGV[6] == '1' then
+  local ins = redis.call('HGET', h, 'i')
+  if ins then return {id, tonumber(ins)} end
+end
+sweep(now, tonumber(ARGV[5]))
+local ttl = tonumber(ARGV[3])
 local e = 0
 if ttl >= 0 then e = now + ttl end
-redis.call('HSET', mkey(id), 'b', ARGV[1], 'r', '', 'd', 0, 'i', now, 'e', e)
-local vis = now + tonumber(ARGV[3])
+redis.call('HSET', h, 'b', ARGV[2], 'r', '', 'd', 0, 'i', now, 'e', e)
+local vis = now + tonumber(ARGV[4])
 redis.call('ZADD', z, vis, id)
 if e > 0 then redis.call('ZADD', x, e, id) end
-redis.call('ZADD', KEYS[4], 'LT', vis, 'w')
+mark(KEYS[3], vis, now, real)
+if real then
+  if e > 0 then
+    redis.call('PEXPIREAT', h, ms(e))
+    outlive(now, e, ttl)
+  else
+    redis.call('PERSIST', z)
+    redis.call('PERSIST', x)
+  end
+end
 return {id, now}
-`)
+`, luaKeys, luaClock, luaMs, luaSweep, luaMark, luaOutlive)
 
-// getScript: KEYS z, x, w; ARGV n, visibility µs, receipt nonce, now.
-// Returns {until, id1, body1, dequeues1, inserted1, expires1, id2, …}; the
-// receipt of the k-th message (from 1) is nonce .. k.
+// getScript: KEYS z, x, w; ARGV n, visibility µs, receipt nonce, sweep
+// limit, now. Returns {until, more, id1, body1, dequeues1, inserted1,
+// expires1, id2, …}; the receipt of the k-th message (from 1) is nonce .. k.
+// more is 1 when the batch is short and the sweep stopped at its limit:
+// expired messages may still hide live ones, and the caller calls again.
 //
 // When the batch was full and visible messages remain, it sets the wake-up
 // marker again, so that another process blocked on it joins in (BullMQ's
 // rule): one put wakes one process, and the backlog wakes the rest.
-var getScript = goredis.NewScript(common + `
-local now = clock(ARGV[4])
-sweep(now, 100)
+var getScript = script(`
+local now = clock(ARGV[5])
+local limit = tonumber(ARGV[4])
+local swept = sweep(now, limit)
 local n = tonumber(ARGV[1])
 local ids = redis.call('ZRANGEBYSCORE', z, '-inf', now, 'LIMIT', 0, n)
 local untl = now + tonumber(ARGV[2])
-local out = {untl}
+local out = {untl, 0}
 local hide, gone = {}, {}
 local k = 0
 for _, id in ipairs(ids) do
@@ -129,24 +272,30 @@ if #gone > 0 then
   redis.call('ZREM', z, unpack(gone))
   redis.call('ZREM', x, unpack(gone))
 end
+if k < n and swept == limit then out[2] = 1 end
 if #ids == n and #redis.call('ZRANGEBYSCORE', z, '-inf', now, 'LIMIT', 0, 1) > 0 then
-  redis.call('ZADD', KEYS[3], 'LT', now, 'w')
+  mark(KEYS[3], now, now, ARGV[5] == '')
 end
 return out
-`)
+`, luaKeys, luaClock, luaMs, luaSweep, luaMark)
 
 // deleteScript: KEYS z, x; ARGV id, receipt, now. Returns 1 deleted, 0
 // not found, -1 stale receipt.
-var deleteScript = goredis.NewScript(common + `
+var deleteScript = script(`
 local now = clock(ARGV[3])
-local ok = held(ARGV[1], ARGV[2], now)
-if ok == 1 then drop(ARGV[1]) end
+local ok, h = held(ARGV[1], ARGV[2], now)
+if ok == 1 then
+  redis.call('DEL', h)
+  redis.call('ZREM', z, ARGV[1])
+  redis.call('ZREM', x, ARGV[1])
+  if ARGV[3] == '' then settle() end
+end
 return ok
-`)
+`, luaKeys, luaClock, luaHeld, luaMs, luaSettle)
 
 // deleteBatchScript: KEYS z, x; ARGV now, id1, receipt1, id2, … Returns one
 // code per receipt, as deleteScript's.
-var deleteBatchScript = goredis.NewScript(common + `
+var deleteBatchScript = script(`
 local now = clock(ARGV[1])
 local out, ids, keys = {}, {}, {}
 local seen = {}
@@ -169,72 +318,77 @@ if #ids > 0 then
   redis.call('DEL', unpack(keys))
   redis.call('ZREM', z, unpack(ids))
   redis.call('ZREM', x, unpack(ids))
+  if ARGV[1] == '' then settle() end
 end
 return out
-`)
+`, luaKeys, luaClock, luaHeld, luaMs, luaSettle)
 
 // updateScript: KEYS z, x, w; ARGV id, receipt, d µs, new receipt, now.
 // Returns 1 updated (the new receipt is in force), 0, -1 as deleteScript.
-// A release (d = 0) sets the wake-up marker: the message is visible again.
-var updateScript = goredis.NewScript(common + `
+// The new receipt is the client's: a message that holds it already was
+// updated by this same call, whose reply was lost, and the script answers 1
+// again without moving it. A release (d = 0) sets the wake-up marker: the
+// message is visible again.
+var updateScript = script(`
 local now = clock(ARGV[5])
-local ok, h = held(ARGV[1], ARGV[2], now)
+local ok, h = held(ARGV[1], ARGV[2], now, ARGV[4])
+if ok == 2 then return 1 end
 if ok ~= 1 then return ok end
 redis.call('HSET', h, 'r', ARGV[4])
 local vis = now + tonumber(ARGV[3])
 redis.call('ZADD', z, vis, ARGV[1])
-if vis == now then redis.call('ZADD', KEYS[3], 'LT', now, 'w') end
+if vis == now then mark(KEYS[3], now, now, ARGV[5] == '') end
 return 1
-`)
+`, luaKeys, luaClock, luaHeld, luaMs, luaMark)
 
-// peekScript: KEYS z, x; ARGV n, now. Returns {id, body, dequeues,
-// inserted, expires, visible-at, …} for up to n visible, unexpired
-// messages, oldest first; changes nothing.
-var peekScript = goredis.NewScript(common + `
-local now = clock(ARGV[2])
+// peekScript: KEYS z, x; ARGV n, sweep limit, now. Returns {more, id,
+// body, dequeues, inserted, expires, visible-at, …} for up to n visible,
+// unexpired messages, oldest first. It first drops expired messages, up to
+// the limit: if it reached it, more may remain, and it returns {1} alone
+// for the caller to call again; else {0, …}. It changes nothing else.
+var peekScript = script(`
+local now = clock(ARGV[3])
+local limit = tonumber(ARGV[2])
+if sweep(now, limit) == limit then return {1} end
 local n = tonumber(ARGV[1])
-local out = {}
-local got, off = 0, 0
-while got < n do
-  local ids = redis.call('ZRANGEBYSCORE', z, '-inf', now, 'WITHSCORES', 'LIMIT', off, n)
-  if #ids == 0 then break end
-  for j = 1, #ids, 2 do
-    local f = redis.call('HMGET', mkey(ids[j]), 'b', 'd', 'i', 'e')
-    if f[1] and (f[4] == '0' or tonumber(f[4]) > now) then
-      out[#out + 1] = ids[j]
-      out[#out + 1] = f[1]
-      out[#out + 1] = f[2]
-      out[#out + 1] = f[3]
-      out[#out + 1] = f[4]
-      out[#out + 1] = ids[j + 1]
-      got = got + 1
-      if got == n then break end
-    end
+local out = {0}
+local ids = redis.call('ZRANGEBYSCORE', z, '-inf', now, 'WITHSCORES', 'LIMIT', 0, n)
+for j = 1, #ids, 2 do
+  local f = redis.call('HMGET', mkey(ids[j]), 'b', 'd', 'i', 'e')
+  if f[1] and (f[4] == '0' or tonumber(f[4]) > now) then
+    out[#out + 1] = ids[j]
+    out[#out + 1] = f[1]
+    out[#out + 1] = f[2]
+    out[#out + 1] = f[3]
+    out[#out + 1] = f[4]
+    out[#out + 1] = ids[j + 1]
   end
-  off = off + n
 end
 return out
-`)
+`, luaKeys, luaClock, luaSweep)
 
 // countScript: KEYS z, x; ARGV now. The messages, visible or not, less
 // those whose TTL has passed and that no call has swept yet: ZCARD and one
 // ZCOUNT, O(log n), exact.
-var countScript = goredis.NewScript(common + `
+var countScript = script(`
 local now = clock(ARGV[1])
 return redis.call('ZCARD', z) - redis.call('ZCOUNT', x, '-inf', now)
-`)
+`, luaKeys, luaClock)
 
 // clearScript: KEYS z, x, w; ARGV limit. Deletes up to limit messages and
-// returns how many remain; the caller repeats until none do. The id
-// counter stays, so ids are never reused.
-var clearScript = goredis.NewScript(common + `
+// returns how many remain; the caller repeats until none do. With the last
+// message it deletes the marker, and PREFIX{NAME}:seq, the id counter that
+// earlier versions kept.
+var clearScript = script(`
 local ids = redis.call('ZRANGE', z, 0, tonumber(ARGV[1]) - 1)
 if #ids > 0 then
-  for _, id in ipairs(ids) do redis.call('DEL', mkey(id)) end
+  local keys = {}
+  for i, id in ipairs(ids) do keys[i] = mkey(id) end
+  redis.call('DEL', unpack(keys))
   redis.call('ZREM', z, unpack(ids))
   redis.call('ZREM', x, unpack(ids))
 end
 local left = redis.call('ZCARD', z)
-if left == 0 then redis.call('DEL', x, KEYS[3]) end
+if left == 0 then redis.call('DEL', x, KEYS[3], base .. 'seq') end
 return left
-`)
+`, luaKeys)

@@ -38,7 +38,16 @@ const (
 	// ParamBlockTimeout overrides DefaultBlockTimeout, as a Go duration;
 	// set it to the queue's trigger.safety_interval.
 	ParamBlockTimeout = "block_timeout"
+	// ParamPoolSize sets the connection pool's size (go-redis's PoolSize;
+	// default 10 per GOMAXPROCS). While any queue of the pool's Client has
+	// subscribers, one of its connections blocks for them, so it is at
+	// least 2.
+	ParamPoolSize = "pool_size"
 )
+
+// minPoolSize is the smallest pool_size: one connection for the
+// subscribers' blocking command, one for every other call.
+const minPoolSize = 2
 
 func init() {
 	o := queue.OpenerFunc(OpenURL)
@@ -55,6 +64,7 @@ type config struct {
 	queue        string
 	prefix       string
 	blockTimeout time.Duration
+	poolSize     int    // 0: go-redis's default
 	redacted     string // the URL without the queue, for errors and as the key of shared clients
 }
 
@@ -64,6 +74,10 @@ func (cfg *config) redisOptions() *goredis.Options {
 		Username: cfg.user,
 		Password: os.Getenv(PasswordEnv),
 		DB:       cfg.db,
+		PoolSize: cfg.poolSize,
+		// No blind retries: the driver sends again only the scripts that
+		// are safe to (DefaultAttempts).
+		MaxRetries: -1,
 	}
 	if cfg.tls {
 		host, _, _ := net.SplitHostPort(cfg.addr)
@@ -76,11 +90,11 @@ func (cfg *config) options() []Option {
 	return []Option{WithKeyPrefix(cfg.prefix), WithBlockTimeout(cfg.blockTimeout)}
 }
 
-// parseURL reads redis://[USER@]HOST[:PORT][/DB]?queue=NAME[&prefix=P][&block_timeout=D].
+// parseURL reads redis://[USER@]HOST[:PORT][/DB]?queue=NAME[&prefix=P][&block_timeout=D][&pool_size=N].
 func parseURL(raw string) (*config, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("redis: %w %q: %v", queue.ErrInvalidURL, queue.Redact(raw), err)
+		return nil, fmt.Errorf("redis: %w %q: %s", queue.ErrInvalidURL, queue.Redact(raw), queue.ParseReason(err))
 	}
 	return parse(u)
 }
@@ -101,7 +115,7 @@ func parse(u *url.URL) (*config, error) {
 	if u.Opaque != "" || u.Host == "" {
 		return nil, bad("want %s://HOST:PORT/DB?%s=NAME", Scheme, ParamQueue)
 	}
-	if err := queue.CheckParams(u, ParamQueue, ParamPrefix, ParamBlockTimeout); err != nil {
+	if err := queue.CheckParams(u, ParamQueue, ParamPrefix, ParamBlockTimeout, ParamPoolSize); err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
 	if u.User != nil {
@@ -152,6 +166,15 @@ func parse(u *url.URL) (*config, error) {
 		}
 		cfg.blockTimeout = d
 	}
+	if s, ok, err := one(ParamPoolSize); err != nil {
+		return nil, err
+	} else if ok {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < minPoolSize {
+			return nil, bad("%s %q is not a whole number of at least %d (one connection blocks for the subscribers)", ParamPoolSize, s, minPoolSize)
+		}
+		cfg.poolSize = n
+	}
 	c := *u
 	qs := c.Query()
 	qs.Del(ParamQueue)
@@ -175,12 +198,14 @@ type sharedClient struct {
 // OpenURL opens the queue a redis:// or rediss:// URL names:
 //
 //	redis://127.0.0.1:6379/0?queue=orders
-//	rediss://worker@cache.example.com:6380/2?queue=orders&prefix=app1:&block_timeout=1m
+//	rediss://worker@cache.example.com:6380/2?queue=orders&prefix=app1:&block_timeout=1m&pool_size=32
 //
 // The password, if any, is read from PasswordEnv. It is what queue.Open
 // calls for the schemes. Queues opened by URL on one database share one
-// Client (one connection pool, one blocking connection per queue with
-// subscribers), closed with the last of them.
+// Client (one connection pool, of which one connection blocks for the
+// subscribers of all its queues), closed with the last of them. Its
+// go-redis client does not retry commands (MaxRetries -1): the driver
+// sends again only what is safe to (DefaultAttempts).
 func OpenURL(ctx context.Context, u *url.URL) (driver.Queue, error) {
 	cfg, err := parse(u)
 	if err != nil {

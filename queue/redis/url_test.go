@@ -20,6 +20,7 @@ func TestParseURL(t *testing.T) {
 		{"rediss://worker@cache.example.com:6380/2?queue=a-b&prefix=app1:&block_timeout=1m",
 			config{tls: true, addr: "cache.example.com:6380", user: "worker", db: 2, queue: "a-b", prefix: "app1:", blockTimeout: time.Minute}},
 		{"redis://[::1]:7000/3?queue=abc", config{addr: "[::1]:7000", db: 3, queue: "abc", prefix: DefaultKeyPrefix, blockTimeout: DefaultBlockTimeout}},
+		{"redis://h?queue=abc&pool_size=32", config{addr: "h:6379", queue: "abc", prefix: DefaultKeyPrefix, blockTimeout: DefaultBlockTimeout, poolSize: 32}},
 	}
 	for _, c := range cases {
 		got, err := parseURL(c.url)
@@ -41,6 +42,8 @@ func TestParseURLErrors(t *testing.T) {
 		"redis://h:6379/0?queue=abc&block_timeout=5":   "block_timeout",
 		"redis://h:6379/0?queue=abc&block_timeout=1ms": "block_timeout",
 		"redis://h:6379/0?queue=abc&db=1":              `unknown parameter "db"`,
+		"redis://h:6379/0?queue=abc&pool_size=1":       `pool_size "1"`,
+		"redis://h:6379/0?queue=abc&pool_size=ten":     `pool_size "ten"`,
 		"redis://h:6379/0?queue=a&queue=b":             "given 2 times",
 		"redis:h":                                      "HOST:PORT",
 		"http://h:6379/0?queue=abc":                    "scheme",
@@ -75,7 +78,7 @@ func TestPasswordFromTheEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := cfg.redisOptions()
-	if o.Password != "s3cret" || o.Username != "app" || o.DB != 1 || o.TLSConfig == nil || o.TLSConfig.ServerName != "h" {
+	if o.Password != "s3cret" || o.Username != "app" || o.DB != 1 || o.TLSConfig == nil || o.TLSConfig.ServerName != "h" || o.MaxRetries != -1 {
 		t.Fatalf("options %+v", o)
 	}
 	if strings.Contains(cfg.redacted, "s3cret") {

@@ -77,6 +77,11 @@ type Config struct {
 	// Logger receives debug events and warnings; never a credential.
 	// Default: none.
 	Logger *zap.Logger
+	// Clock is this process's clock (default: the system's), injected by
+	// tests to run it ahead of or behind SQS's. It dates
+	// Message.NextVisibleAt and decides nothing: expiry is judged by SQS's
+	// clock.
+	Clock queue.Clock
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -106,6 +111,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
+	}
+	if c.Clock == nil {
+		c.Clock = queue.SystemClock{}
 	}
 	return c, nil
 }
@@ -208,8 +216,9 @@ func (c *Client) Config() Config {
 // API is the SDK's client, for what the driver does not do.
 func (c *Client) API() *awssqs.Client { return c.api }
 
-// Close closes the client's idle connections; queues opened on it then
-// return queue.ErrClosed. Closing twice is a no-op.
+// Close closes the client's idle connections; every call of a queue opened
+// on it then returns queue.ErrClosed without a request (calls already
+// under way finish). Closing twice is a no-op.
 func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil

@@ -63,15 +63,21 @@
 // handle, so UpdateVisibility returns the receipt it was given; with a
 // stale one it fails with queue.ErrReceiptMismatch. A pop receipt carries
 // the queue's name and the message's expiry beside SQS's handle, so a
-// receipt of another queue, or of a message past its TTL, is ErrNotFound
-// without a request.
+// receipt of another queue is ErrNotFound without a request, and a delete
+// or visibility change of a message past its TTL is ErrNotFound.
 //
 // Time-to-live is adaptq's, per message: SQS keeps messages for its
 // queue's MessageRetentionPeriod, so the driver writes the TTL as a message
-// attribute (AttrTTL) and a Get deletes and leaves out what is past it (an
-// unmetered DeleteMessageBatch). A queue the driver creates keeps messages
-// 14 days, SQS's maximum; no message outlives its queue's retention
-// period, queue.NoExpiry included.
+// attribute (AttrTTL); a message expires at its SentTimestamp plus its
+// TTL, and a Get deletes and leaves out what is past it (an unmetered
+// DeleteMessageBatch). Both times are SQS's: whether a message has expired
+// is judged by the Date of SQS's answer (whole seconds, rounded down),
+// never by this process's clock, so a consumer whose clock runs fast
+// deletes no live message and one whose clock runs slow gets no expired
+// one; an expired message may live up to a second longer, and an answer
+// without a Date (a proxy that drops it) expires nothing. A queue the
+// driver creates keeps messages 14 days, SQS's maximum; no message
+// outlives its queue's retention period, queue.NoExpiry included.
 //
 // # Long polling: the idle wait
 //
@@ -89,10 +95,17 @@
 //
 // # Bodies
 //
-// A body that is text SQS can carry (valid UTF-8 without control
-// characters but tab, newline and carriage return) is sent as it is, for
-// consumers in other languages; any other, and an empty one, travels in
-// base64, marked with the attribute AttrEncoding. SQS takes messages of up
+// Any bytes round-trip. A body that is text within the Basic
+// Multilingual Plane (valid UTF-8 of the characters #x9, #xA, #xD, #x20
+// to #xD7FF and #xE000 to #xFFFD: no control characters but tab, newline
+// and carriage return) is sent as it is, byte for byte, for consumers in
+// other languages. Any other travels in base64, with the message attribute
+// adaptq-encoding (AttrEncoding) set to "base64", which such a consumer
+// checks before reading the body: bytes that are not UTF-8, control
+// characters, and text beyond the plane (emoji), which SQS accepts but its
+// emulators refuse (fauxqs answers InvalidMessageContents), so that one
+// wire format holds on both. An empty body is sent as "-" with
+// adaptq-encoding "empty". SQS takes messages of up
 // to 1 MiB (since August 2025; a queue's MaximumMessageSize may be lower,
 // and the driver creates queues with 1 MiB). Features().MaxBody is the
 // largest body that fits whatever its bytes: three quarters of the queue's
@@ -118,6 +131,10 @@
 //
 // The tests run against fauxqs (package sqstest), installed from
 // tools/fauxqs by `make test` and started on a free loopback port: the
-// conformance suite, the listener end to end, a process killed midway, and
-// faults injected by a proxy. No mock of SQS.
+// conformance suite, the listener end to end, a process killed midway,
+// queuetest's fault layer (TestFaults: lost replies, dropped requests, a
+// caller that gives up, an expired backlog, a client whose clock runs a
+// minute ahead of SQS's, connections dropped mid-drain) through queue.Open,
+// and errors SQS answers (500, 503, throttling) from queuetest's HTTP fault
+// proxy. No mock of SQS.
 package sqs

@@ -14,6 +14,7 @@ import (
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/meter"
+	"github.com/adaptq/adaptq/queue/queuetest"
 	"github.com/adaptq/adaptq/queue/sqs"
 	"github.com/adaptq/adaptq/queue/sqs/sqstest"
 	"github.com/adaptq/adaptq/scaling"
@@ -22,6 +23,9 @@ import (
 const (
 	e2eMessages = 2000
 	e2eTasks    = 8
+	// listenerFaults is how many faults TestListenerFaults injects: 8 of
+	// each kind, one every 10th request (a drain makes some 450).
+	listenerFaults = 40
 )
 
 // handled counts handler runs per message id.
@@ -154,11 +158,11 @@ func TestListenerEndToEnd(t *testing.T) {
 	}
 }
 
-// TestListenerFaults drains 2,000 messages through a proxy that answers a
-// share of requests with 500, 503 and throttling errors and closes
-// connections before and after the emulator acted. No message is lost,
-// the listener never exits, and every attempt is a call the meter saw: the
-// SDK retries nothing.
+// TestListenerFaults drains 2,000 messages through a proxy that answers
+// every 10th request, listenerFaults times in all, in turn with 500, 503 and
+// throttling errors or closes its connection before or after the emulator
+// acted. No message is lost, the listener never exits, and every attempt
+// is a call the meter saw: the SDK retries nothing.
 func TestListenerFaults(t *testing.T) {
 	t.Parallel()
 	srv := sqstest.Shared(t)
@@ -168,14 +172,10 @@ func TestListenerFaults(t *testing.T) {
 	ids := fill(t, dq, e2eMessages)
 
 	p := newFaultProxy(t, srv.Endpoint)
-	viaProxy := newClient(t, srv, sqs.Config{Region: region, Endpoint: p.Endpoint, Timeout: 5 * time.Second})
+	viaProxy := newClient(t, srv, sqs.Config{Region: region, Endpoint: p.URL, Timeout: 5 * time.Second})
 	m := meter.New(0)
 	q := openQueue(t, viaProxy, "listener-faults", queue.WithObserver(m))
-	p.Internal.Store(20)    // 2% 500 InternalError
-	p.Unavailable.Store(20) // 2% 503 ServiceUnavailable
-	p.Throttled.Store(20)   // 2% throttling
-	p.DropBefore.Store(20)  // 2% closed before reaching the emulator
-	p.DropAfter.Store(20)   // 2% closed after the emulator acted
+	p.ArmEvery(10, listenerFaults, faultInternal, faultUnavailable, faultThrottled, queuetest.HangUp, queuetest.LoseAnswer)
 
 	h := &handled{runs: map[string]int{}}
 	l, err := listener.New(q, h.handle, listenerOptions(3*time.Second))
@@ -194,13 +194,13 @@ func TestListenerFaults(t *testing.T) {
 
 	s := m.Snapshot()
 	st := l.Stats()
-	requests, faults, _ := p.counts()
+	requests, faults := p.Counts()
 	dup := 0
 	for _, n := range h.runs {
 		dup += n - 1
 	}
-	t.Logf("drained %d in %s with %d re-runs; proxy requests %v faults %v; meter calls %v errors %d (transient %d); listener %+v",
-		e2eMessages, took.Round(time.Millisecond), dup, requests, faults, s.Map(), s.TotalErrors(), s.Transient, st)
+	t.Logf("drained %d in %s with %d re-runs; proxy requests %v faults %v (%d armed left); meter calls %v errors %d (transient %d); listener %+v",
+		e2eMessages, took.Round(time.Millisecond), dup, requests, faults, p.Armed(), s.Map(), s.TotalErrors(), s.Transient, st)
 	if len(h.runs) != e2eMessages {
 		t.Errorf("handled %d distinct messages, want %d", len(h.runs), e2eMessages)
 	}
@@ -234,7 +234,7 @@ func TestIdleListenerLongPolls(t *testing.T) {
 	srv := sqstest.Shared(t)
 	region := sqstest.NewRegion()
 	p := newFaultProxy(t, srv.Endpoint)
-	c := newClient(t, srv, sqs.Config{Region: region, Endpoint: p.Endpoint})
+	c := newClient(t, srv, sqs.Config{Region: region, Endpoint: p.URL})
 	m := meter.New(0)
 	q := openQueue(t, c, "idle", queue.WithObserver(m))
 	producer := openQueue(t, newClient(t, srv, sqs.Config{Region: region}), "idle")
@@ -249,7 +249,7 @@ func TestIdleListenerLongPolls(t *testing.T) {
 	}
 	put := false
 	runUntil(t, l, 2*time.Minute, func() bool {
-		if _, _, lp := p.counts(); lp >= 2 && !put {
+		if r, _ := p.Counts(); r[longPoll] >= 2 && !put {
 			if _, err := producer.Put(ctx, []byte("wake"), queue.PutOptions{}); err != nil {
 				t.Fatal(err)
 			}
@@ -257,7 +257,8 @@ func TestIdleListenerLongPolls(t *testing.T) {
 		}
 		return h.count() == 1 && l.Stats().Deleted == 1
 	})
-	_, _, lp := p.counts()
+	r, _ := p.Counts()
+	lp := r[longPoll]
 	s := m.Snapshot()
 	t.Logf("long polls %d; meter %v", lp, s.Map())
 	if lp < 2 {

@@ -48,7 +48,10 @@ const (
 // lives as long as the queue keeps messages.
 const (
 	// AttrEncoding is "base64" for a body sent in base64 (one that is not
-	// text SQS can carry), "empty" for an empty body.
+	// text of SQS's characters within the Basic Multilingual Plane:
+	// bytes that are not UTF-8, control characters, emoji), "empty" for
+	// an empty body (sent as "-"). A consumer that does not use adaptq
+	// decodes the body when it finds "base64" here.
 	AttrEncoding = "adaptq-encoding"
 	// AttrTTL is the message's time-to-live in milliseconds.
 	AttrTTL = "adaptq-ttl"
@@ -171,15 +174,29 @@ func (q *Queue) Close() error {
 	return nil
 }
 
+// live refuses a call of a queue whose Client was closed (Client.Close:
+// "queues opened on it then return queue.ErrClosed"): nothing reaches SQS
+// and nothing is billed.
+func (q *Queue) live() error {
+	if q.c.closed.Load() {
+		return fmt.Errorf("the client was closed: %w", queue.ErrClosed)
+	}
+	return nil
+}
+
 // seconds rounds d up to whole seconds, SQS's resolution, so a message is
 // never hidden or delayed for less than asked.
 func seconds(d time.Duration) int32 {
 	return int32((d + time.Second - 1) / time.Second)
 }
 
-// isText reports whether b can be an SQS message body as it is: not empty,
-// valid UTF-8, and only the characters SQS allows (#x9 | #xA | #xD |
-// #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF).
+// isText reports whether b goes to SQS as it is: not empty, valid UTF-8,
+// and only characters of the Basic Multilingual Plane that SQS allows
+// (#x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD). SQS also takes
+// #x10000 to #x10FFFF (emoji), but emulators refuse them (fauxqs 1.9.2
+// and 2.4.1 check UTF-16 code units, so a surrogate pair fails with
+// InvalidMessageContents): such a body goes in base64, so that one wire
+// format holds on SQS and on its emulators.
 func isText(b []byte) bool {
 	if len(b) == 0 || !utf8.Valid(b) {
 		return false
@@ -189,7 +206,6 @@ func isText(b []byte) bool {
 		case r == 0x9, r == 0xA, r == 0xD:
 		case r >= 0x20 && r <= 0xD7FF:
 		case r >= 0xE000 && r <= 0xFFFD:
-		case r >= 0x10000 && r <= 0x10FFFF:
 		default:
 			return false
 		}
@@ -200,6 +216,9 @@ func isText(b []byte) bool {
 // Put sends a message. A body that is text goes as it is; any other (and
 // an empty one) in base64, marked with AttrEncoding.
 func (q *Queue) Put(ctx context.Context, body []byte, opts driver.PutOptions) (string, error) {
+	if err := q.live(); err != nil {
+		return "", err
+	}
 	in := &awssqs.SendMessageInput{QueueUrl: aws.String(q.url), MessageAttributes: map[string]types.MessageAttributeValue{}}
 	switch {
 	case isText(body):
@@ -239,8 +258,12 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts driver.PutOptions) (s
 // Get receives up to n messages, each hidden for visibility rounded up to
 // whole seconds (at most MaxVisibility). With a wait in ctx (the portable
 // queue's GetWait) it is a long poll of that many whole seconds. Messages
-// past their TTL are deleted and left out.
+// past their TTL by SQS's clock (the answer's Date) are deleted and left
+// out.
 func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*driver.Message, error) {
+	if err := q.live(); err != nil {
+		return nil, err
+	}
 	if visibility > MaxVisibility {
 		return nil, fmt.Errorf("%w: visibility timeout %s is over SQS's %s", queue.ErrInvalidArgument, visibility, MaxVisibility)
 	}
@@ -259,7 +282,8 @@ func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*dr
 	if err != nil {
 		return nil, classify(rctx, "ReceiveMessage", q.name, err)
 	}
-	now := time.Now()
+	local := q.c.cfg.Clock.Now()
+	now, judged := serverNow(out.ResultMetadata)
 	hidden := time.Duration(in.VisibilityTimeout) * time.Second
 	ms := make([]*driver.Message, 0, len(out.Messages))
 	var expired []string
@@ -267,7 +291,7 @@ func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*dr
 		if sm.MessageId == nil || sm.ReceiptHandle == nil {
 			continue
 		}
-		m := &driver.Message{ID: *sm.MessageId, NextVisibleAt: now.Add(hidden)}
+		m := &driver.Message{ID: *sm.MessageId, NextVisibleAt: local.Add(hidden)}
 		if v, err := strconv.ParseInt(sm.Attributes[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64); err == nil {
 			m.InsertedAt = time.UnixMilli(v).UTC()
 		}
@@ -279,7 +303,7 @@ func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*dr
 				m.ExpiresAt = m.InsertedAt.Add(time.Duration(ttl) * time.Millisecond)
 			}
 		}
-		if !m.ExpiresAt.IsZero() && !now.Before(m.ExpiresAt) {
+		if judged && expiredAt(m.ExpiresAt, now) {
 			expired = append(expired, *sm.ReceiptHandle)
 			continue
 		}
@@ -306,8 +330,9 @@ func decodeBody(s string, enc *string) []byte {
 	return []byte(s)
 }
 
-// deleteExpired deletes messages a Get found past their TTL: they are gone
-// for the contract, and SQS would keep them until its retention period.
+// deleteExpired deletes messages that SQS's clock put past their TTL: they
+// are gone for the contract, and SQS would keep them until its retention
+// period.
 func (q *Queue) deleteExpired(ctx context.Context, handles []string) {
 	entries := make([]types.DeleteMessageBatchRequestEntry, len(handles))
 	for i, h := range handles {
@@ -320,10 +345,11 @@ func (q *Queue) deleteExpired(ctx context.Context, handles []string) {
 	}
 }
 
-// A pop receipt is the message's expiry (Unix milliseconds, 0 for none),
-// the queue's name and SQS's receipt handle, joined by '|': enough to
-// refuse a receipt of another queue or of an expired message without a
-// request.
+// A pop receipt is the message's expiry (Unix milliseconds of SQS's clock,
+// 0 for none), the queue's name and SQS's receipt handle, joined by '|':
+// enough to refuse a receipt of another queue without a request, and to
+// tell, by the Date of SQS's answer to a delete or a visibility change,
+// whether the message's TTL had ended.
 func joinReceipt(expires time.Time, name, handle string) string {
 	var ms int64
 	if !expires.IsZero() {
@@ -358,29 +384,38 @@ func (q *Queue) parseReceipt(s string) (receipt, error) {
 	return r, nil
 }
 
-func (r receipt) expired() bool { return !r.expires.IsZero() && !time.Now().Before(r.expires) }
-
 var errExpired = fmt.Errorf("%w: the message's time-to-live has ended", queue.ErrNotFound)
 
 // Delete deletes a held message. SQS cannot tell a stale receipt or a
 // message that is gone (Features().LaxReceipts): such a delete succeeds
-// and deletes nothing. A message past its TTL is deleted and reported
-// ErrNotFound.
+// and deletes nothing. A message past its TTL by SQS's clock is deleted
+// and reported ErrNotFound.
 func (q *Queue) Delete(ctx context.Context, id, popReceipt string) error {
+	if err := q.live(); err != nil {
+		return err
+	}
 	r, err := q.parseReceipt(popReceipt)
 	if err != nil {
 		return err
 	}
 	rctx, cancel := q.c.ctx(ctx, 0)
 	defer cancel()
-	_, err = q.c.api.DeleteMessage(rctx, &awssqs.DeleteMessageInput{QueueUrl: aws.String(q.url), ReceiptHandle: aws.String(r.handle)})
+	out, err := q.c.api.DeleteMessage(rctx, &awssqs.DeleteMessageInput{QueueUrl: aws.String(q.url), ReceiptHandle: aws.String(r.handle)})
 	if err != nil {
 		return deleteError(classify(rctx, "DeleteMessage", q.name, err))
 	}
-	if r.expired() {
+	if now, ok := serverNow(out.ResultMetadata); ok && expiredAt(r.expires, now) {
 		return errExpired
 	}
 	return nil
+}
+
+// entryIndex is the index of the receipt a batch result's Id names (the
+// driver numbers a batch's entries by their receipts' indexes), if it
+// names one.
+func entryIndex(id *string, n int) (int, bool) {
+	i, err := strconv.Atoi(aws.ToString(id))
+	return i, err == nil && i >= 0 && i < n
 }
 
 // deleteError maps a delete's failures that mean "no such message here"
@@ -394,6 +429,9 @@ func deleteError(err error) error {
 
 // DeleteBatch deletes up to MaxBatch messages with one DeleteMessageBatch.
 func (q *Queue) DeleteBatch(ctx context.Context, receipts []driver.Receipt) ([]error, error) {
+	if err := q.live(); err != nil {
+		return nil, err
+	}
 	results := make([]error, len(receipts))
 	parsed := make([]receipt, len(receipts))
 	entries := make([]types.DeleteMessageBatchRequestEntry, 0, len(receipts))
@@ -415,20 +453,21 @@ func (q *Queue) DeleteBatch(ctx context.Context, receipts []driver.Receipt) ([]e
 	if err != nil {
 		return nil, deleteError(classify(rctx, "DeleteMessageBatch", q.name, err))
 	}
+	now, judged := serverNow(out.ResultMetadata)
 	answered := make(map[int]bool, len(entries))
 	for _, s := range out.Successful {
-		i, err := strconv.Atoi(aws.ToString(s.Id))
-		if err != nil || i < 0 || i >= len(receipts) {
+		i, ok := entryIndex(s.Id, len(receipts))
+		if !ok {
 			continue
 		}
 		answered[i] = true
-		if parsed[i].expired() {
+		if judged && expiredAt(parsed[i].expires, now) {
 			results[i] = errExpired
 		}
 	}
 	for _, f := range out.Failed {
-		i, err := strconv.Atoi(aws.ToString(f.Id))
-		if err != nil || i < 0 || i >= len(receipts) {
+		i, ok := entryIndex(f.Id, len(receipts))
+		if !ok {
 			continue
 		}
 		answered[i] = true
@@ -455,9 +494,12 @@ func (q *Queue) DeleteBatch(ctx context.Context, receipts []driver.Receipt) ([]e
 // UpdateVisibility hides a held message for d from now (rounded up to
 // whole seconds; 0 releases it) and returns its receipt: SQS keeps the
 // receipt handle (Features().LaxReceipts). A stale receipt or a deleted
-// message is ErrReceiptMismatch (SQS cannot tell which); a message past
-// its TTL is deleted and reported ErrNotFound.
+// message is ErrReceiptMismatch (SQS cannot tell which); a message that
+// SQS's answer shows past its TTL is deleted and reported ErrNotFound.
 func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d time.Duration) (string, error) {
+	if err := q.live(); err != nil {
+		return "", err
+	}
 	r, err := q.parseReceipt(popReceipt)
 	if err != nil {
 		return "", err
@@ -467,11 +509,7 @@ func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d t
 	}
 	rctx, cancel := q.c.ctx(ctx, 0)
 	defer cancel()
-	if r.expired() {
-		_, _ = q.c.api.DeleteMessage(rctx, &awssqs.DeleteMessageInput{QueueUrl: aws.String(q.url), ReceiptHandle: aws.String(r.handle)})
-		return "", errExpired
-	}
-	_, err = q.c.api.ChangeMessageVisibility(rctx, &awssqs.ChangeMessageVisibilityInput{
+	out, err := q.c.api.ChangeMessageVisibility(rctx, &awssqs.ChangeMessageVisibilityInput{
 		QueueUrl: aws.String(q.url), ReceiptHandle: aws.String(r.handle), VisibilityTimeout: seconds(d),
 	})
 	if err != nil {
@@ -479,7 +517,14 @@ func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d t
 		if errors.Is(err, ErrQueueNotFound) {
 			return "", fmt.Errorf("%w: %w", queue.ErrNotFound, err)
 		}
+		if now, ok := serverNowOf(err); ok && errors.Is(err, queue.ErrReceiptMismatch) && expiredAt(r.expires, now) {
+			return "", errExpired
+		}
 		return "", err
+	}
+	if now, ok := serverNow(out.ResultMetadata); ok && expiredAt(r.expires, now) {
+		q.deleteExpired(context.WithoutCancel(ctx), []string{r.handle})
+		return "", errExpired
 	}
 	return popReceipt, nil
 }
@@ -507,6 +552,9 @@ func (q *Queue) Depth(ctx context.Context) (driver.Depth, error) {
 // counts reads the queue's approximate visible and hidden (not visible or
 // delayed) messages in one billed call.
 func (q *Queue) counts(ctx context.Context) (visible, hidden int, err error) {
+	if err := q.live(); err != nil {
+		return 0, 0, err
+	}
 	rctx, cancel := q.c.ctx(ctx, 0)
 	defer cancel()
 	names := []types.QueueAttributeName{
@@ -536,6 +584,9 @@ func (q *Queue) counts(ctx context.Context) (visible, hidden int, err error) {
 // is transient, with PurgeInterval as the hint) and may take up to a
 // minute to finish, deleting messages sent meanwhile too.
 func (q *Queue) Clear(ctx context.Context) error {
+	if err := q.live(); err != nil {
+		return err
+	}
 	rctx, cancel := q.c.ctx(ctx, 0)
 	defer cancel()
 	_, err := q.c.api.PurgeQueue(rctx, &awssqs.PurgeQueueInput{QueueUrl: aws.String(q.url)})
@@ -549,29 +600,26 @@ var _ driver.VisibilityBatcher = (*Queue)(nil)
 // UpdateVisibilityBatch: releases at shutdown, in batches). Each result is
 // what UpdateVisibility would return.
 func (q *Queue) UpdateVisibilityBatch(ctx context.Context, receipts []driver.Receipt, d time.Duration) ([]string, []error, error) {
+	if err := q.live(); err != nil {
+		return nil, nil, err
+	}
 	if d > MaxVisibility {
 		return nil, nil, fmt.Errorf("%w: visibility timeout %s is over SQS's %s", queue.ErrInvalidArgument, d, MaxVisibility)
 	}
 	newReceipts := make([]string, len(receipts))
 	results := make([]error, len(receipts))
-	var expired []string
+	parsed := make([]receipt, len(receipts))
 	entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, 0, len(receipts))
 	for i, rc := range receipts {
 		r, err := q.parseReceipt(rc.PopReceipt)
-		switch {
-		case err != nil:
+		if err != nil {
 			results[i] = err
-		case r.expired():
-			results[i] = errExpired
-			expired = append(expired, r.handle)
-		default:
-			entries = append(entries, types.ChangeMessageVisibilityBatchRequestEntry{
-				Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(r.handle), VisibilityTimeout: seconds(d),
-			})
+			continue
 		}
-	}
-	if len(expired) > 0 {
-		q.deleteExpired(context.WithoutCancel(ctx), expired)
+		parsed[i] = r
+		entries = append(entries, types.ChangeMessageVisibilityBatchRequestEntry{
+			Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(r.handle), VisibilityTimeout: seconds(d),
+		})
 	}
 	if len(entries) == 0 {
 		return newReceipts, results, nil
@@ -586,16 +634,25 @@ func (q *Queue) UpdateVisibilityBatch(ctx context.Context, receipts []driver.Rec
 		}
 		return nil, nil, err
 	}
+	now, judged := serverNow(out.ResultMetadata)
+	var expired []string
 	answered := make(map[int]bool, len(entries))
 	for _, s := range out.Successful {
-		if i, err := strconv.Atoi(aws.ToString(s.Id)); err == nil && i >= 0 && i < len(receipts) {
-			answered[i] = true
-			newReceipts[i] = receipts[i].PopReceipt
+		i, ok := entryIndex(s.Id, len(receipts))
+		if !ok {
+			continue
 		}
+		answered[i] = true
+		if judged && expiredAt(parsed[i].expires, now) {
+			results[i] = errExpired
+			expired = append(expired, parsed[i].handle)
+			continue
+		}
+		newReceipts[i] = receipts[i].PopReceipt
 	}
 	for _, f := range out.Failed {
-		i, err := strconv.Atoi(aws.ToString(f.Id))
-		if err != nil || i < 0 || i >= len(receipts) {
+		i, ok := entryIndex(f.Id, len(receipts))
+		if !ok {
 			continue
 		}
 		answered[i] = true
@@ -604,6 +661,9 @@ func (q *Queue) UpdateVisibilityBatch(ctx context.Context, receipts []driver.Rec
 		case hasCode(e.Code, codesReceipt), hasCode(e.Code, []string{"InvalidParameterValue"}) && strings.Contains(e.Message, "ReceiptHandle"):
 			e.kind = queue.ErrReceiptMismatch
 			results[i] = e
+			if judged && expiredAt(parsed[i].expires, now) {
+				results[i] = errExpired
+			}
 		case f.SenderFault:
 			results[i] = e
 		default:
@@ -615,6 +675,9 @@ func (q *Queue) UpdateVisibilityBatch(ctx context.Context, receipts []driver.Rec
 		if !answered[i] {
 			results[i] = queue.Transient(&Error{Op: "ChangeMessageVisibilityBatch", Queue: q.name, Message: "no result for the entry", err: errors.New("no result")}, 0)
 		}
+	}
+	if len(expired) > 0 {
+		q.deleteExpired(context.WithoutCancel(ctx), expired)
 	}
 	return newReceipts, results, nil
 }

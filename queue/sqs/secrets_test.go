@@ -28,9 +28,9 @@ func TestSecretsNeverReachErrorsOrLogs(t *testing.T) {
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), logs, zap.DebugLevel))
 	creds := credentials.NewStaticCredentialsProvider("AKIDEXAMPLE", secret, "")
 	p := newFaultProxy(t, srv.Endpoint)
-	c := newClient(t, srv, sqs.Config{Endpoint: p.Endpoint, Credentials: creds, Logger: log})
+	c := newClient(t, srv, sqs.Config{Endpoint: p.URL, Credentials: creds, Logger: log})
 	q := openQueue(t, c, "secrets")
-	p.Internal.Store(1000) // every call fails now
+	p.Arm(3, faultInternal) // every call fails now
 	var errs []error
 	_, err := q.Put(ctx, []byte("x"), queue.PutOptions{})
 	errs = append(errs, err)

@@ -83,9 +83,12 @@ type Server struct {
 	TLS     bool
 	RootCAs *x509.CertPool
 
-	procs []*proc
+	mu    sync.Mutex
+	procs []*proc // the queue service's first
 	dir   string
 	once  sync.Once
+	bin   string
+	extra []string
 }
 
 // URL is an azure:// URL of the queue called name on this server, with
@@ -126,6 +129,8 @@ func (s *Server) ConnectionString() string {
 // working directory. It is safe to call more than once.
 func (s *Server) Stop() {
 	s.once.Do(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
 		for _, p := range s.procs {
 			p.stop()
 		}
@@ -137,6 +142,8 @@ func (s *Server) Stop() {
 
 // PIDs are the service processes' ids (each leads its process group).
 func (s *Server) PIDs() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var ids []int
 	for _, p := range s.procs {
 		ids = append(ids, p.cmd.Process.Pid)
@@ -229,7 +236,7 @@ func LaunchWith(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{dir: dir}
+	s := &Server{dir: dir, bin: bin}
 	var extra []string
 	scheme := "http"
 	if opts.OAuth {
@@ -241,6 +248,7 @@ func LaunchWith(opts Options) (*Server, error) {
 		s.TLS, s.RootCAs, scheme = true, pool, "https"
 		extra = []string{"--cert", certFile, "--key", keyFile, "--oauth", "basic"}
 	}
+	s.extra = extra
 	type result struct {
 		svc  string
 		p    *proc
@@ -250,7 +258,7 @@ func LaunchWith(opts Options) (*Server, error) {
 	ch := make(chan result, 2)
 	for _, svc := range []string{"queue", "blob"} {
 		go func() {
-			p, addr, err := startService(bin, svc, filepath.Join(dir, svc), extra, s.HTTPClient())
+			p, addr, err := startService(bin, svc, filepath.Join(dir, svc), "0", extra, s.HTTPClient())
 			ch <- result{svc, p, addr, err}
 		}()
 	}
@@ -261,12 +269,13 @@ func LaunchWith(opts Options) (*Server, error) {
 			errs = append(errs, r.err)
 			continue
 		}
-		s.procs = append(s.procs, r.p)
 		switch r.svc {
 		case "queue":
+			s.procs = append([]*proc{r.p}, s.procs...)
 			s.QueueAddr = r.addr
 			s.QueueEndpoint = scheme + "://" + r.addr + "/" + Account
 		case "blob":
+			s.procs = append(s.procs, r.p)
 			s.BlobAddr = r.addr
 			s.BlobEndpoint = scheme + "://" + r.addr + "/" + Account
 		}
@@ -366,16 +375,41 @@ func repoRoot() (string, error) {
 // listening is the line Azurite prints once its port is bound.
 var listening = regexp.MustCompile(`successfully listens on (https?)://([0-9.]+:[0-9]+)`)
 
-// startService runs azurite-<svc> on port 0 of the loopback, with extra
-// arguments, and reads the port it bound from its output; client checks
-// that it answers.
-func startService(bin, svc, dir string, extra []string, client *http.Client) (*proc, string, error) {
+// RestartQueue stops the queue service (SIGTERM, on which Azurite saves
+// its database to the data directory) and starts it again on the same port
+// and directory, so that it keeps what it saved: messages, their
+// visibility and dequeue counts. Clients' connections are closed; the
+// endpoint stays the same.
+func (s *Server) RestartQueue() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.procs) == 0 {
+		return errors.New("azuritetest: the server has stopped")
+	}
+	s.procs[0].stop()
+	_, port, _ := strings.Cut(s.QueueAddr, ":")
+	var err error
+	for try := 0; try < 20; try++ { // the port may linger a moment
+		var p *proc
+		if p, _, err = startService(s.bin, "queue", filepath.Join(s.dir, "queue"), port, s.extra, s.HTTPClient()); err == nil {
+			s.procs[0] = p
+			return nil
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return fmt.Errorf("azuritetest: restart the queue service on port %s: %w", port, err)
+}
+
+// startService runs azurite-<svc> on port (0: a free one) of the loopback,
+// with extra arguments, and reads the port it bound from its output;
+// client checks that it answers.
+func startService(bin, svc, dir, port string, extra []string, client *http.Client) (*proc, string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, "", err
 	}
 	args := []string{
 		"--" + svc + "Host", "127.0.0.1",
-		"--" + svc + "Port", "0",
+		"--" + svc + "Port", port,
 		"--location", dir,
 		"--skipApiVersionCheck",
 		"--loose",

@@ -39,6 +39,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,9 +70,32 @@ type Server struct {
 	// Endpoint is its URL, e.g. http://127.0.0.1:41234; Addr the host:port.
 	Endpoint, Addr string
 
-	cmd  *exec.Cmd
-	done chan struct{}
-	once sync.Once
+	cmd          *exec.Cmd
+	done         chan struct{}
+	once         sync.Once
+	clockControl bool
+}
+
+// SetClockOffset sets the server's clock to the system's plus d (negative:
+// behind), from now on, for every time it keeps (sent timestamps,
+// visibility timeouts, delays) and the Date of its answers. The server
+// must have been started with Options.ClockControl. Moving a clock that
+// others' tests read would break them: use a server of the test's own.
+func (s *Server) SetClockOffset(d time.Duration) error {
+	if !s.clockControl {
+		return errors.New("sqstest: the server was started without Options.ClockControl")
+	}
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get(s.Endpoint + "/_adaptq/clock?offset_ms=" + strconv.FormatInt(d.Milliseconds(), 10))
+	if err != nil {
+		return fmt.Errorf("sqstest: set the clock offset: %w", err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("sqstest: set the clock offset: HTTP %d", resp.StatusCode)
+	}
+	return nil
 }
 
 var regions atomic.Int64
@@ -188,8 +212,28 @@ func UseDummyCredentials() {
 	}
 }
 
+// Options are a server's settings beyond the defaults.
+type Options struct {
+	// ClockControl lets SetClockOffset move the server's clock.
+	ClockControl bool
+}
+
 // Launch starts a server that the caller must Stop.
-func Launch() (*Server, error) {
+func Launch() (*Server, error) { return LaunchWith(Options{}) }
+
+// StartWith is Start with options.
+func StartWith(tb testing.TB, o Options) *Server {
+	tb.Helper()
+	s, err := LaunchWith(o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+// LaunchWith is Launch with options.
+func LaunchWith(o Options) (*Server, error) {
 	dir, err := toolDir()
 	if err != nil {
 		return nil, err
@@ -197,7 +241,10 @@ func Launch() (*Server, error) {
 	UseDummyCredentials()
 	cmd := exec.Command("node", "launch.mjs")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "FAUXQS_PORT=0")
+	cmd.Env = append(os.Environ(), "FAUXQS_PORT=0", "FAUXQS_CLOCK_CONTROL=")
+	if o.ClockControl {
+		cmd.Env[len(cmd.Env)-1] = "FAUXQS_CLOCK_CONTROL=1"
+	}
 	cmd.SysProcAttr = sysProcAttr()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -207,7 +254,7 @@ func Launch() (*Server, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("sqstest: start fauxqs: %w", err)
 	}
-	s := &Server{cmd: cmd, done: make(chan struct{})}
+	s := &Server{cmd: cmd, done: make(chan struct{}), clockControl: o.ClockControl}
 	addrCh := make(chan string, 1)
 	var tail lineTail
 	go func() {

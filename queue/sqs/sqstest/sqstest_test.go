@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/adaptq/adaptq/queue/sqs/sqstest"
 )
@@ -47,5 +48,39 @@ func TestStartStop(t *testing.T) {
 	}
 	if _, err := http.Get(s.Endpoint + "/health"); err == nil {
 		t.Error("the server still answers after Stop")
+	}
+}
+
+// A server started with ClockControl moves its clock, and its answers'
+// Date, by the offset set; one without refuses.
+func TestClockOffset(t *testing.T) {
+	s := sqstest.StartWith(t, sqstest.Options{ClockControl: true})
+	serverDate := func() time.Time {
+		t.Helper()
+		resp, err := http.Get(s.Endpoint + "/health")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		d, err := http.ParseTime(resp.Header.Get("Date"))
+		if err != nil {
+			t.Fatalf("Date %q: %v", resp.Header.Get("Date"), err)
+		}
+		return d
+	}
+	if err := s.SetClockOffset(-time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if d := serverDate(); !d.Before(time.Now().Add(-50 * time.Minute)) {
+		t.Errorf("with the clock an hour behind the server's Date is %s (now %s)", d, time.Now().UTC())
+	}
+	if err := s.SetClockOffset(0); err != nil {
+		t.Fatal(err)
+	}
+	if d := serverDate(); d.Before(time.Now().Add(-50 * time.Minute)) {
+		t.Errorf("with the offset undone the server's Date is %s (now %s)", d, time.Now().UTC())
+	}
+	if err := sqstest.Start(t).SetClockOffset(time.Minute); err == nil {
+		t.Error("a server started without ClockControl let its clock be moved")
 	}
 }

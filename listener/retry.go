@@ -1,0 +1,157 @@
+package listener
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/adaptq/adaptq/queue"
+)
+
+// fate is what becomes of a failed message that stays in its queue.
+type fate int
+
+const (
+	// runsAgain: it is hidden for its retry delay, or reappears when its
+	// visibility timeout ends, well before it expires.
+	runsAgain fate = iota
+	// runsSooner: its retry delay (or its visibility timeout) would end too
+	// close to its expiry, so it is hidden for less, to run again first.
+	runsSooner
+	// expired: it expired while its handler ran; it will not run again.
+	expired
+)
+
+// retry is the plan for a failed message that stays in its queue.
+type retry struct {
+	fate fate
+	// delay is how long the message is hidden from now, if hide (0:
+	// released at once); wanted is the retry delay RetryDelay asked for.
+	delay, wanted time.Duration
+	hide          bool
+	// poison: the message cannot be retried as asked before it expires (a
+	// server's Retry-After outlasts it, or it has expired): it belongs in
+	// the poison queue, with why, rather than lost.
+	poison bool
+	why    string
+	left   time.Duration // time to the message's expiry (0: it never expires)
+}
+
+// planRetry decides how long a failed message that stays in its queue is
+// hidden: its retry delay want (0: until the visibility timeout it was got
+// with ends), unless that would end too close to its expiry for a get to
+// find it again (see hideLimit). Then the hide is cut to the limit, and,
+// where the delay was a server's hint (queue.RetryAfter: an http: handler's
+// Retry-After) that cannot be honoured, or the message has expired
+// already, the plan says to poison it. The message's expiry is judged with
+// the listener's clock.
+func (l *Listener) planRetry(m *queue.Message, err error, want time.Duration) retry {
+	r := retry{fate: runsAgain, delay: want, wanted: want, hide: want > 0}
+	if m.ExpiresAt.IsZero() {
+		return r // it never expires
+	}
+	r.left = m.ExpiresAt.Sub(l.o.Clock.Now())
+	if r.left <= 0 {
+		r.fate, r.hide, r.poison = expired, false, true
+		r.why = fmt.Sprintf("the message expired %s ago, while its handler ran: poisoned rather than lost", (-r.left).Round(time.Millisecond))
+		return r
+	}
+	limit := hideLimit(r.left, l.longestSleep())
+	end := want
+	if want == 0 {
+		// It reappears when the visibility timeout it was got (or last
+		// renewed) with ends: at most this long from now.
+		end = l.o.VisibilityTimeout
+	}
+	if end <= limit {
+		return r
+	}
+	if hint, ok := queue.RetryAfter(err); ok && want >= hint && want > limit {
+		r.poison = true
+		r.why = fmt.Sprintf("the server asked to retry after %s (Retry-After), but the message expires in %s: poisoned rather than lost",
+			want, r.left.Round(time.Millisecond))
+	}
+	r.fate, r.delay, r.hide = runsSooner, limit, true
+	return r
+}
+
+// hideLimit is the longest a failed message with left to live may be
+// hidden and still be got again before it expires: a hide of d must end
+// at least min(longest, 2d) before the expiry. longest is the listener's
+// longest idle sleep, the most a get may wait once the message is visible
+// again; and the task that failed it backs off from its failure
+// exponentially (Best Practices' idle backoff: each sleep about the time
+// idle so far, times up to 1.2), so it is asleep for at most about 1.2·d
+// when a hide of d ends, and 2d leaves room. That is max(left − longest,
+// left/3), and 0 once nothing is left.
+func hideLimit(left, longest time.Duration) time.Duration {
+	if left <= 0 {
+		return 0
+	}
+	return max(left-longest, left/3)
+}
+
+// longestSleep is the longest an idle task of the default QueueEmpty rule
+// sleeps: idle.max, or the safety interval with a trigger.
+func (l *Listener) longestSleep() time.Duration {
+	if l.o.Notifier != nil {
+		return max(l.o.SafetyInterval, l.o.Idle.Max)
+	}
+	return l.o.Idle.Max
+}
+
+// expiringError is the error of a message poisoned because it could not
+// be retried before it expired: the handler's error, and why.
+type expiringError struct {
+	err error
+	why string
+}
+
+func (e *expiringError) Error() string { return e.err.Error() + "; " + e.why }
+func (e *expiringError) Unwrap() error { return e.err }
+
+// retryLater settles a failed message that stays in its queue, by the
+// plan of planRetry: poison it if it cannot be retried before it expires
+// (and there is a poison queue), or log the failure and hide the message
+// for its delay.
+func (b *batch) retryLater(i int, err error) {
+	l := b.l
+	m := b.msgs[i]
+	r := l.planRetry(m, err, min(l.o.RetryDelay(m, err), queue.MaxVisibilityTimeout))
+	if r.poison && l.o.Poison != nil {
+		reason := "the retry delay outlasts the message's time-to-live"
+		if r.fate == expired {
+			reason = "the message expired while its handler ran"
+		}
+		if b.poison(i, reason, &expiringError{err: err, why: r.why}) {
+			return
+		}
+	}
+	l.logFailure(m, err, r)
+	if !r.hide {
+		return
+	}
+	_, uerr := l.q.UpdateVisibility(l.opCtx, m.ID, b.newestReceipt(i), r.delay)
+	switch {
+	case uerr == nil && r.delay > 0:
+		l.stats.hidden.Add(1)
+	case uerr == nil:
+		l.stats.released.Add(1)
+	default:
+		l.log.Debug("listener: hiding a failed message failed", zap.String("msg_id", m.ID), zap.Error(uerr))
+	}
+}
+
+// isExpired reports whether m's time-to-live has ended, by the listener's
+// clock.
+func (l *Listener) isExpired(m *queue.Message) bool {
+	return !m.ExpiresAt.IsZero() && !l.o.Clock.Now().Before(m.ExpiresAt)
+}
+
+// errExpiring reports whether err is a message's poisoning for its expiry.
+func errExpiring(err error) bool {
+	_, ok := errors.AsType[*expiringError](err)
+	return ok
+}
