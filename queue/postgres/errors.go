@@ -96,7 +96,8 @@ func classify(err error) (bool, time.Duration) {
 // context's error: errors.Is(err, context.Canceled) holds, and the call is
 // not transient (the caller gave up).
 func ended(ctx context.Context, err error) error {
-	if err == nil || ctx.Err() == nil || errors.Is(err, ctx.Err()) {
+	var pe *pgconn.PgError
+	if err == nil || ctx.Err() == nil || !errors.As(err, &pe) || pe.Code != "57014" {
 		return err
 	}
 	return fmt.Errorf("%w (%w)", ctx.Err(), err)
