@@ -83,6 +83,18 @@ func TestCancelledCallActsOnlyIfItSucceeds(t *testing.T) {
 		return false
 	}
 	const local = "&synchronous_commit=local"
+	// held puts a message through q and gets it.
+	held := func(t *testing.T, q *queue.Queue) *queue.Message {
+		t.Helper()
+		if _, err := q.Put(ctx, []byte("x"), queue.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		ms, err := q.Get(ctx, 1, time.Hour)
+		if err != nil || len(ms) != 1 {
+			t.Fatalf("Get: %d, %v", len(ms), err)
+		}
+		return ms[0]
+	}
 
 	t.Run("Put", func(t *testing.T) {
 		prep := open("put", local)
@@ -128,38 +140,26 @@ func TestCancelledCallActsOnlyIfItSucceeds(t *testing.T) {
 	t.Run("UpdateVisibility", func(t *testing.T) {
 		prep := open("renew", local)
 		q := open("renew", "")
-		if _, err := prep.Put(ctx, []byte("x"), queue.PutOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		ms, err := prep.Get(ctx, 1, time.Hour)
-		if err != nil || len(ms) != 1 {
-			t.Fatalf("Get: %d, %v", len(ms), err)
-		}
+		m := held(t, prep)
 		var nr string
-		err = cancelled(func(ctx context.Context) (err error) {
-			nr, err = q.UpdateVisibility(ctx, ms[0].ID, ms[0].PopReceipt, time.Hour)
+		err := cancelled(func(ctx context.Context) (err error) {
+			nr, err = q.UpdateVisibility(ctx, m.ID, m.PopReceipt, time.Hour)
 			return err
 		})
-		held := ms[0].PopReceipt // what the caller holds now
+		receipt := m.PopReceipt // what the caller holds now
 		if err == nil {
-			held = nr
+			receipt = nr
 		}
-		if derr := prep.Delete(ctx, ms[0].ID, held); derr != nil {
+		if derr := prep.Delete(ctx, m.ID, receipt); derr != nil {
 			t.Fatalf("an UpdateVisibility returned %v; the delete with the receipt the caller holds then failed: %v", err, derr)
 		}
 	})
 	t.Run("Delete", func(t *testing.T) {
 		prep := open("delete", local)
 		q := open("delete", "")
-		if _, err := prep.Put(ctx, []byte("x"), queue.PutOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		ms, err := prep.Get(ctx, 1, time.Hour)
-		if err != nil || len(ms) != 1 {
-			t.Fatalf("Get: %d, %v", len(ms), err)
-		}
-		err = cancelled(func(ctx context.Context) error { return q.Delete(ctx, ms[0].ID, ms[0].PopReceipt) })
-		if s := stored(prep, ms[0].ID); s != (err != nil) {
+		m := held(t, prep)
+		err := cancelled(func(ctx context.Context) error { return q.Delete(ctx, m.ID, m.PopReceipt) })
+		if s := stored(prep, m.ID); s != (err != nil) {
 			t.Fatalf("a Delete returned %v; the message stored: %v", err, s)
 		}
 	})
