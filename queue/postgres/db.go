@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/adaptq/adaptq/queue"
@@ -45,6 +47,26 @@ const SweepInterval = time.Second
 // short transaction each, so a large backlog is swept without holding
 // locks or a snapshot for long.
 const sweepBatch = 1000
+
+// cancelWait is how long a statement whose context ended waits for the
+// server's answer to the cancel request sent for it: a reachable server
+// answers within a round trip or two (the statement stops, or it was
+// already committing and completes), and the call then reports what
+// happened. A server that has not answered in 5 s is taken as unreachable:
+// the connection is dropped and the outcome is unknown, as with a lost
+// reply.
+const cancelWait = 5 * time.Second
+
+// cancelOnServer is the context watcher of the pool's connections: when a
+// statement's context ends, it asks the server to cancel the statement and
+// waits for its answer (up to cancelWait), where pgx's default drops the
+// connection at once and cancels in the background. A call that returned
+// then never acts afterwards: a statement the cancel cannot stop (one
+// whose commit waits for the WAL flush or a synchronous standby) comes
+// back as a success, not as an error while it commits.
+func cancelOnServer(c *pgconn.PgConn) ctxwatch.Handler {
+	return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: cancelWait}
+}
 
 // clientSkew shifts every reading of the client's clock the driver makes
 // (wallNow); tests set it to prove that no decision about a message rests
@@ -172,7 +194,9 @@ func Open(ctx context.Context, connString string, opts ...Option) (*DB, error) {
 	return OpenConfig(ctx, cfg, opts...)
 }
 
-// OpenConfig is Open with a parsed pool configuration.
+// OpenConfig is Open with a parsed pool configuration. The pool's
+// connections get the DB's own context watcher (cancelOnServer) in place of
+// cfg's.
 func OpenConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*DB, error) {
 	o := options{schema: DefaultSchema, maxBody: queue.DefaultMaxBodySize, notifyInterval: DefaultNotifyInterval, vacuumEvery: DefaultVacuumEvery}
 	for _, opt := range opts {
@@ -217,12 +241,16 @@ func OpenConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*DB, 
 	if _, set := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
 		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	}
+	// The LISTEN connection keeps pgx's watcher: it waits for
+	// notifications, not statements, and must let go at once.
+	listen := cfg.ConnConfig.Copy()
+	cfg.ConnConfig.BuildContextWatcherHandler = cancelOnServer
 	db.pool, err = pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open: %w", err)
 	}
 	db.bg, db.stop = context.WithCancel(context.Background())
-	db.hub = newHub(db, cfg.ConnConfig.Copy())
+	db.hub = newHub(db, listen)
 	return db, nil
 }
 

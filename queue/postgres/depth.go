@@ -35,7 +35,7 @@ func (q *pgQueue) Depth(ctx context.Context) (driver.Depth, error) {
 	var total, hidden int64
 	var oldest *time.Time
 	if err := q.db.pool.QueryRow(ctx, depthSQL(quoteIdent(q.db.schema)), q.db.nowArg(), q.st.id).Scan(&total, &hidden, &oldest); err != nil {
-		return driver.Depth{}, err
+		return driver.Depth{}, ended(ctx, err)
 	}
 	d := driver.Depth{Visible: int(max(total-hidden, 0)), InFlight: int(hidden)}
 	if oldest != nil {

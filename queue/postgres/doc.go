@@ -51,10 +51,11 @@
 //	adaptq_migrations(version, description, applied_at)
 //
 // Version 2 added bodies' queue_id and expires_at (copied from the
-// messages when it runs: one pass over the bodies) and bodies_expiry.
-// Migrate with the workers of version 1 stopped: a body such a worker
-// writes afterwards has no expiry, so its message, once expired, is never
-// returned but never swept either.
+// messages when it runs: one pass over the bodies) and bodies_expiry. A
+// worker of version 1 still running after the migration writes bodies
+// without them; the sweep fills them in from the messages (finding such
+// bodies through bodies_expiry too), so their messages are swept once
+// expired like any other.
 //
 // Bodies live apart from the state: an UPDATE in PostgreSQL writes a whole
 // new row version, so a Get that hid a message in a row holding its body
@@ -183,6 +184,18 @@
 // shutdowns (57P01, 57P02, 57P03, with a 2 s retry hint), too many
 // connections (53300, 1 s) and other class 08 errors are transient
 // (queue.IsTransient), so the listener retries them.
+//
+// A call whose context ends while the server runs its statement asks the
+// server to cancel it and waits for the answer (up to 5 s): the statement
+// stops and the call fails with the context's error, or it was already
+// committing (waiting for the WAL flush or a synchronous standby, which a
+// cancel cannot undo) and the call reports its success. So a call that
+// returned an error never acts afterwards. pgx's default, which drops the
+// connection at once and cancels in the background, let a Put store, a
+// Get hide or a renewal change the receipt after the call had failed.
+// OpenConfig replaces the configuration's context watcher for that; only
+// a server that does not answer in 5 s leaves the outcome unknown, as a
+// lost reply does.
 //
 // # Durability
 //

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -88,4 +89,16 @@ func classify(err error) (bool, time.Duration) {
 		return true, 0
 	}
 	return false, 0
+}
+
+// ended makes the error of a statement the server stopped because the
+// caller's context ended (cancelOnServer: SQLSTATE 57014) say so, as the
+// context's error: errors.Is(err, context.Canceled) holds, and the call is
+// not transient (the caller gave up).
+func ended(ctx context.Context, err error) error {
+	var pe *pgconn.PgError
+	if err == nil || ctx.Err() == nil || !errors.As(err, &pe) || pe.Code != "57014" {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", ctx.Err(), err)
 }

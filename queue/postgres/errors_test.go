@@ -46,3 +46,21 @@ func TestClassify(t *testing.T) {
 		t.Error("an unknown error is transient")
 	}
 }
+
+// TestEnded: only a statement the server stopped for the caller's ended
+// context reads as that context's error; any other outcome is kept.
+func TestEnded(t *testing.T) {
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	stopped := &pgconn.PgError{Code: "57014"}
+	if err := ended(done, stopped); !errors.Is(err, context.Canceled) || !errors.As(err, new(*pgconn.PgError)) {
+		t.Errorf("ended(cancelled, 57014) = %v, want context.Canceled wrapping the server's error", err)
+	}
+	if err := ended(context.Background(), stopped); errors.Is(err, context.Canceled) {
+		t.Errorf("ended(live, 57014) = %v: a statement timeout is not the caller's cancel", err)
+	}
+	other := fmt.Errorf("%w: id 1", queue.ErrReceiptMismatch)
+	if err := ended(done, other); err != other {
+		t.Errorf("ended(cancelled, %v) = %v, want it unchanged", other, err)
+	}
+}

@@ -73,3 +73,61 @@ func TestMigrateFromVersion1(t *testing.T) {
 		t.Fatalf("Get = %d, %v; want the 2 live messages", len(ms), err)
 	}
 }
+
+// v1Put is version 1's Put statement, as a worker of version 1 still
+// running after the migration sends it: its body row has no queue and no
+// expiry.
+const v1Put = `
+WITH m AS (
+	INSERT INTO {s}.messages (queue_id, visible_at, expires_at, inserted_at)
+	VALUES ($2, {now} + $3::bigint * interval '1 microsecond',
+	        CASE WHEN $4::bigint < 0 THEN 'infinity'::timestamptz ELSE {now} + $4::bigint * interval '1 microsecond' END,
+	        {now})
+	RETURNING id
+), b AS (
+	INSERT INTO {s}.bodies (id, body) SELECT id, $5 FROM m
+), c AS (
+	UPDATE {s}.counts SET n = n + 1 WHERE queue_id = $2 AND shard = {shard}
+)
+SELECT id FROM m`
+
+// TestSweepFindsVersion1WorkersMessages: a worker of version 1 still
+// running after another process migrated the schema (a rolling upgrade,
+// with migrations applied on open by default) writes bodies without their
+// queue and expiry. Once such a message expires it is never returned, so
+// nothing deletes it: it stayed in Count, Depth and the table for good.
+// The sweep fills in what version 1 left out and deletes it.
+func TestSweepFindsVersion1WorkersMessages(t *testing.T) {
+	ctx := context.Background()
+	c := clock.NewFake(clock.Epoch)
+	db, err := Open(ctx, pgtest.URL(t), WithSchema(pgtest.Schema(t)), WithClock(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	q, err := db.Queue(ctx, "rolling")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pq, err := db.queue(ctx, "rolling")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sql := strings.NewReplacer("{s}", quoteIdent(db.schema), "{now}", "coalesce($1::timestamptz, now())", "{shard}", shard).Replace(v1Put)
+	for _, ttl := range []int64{micros(time.Minute), -1} { // one expires, one never does
+		if _, err := db.pool.Exec(ctx, sql, c.Now(), pq.st.id, int64(0), ttl, []byte("v1")); err != nil {
+			t.Fatalf("version 1's Put: %v", err)
+		}
+	}
+	c.Advance(2 * time.Minute)
+	if n, err := db.Sweep(ctx, "rolling"); err != nil || n != 1 {
+		t.Fatalf("Sweep = %d, %v; want the expired message version 1 put", n, err)
+	}
+	if n, err := q.Count(ctx); err != nil || n != 1 {
+		t.Fatalf("Count = %d, %v; want 1 (the message without expiry)", n, err)
+	}
+	ms, err := q.Get(ctx, queue.MaxBatchSize, time.Minute)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("Get = %d, %v; want the message without expiry", len(ms), err)
+	}
+}

@@ -72,7 +72,8 @@ func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 
 // Put stores the message, its body and its count in one statement; when
 // the queue's notify interval allows, the same statement notifies.
-func (q *pgQueue) Put(ctx context.Context, body []byte, opts driver.PutOptions) (string, error) {
+func (q *pgQueue) Put(ctx context.Context, body []byte, opts driver.PutOptions) (_ string, rerr error) {
+	defer func() { rerr = ended(ctx, rerr) }()
 	if err := q.check(); err != nil {
 		return "", err
 	}
@@ -105,7 +106,8 @@ func (q *pgQueue) Put(ctx context.Context, body []byte, opts driver.PutOptions) 
 }
 
 // Get hides and returns up to n visible messages in one statement.
-func (q *pgQueue) Get(ctx context.Context, n int, visibility time.Duration) ([]*driver.Message, error) {
+func (q *pgQueue) Get(ctx context.Context, n int, visibility time.Duration) (_ []*driver.Message, rerr error) {
+	defer func() { rerr = ended(ctx, rerr) }()
 	if err := q.check(); err != nil {
 		return nil, err
 	}
@@ -192,14 +194,14 @@ func (q *pgQueue) kickSweep() {
 func (q *pgQueue) Sweep(ctx context.Context) (int, error) {
 	total := 0
 	for {
-		var found, deleted int
-		err := q.db.pool.QueryRow(ctx, q.db.sql.sweep, q.db.nowArg(), q.st.id, sweepBatch).Scan(&found, &deleted)
+		var found, deleted, filed int
+		err := q.db.pool.QueryRow(ctx, q.db.sql.sweep, q.db.nowArg(), q.st.id, sweepBatch).Scan(&found, &deleted, &filed)
 		if err != nil {
 			return total, err
 		}
 		total += deleted
-		q.db.churned(2 * deleted)
-		if found < sweepBatch || deleted == 0 {
+		q.db.churned(2*deleted + filed)
+		if (found < sweepBatch || deleted == 0) && filed == 0 {
 			return total, nil
 		}
 	}
@@ -233,7 +235,8 @@ func outcome(id string, live *bool) error {
 }
 
 // Delete removes a message held with its newest receipt.
-func (q *pgQueue) Delete(ctx context.Context, id, popReceipt string) error {
+func (q *pgQueue) Delete(ctx context.Context, id, popReceipt string) (rerr error) {
+	defer func() { rerr = ended(ctx, rerr) }()
 	if err := q.check(); err != nil {
 		return err
 	}
@@ -265,7 +268,8 @@ func (q *pgQueue) DeleteBatch(ctx context.Context, receipts []driver.Receipt) ([
 	if err := q.check(); err != nil {
 		return nil, err
 	}
-	return q.st.dels.do(ctx, receipts, q.deleteBatch)
+	res, err := q.st.dels.do(ctx, receipts, q.deleteBatch)
+	return res, ended(ctx, err)
 }
 
 // deleteBatch deletes any number of messages in one statement. A receipt
@@ -349,7 +353,8 @@ func (q *pgQueue) deleteBatch(ctx context.Context, receipts []driver.Receipt) ([
 
 // UpdateVisibility hides a held message for d from now and returns its new
 // receipt.
-func (q *pgQueue) UpdateVisibility(ctx context.Context, id, popReceipt string, d time.Duration) (string, error) {
+func (q *pgQueue) UpdateVisibility(ctx context.Context, id, popReceipt string, d time.Duration) (_ string, rerr error) {
+	defer func() { rerr = ended(ctx, rerr) }()
 	if err := q.check(); err != nil {
 		return "", err
 	}
@@ -379,7 +384,8 @@ func (q *pgQueue) UpdateVisibility(ctx context.Context, id, popReceipt string, d
 }
 
 // Peek returns up to n visible messages, oldest first, changing nothing.
-func (q *pgQueue) Peek(ctx context.Context, n int) ([]*driver.Message, error) {
+func (q *pgQueue) Peek(ctx context.Context, n int) (_ []*driver.Message, rerr error) {
+	defer func() { rerr = ended(ctx, rerr) }()
 	if err := q.check(); err != nil {
 		return nil, err
 	}
@@ -418,7 +424,7 @@ func (q *pgQueue) Count(ctx context.Context) (int, error) {
 	q.kickSweep()
 	var n int64
 	err := q.db.pool.QueryRow(ctx, q.db.sql.count, q.st.id).Scan(&n)
-	return int(n), err
+	return int(n), ended(ctx, err)
 }
 
 // Clear deletes every message of the queue in one statement.
@@ -429,7 +435,7 @@ func (q *pgQueue) Clear(ctx context.Context) error {
 	var n int64
 	err := q.db.pool.QueryRow(ctx, q.db.sql.clear, q.st.id).Scan(&n)
 	q.db.churned(2 * int(n))
-	return err
+	return ended(ctx, err)
 }
 
 // Sibling opens another queue of the same DB.

@@ -183,10 +183,21 @@ SELECT count(*) FROM d`),
 		// through bodies_expiry (a body row carries its message's queue and
 		// expiry, written once by Put), so it reads no live message and
 		// costs one index probe when nothing has expired. Messages another
-		// statement holds locked are skipped. It returns how many expired
-		// messages it found and how many it deleted.
+		// statement holds locked are skipped. It also files up to $3 bodies
+		// written without their queue and expiry (by a worker of schema
+		// version 1 still running after the migration), of any queue, for
+		// the next statement to find: one more probe of bodies_expiry
+		// while there are none. It returns how many expired messages it
+		// found, how many it deleted and how many bodies it filed.
 		sweep: f(`
-WITH x AS (
+WITH v1 AS (
+	UPDATE {s}.bodies b SET queue_id = m.queue_id, expires_at = m.expires_at
+	FROM {s}.messages m
+	WHERE b.id = ANY (ARRAY(
+		SELECT id FROM {s}.bodies WHERE queue_id IS NULL LIMIT $3 FOR UPDATE SKIP LOCKED))
+	  AND m.id = b.id
+	RETURNING b.id
+), x AS (
 	SELECT id FROM {s}.bodies WHERE queue_id = $2 AND expires_at <= {now} LIMIT $3
 ), d AS (
 	DELETE FROM {s}.messages WHERE ctid = ANY (ARRAY(
@@ -200,6 +211,6 @@ WITH x AS (
 	UPDATE {s}.counts SET n = n - (SELECT count(*) FROM d)
 	WHERE queue_id = $2 AND shard = {shard} AND EXISTS (SELECT 1 FROM d)
 )
-SELECT (SELECT count(*) FROM x), (SELECT count(*) FROM d)`),
+SELECT (SELECT count(*) FROM x), (SELECT count(*) FROM d), (SELECT count(*) FROM v1)`),
 	}
 }

@@ -108,11 +108,18 @@ const faultTries = 10
 //     again, never ErrReceiptMismatch), and the message is gone.
 //   - LostReplyUpdateVisibility: fails transiently, not with
 //     ErrReceiptMismatch, and the message comes back, none lost.
+//     Each lost-reply case tries until the lost reply is one the server sent
+//     after it acted, as Direct shows (a message gone, a receipt stale,
+//     messages hidden; drivers with lax receipts cannot show it for a
+//     delete or a renewal): a reply lost before that (a statement's
+//     preparation on a fresh connection) leaves the call undone, and the
+//     case would pass without its fault.
 //   - DroppedRequest: a request dropped before the server fails
 //     transiently and changes nothing.
 //   - CancelledMidCall: a DeleteBatch whose caller gives up while replies
-//     are held returns, and afterwards deletes none of the entries the
-//     caller then writes into its slice.
+//     are held returns, and afterwards deletes neither its own message
+//     (if it failed) nor any of the entries the caller then writes into
+//     its slice.
 //   - ExpiredBacklog: an expired backlog leaves Count, Depth and storage
 //     (Stored) with no Get at all, costs a Get no work once swept
 //     (GetWork), and a live message put behind it is still got (with
@@ -203,11 +210,19 @@ func (e *faultEnv) opened(t *testing.T, how, name string, open func(context.Cont
 }
 
 // loseReplyOn calls call on one message after another, each time with the
-// next reply lost, until a call fails, and returns that message. The
-// failure must be transient and not refused (the caller cannot know
-// whether the call happened); what names the call ("a Delete").
-func (e *faultEnv) loseReplyOn(t *testing.T, what string, lose int, ms []*queue.Message, call func(*queue.Message) error, refused func(error) bool) *queue.Message {
+// next reply lost (lose replies: as many as the driver sends the call),
+// until a call fails after the server acted on it, and returns that
+// message. The failure must be transient and not refused (the caller
+// cannot know whether the call happened); what names the call ("a
+// Delete"). acted, if set, tells through Direct whether the failed call
+// happened at the server (it may update m to what the server holds now);
+// a reply lost before that (a statement's preparation on a connection
+// that had not run it yet) leaves the call undone, and the case would then
+// pass without its fault: the call is then made again without a fault
+// (which readies the connection it takes) and the next message tried.
+func (e *faultEnv) loseReplyOn(t *testing.T, what string, lose int, ms []*queue.Message, call func(*queue.Message) error, refused func(error) bool, acted func(*queue.Message) bool) *queue.Message {
 	t.Helper()
+	early := 0
 	for _, m := range ms {
 		before := e.h.Proxy.Counts()
 		e.h.Proxy.LoseReplies(lose)
@@ -220,10 +235,39 @@ func (e *faultEnv) loseReplyOn(t *testing.T, what string, lose int, ms []*queue.
 			t.Fatalf("%s whose reply was lost failed with %v, want a transient error (the caller cannot know whether it happened)", what, err)
 		}
 		landed(t, e.h.Proxy, before)
+		if acted != nil && !acted(m) {
+			early++
+			if err := retry(func() error { return call(m) }); err != nil {
+				t.Fatalf("%s again, with no fault: %v", what, err)
+			}
+			continue
+		}
+		t.Logf("%s failed after the server acted (%d failed before it did)", what, early)
 		return m
 	}
-	t.Fatalf("%d tries of %s, each with a reply lost, all succeeded: the faults landed elsewhere", len(ms), what)
+	t.Fatalf("%d tries of %s, each with a reply lost: none failed after the server acted (%d failed before it did)", len(ms), what, early)
 	return nil
+}
+
+// stored reports through direct whether the message called id is still
+// stored (visible or not): UpdateVisibility with no valid receipt tells a
+// message that exists (ErrReceiptMismatch) from one that is gone
+// (ErrNotFound). known is false for drivers with lax receipts, which
+// cannot tell.
+func (e *faultEnv) stored(t *testing.T, direct *queue.Queue, id string) (stored, known bool) {
+	t.Helper()
+	if e.f.LaxReceipts {
+		return false, false
+	}
+	_, err := direct.UpdateVisibility(e.ctx, id, "0000000000000000", 0)
+	switch {
+	case errors.Is(err, queue.ErrReceiptMismatch):
+		return true, true
+	case errors.Is(err, queue.ErrNotFound):
+		return false, true
+	}
+	t.Fatalf("UpdateVisibility(%s) with a receipt nobody has: %v", id, err)
+	return false, false
 }
 
 // unit is the shortest visibility timeout the cases use on the server's
@@ -259,6 +303,15 @@ func (e *faultEnv) warm(t *testing.T, q *queue.Queue) {
 		}
 		if _, err := w.DeleteBatch(e.ctx, []queue.Receipt{{ID: ms[0].ID, PopReceipt: r}}); err != nil {
 			t.Fatalf("warm-up DeleteBatch: %v", err)
+		}
+		if _, err := w.Put(e.ctx, []byte("warm"), queue.PutOptions{}); err != nil {
+			t.Fatalf("warm-up Put: %v", err)
+		}
+		if ms, err = w.Get(e.ctx, 1, 30*e.unit()); err != nil || len(ms) != 1 {
+			t.Fatalf("warm-up Get: %d, %v", len(ms), err)
+		}
+		if err := w.Delete(e.ctx, ms[0].ID, ms[0].PopReceipt); err != nil {
+			t.Fatalf("warm-up Delete: %v", err)
 		}
 		if _, err := w.Count(e.ctx); err != nil {
 			t.Fatalf("warm-up Count: %v", err)
@@ -387,6 +440,7 @@ func testLostReplyGet(t *testing.T, e *faultEnv) {
 	}
 	got := map[string]bool{}
 	lost := false
+	early := 0
 	for i := 0; i < faultTries && !lost; i++ {
 		before := e.h.Proxy.Counts()
 		e.h.Proxy.LoseReplies(1)
@@ -397,6 +451,28 @@ func testLostReplyGet(t *testing.T, e *faultEnv) {
 				t.Fatalf("a Get whose reply was lost failed with %v, which is not transient", err)
 			}
 			landed(t, e.h.Proxy, before)
+			if e.f.MaxPeek > 0 {
+				// Did the server run it? Then it hid the messages.
+				vs, err := d.Peek(e.ctx, len(want))
+				if err != nil {
+					t.Fatalf("Peek: %v", err)
+				}
+				if len(vs) == len(want) {
+					// The reply lost came before (see loseReplyOn): a Get
+					// with no fault readies a connection; try anew.
+					early++
+					if ms, err = q.Get(e.ctx, e.f.MaxBatch, e.unit()); err != nil {
+						t.Fatalf("Get again, with no fault: %v", err)
+					}
+					for _, m := range ms {
+						if _, err := q.UpdateVisibility(e.ctx, m.ID, m.PopReceipt, 0); err != nil {
+							t.Fatalf("release: %v", err)
+						}
+					}
+					continue
+				}
+			}
+			t.Logf("a Get failed after the server acted (%d failed before it did)", early)
 			lost = true
 			break
 		}
@@ -408,7 +484,7 @@ func testLostReplyGet(t *testing.T, e *faultEnv) {
 		}
 	}
 	if !lost {
-		t.Fatalf("no Get failed in %d tries with a reply lost each time", faultTries)
+		t.Fatalf("no Get failed after the server acted in %d tries with a reply lost each time (%d failed before it did)", faultTries, early)
 	}
 	// What the lost Get hid comes back after its visibility timeout.
 	eventually(t, "the messages of a Get whose reply was lost", func() error {
@@ -482,7 +558,10 @@ func testLostReplyDelete(t *testing.T, e *faultEnv) {
 	ms := e.heldMessages(t, q, d, faultTries)
 	hit := e.loseReplyOn(t, "a Delete", 1, ms, func(m *queue.Message) error {
 		return q.Delete(e.ctx, m.ID, m.PopReceipt)
-	}, func(error) bool { return false })
+	}, func(error) bool { return false }, func(m *queue.Message) bool {
+		s, known := e.stored(t, d, m.ID)
+		return !known || !s
+	})
 	err := retry(func() error { return q.Delete(e.ctx, hit.ID, hit.PopReceipt) })
 	e.wantRetriedDelete(t, "the retried Delete", err)
 	e.wantStored(t, d, hit.ID, false)
@@ -495,6 +574,7 @@ func testLostReplyDeleteBatch(t *testing.T, e *faultEnv) {
 	e.warm(t, q)
 	ms := e.heldMessages(t, q, d, 3*faultTries)
 	var hit []queue.Receipt
+	early := 0
 	for i := 0; i+3 <= len(ms); i += 3 {
 		rs := []queue.Receipt{
 			{ID: ms[i].ID, PopReceipt: ms[i].PopReceipt},
@@ -518,14 +598,25 @@ func testLostReplyDeleteBatch(t *testing.T, e *faultEnv) {
 			}
 			failed = true
 		}
-		if failed {
-			landed(t, e.h.Proxy, before)
-			hit = rs
-			break
+		if !failed {
+			continue
 		}
+		landed(t, e.h.Proxy, before)
+		if s, known := e.stored(t, d, rs[0].ID); known && s {
+			// The reply lost came before the server ran the batch (see
+			// loseReplyOn): delete again, with no fault, and try anew.
+			early++
+			if _, err := q.DeleteBatch(e.ctx, rs); err != nil {
+				t.Fatalf("DeleteBatch again, with no fault: %v", err)
+			}
+			continue
+		}
+		t.Logf("a DeleteBatch failed after the server acted (%d failed before it did)", early)
+		hit = rs
+		break
 	}
 	if hit == nil {
-		t.Fatalf("no DeleteBatch failed in %d tries with a reply lost each time", faultTries)
+		t.Fatalf("no DeleteBatch failed after the server acted in %d tries with a reply lost each time (%d failed before it did)", faultTries, early)
 	}
 	var res []error
 	err := retry(func() (err error) {
@@ -555,21 +646,13 @@ func testLostReplyDeleteBatch(t *testing.T, e *faultEnv) {
 // skipped.
 func (e *faultEnv) wantStored(t *testing.T, direct *queue.Queue, id string, want bool) {
 	t.Helper()
-	if e.f.LaxReceipts {
-		return
-	}
-	_, err := direct.UpdateVisibility(e.ctx, id, "0000000000000000", 0)
+	s, known := e.stored(t, direct, id)
 	switch {
-	case errors.Is(err, queue.ErrReceiptMismatch):
-		if !want {
-			t.Errorf("message %s is still stored", id)
-		}
-	case errors.Is(err, queue.ErrNotFound):
-		if want {
-			t.Errorf("message %s is gone", id)
-		}
-	default:
-		t.Fatalf("UpdateVisibility(%s) with a receipt nobody has: %v", id, err)
+	case !known:
+	case s && !want:
+		t.Errorf("message %s is still stored", id)
+	case !s && want:
+		t.Errorf("message %s is gone", id)
 	}
 }
 
@@ -582,10 +665,26 @@ func testLostReplyUpdate(t *testing.T, e *faultEnv) {
 	// fails the call before it reaches the server, and the message then
 	// comes back when this runs out.
 	ms := e.heldFor(t, q, d, faultTries, 3*e.unit())
+	var acted func(*queue.Message) bool
+	if !e.f.LaxReceipts {
+		// The renewal happened if its receipt is stale now; if not, this
+		// renews it instead, and m takes the new receipt.
+		acted = func(m *queue.Message) bool {
+			r, err := d.UpdateVisibility(e.ctx, m.ID, m.PopReceipt, 3*e.unit())
+			if errors.Is(err, queue.ErrReceiptMismatch) {
+				return true
+			}
+			if err != nil {
+				t.Fatalf("UpdateVisibility through Direct: %v", err)
+			}
+			m.PopReceipt = r
+			return false
+		}
+	}
 	hit := e.loseReplyOn(t, "an UpdateVisibility", e.attempts(), ms, func(m *queue.Message) error {
 		_, err := q.UpdateVisibility(e.ctx, m.ID, m.PopReceipt, e.unit())
 		return err
-	}, func(err error) bool { return errors.Is(err, queue.ErrReceiptMismatch) })
+	}, func(err error) bool { return errors.Is(err, queue.ErrReceiptMismatch) }, acted)
 	// Whether or not it happened, the message comes back: lost is never
 	// the outcome.
 	eventually(t, "the message of an UpdateVisibility whose reply was lost", func() error {
@@ -685,7 +784,10 @@ func testCancelledMidCall(t *testing.T, e *faultEnv) {
 	rs := []queue.Receipt{receipt(ms[1])}
 	bDone := make(chan error, 1)
 	go func() {
-		_, err := q.DeleteBatch(w, rs)
+		res, err := q.DeleteBatch(w, rs)
+		if err == nil {
+			err = res[0] // B's outcome for its one receipt
+		}
 		bDone <- err
 	}()
 	eventually(t, "the second DeleteBatch waits", func() error {
@@ -701,16 +803,20 @@ func testCancelledMidCall(t *testing.T, e *faultEnv) {
 	})
 	cancel()
 	released := false
+	var bErr error
 	select {
-	case <-bDone:
+	case bErr = <-bDone:
 	case <-time.After(faultHang / 4):
 		// A driver that cannot stop a call whose reply is in flight
 		// returns when the reply comes.
 		t.Log("the cancelled DeleteBatch did not return while its reply was held; releasing")
 		release()
 		released = true
-		<-bDone
+		bErr = <-bDone
 	}
+	// What B left at its return (a call that failed may have acted before
+	// it returned, never after).
+	bStored, known := e.stored(t, d, ms[1].ID)
 	// B has returned: its slice is the caller's again.
 	rs[0] = receipt(ms[2])
 	if !released {
@@ -726,6 +832,17 @@ func testCancelledMidCall(t *testing.T, e *faultEnv) {
 	for _, m := range ms[4:] {
 		if _, err := q.DeleteBatch(e.ctx, []queue.Receipt{receipt(m)}); err != nil {
 			t.Fatalf("a later DeleteBatch: %v", err)
+		}
+	}
+	// B's own message: deleted if B said so; if B failed and it was
+	// still stored when B returned, still stored now (a request the
+	// driver kept queued would have been sent by a later call).
+	switch {
+	case bErr == nil:
+		e.wantStored(t, d, ms[1].ID, false)
+	case known && bStored:
+		if s, _ := e.stored(t, d, ms[1].ID); !s {
+			t.Errorf("a DeleteBatch that returned %v deleted its message afterwards", bErr)
 		}
 	}
 	// The message written into the slice after B returned must still be

@@ -28,6 +28,7 @@ type Server struct {
 
 	bin, dir, data string
 	port           int
+	settings       []string            // "-c name=value" options of every start
 	cred           *syscall.Credential // the unprivileged user it runs as, when the test runs as root
 }
 
@@ -35,7 +36,9 @@ type Server struct {
 // PostgreSQL binaries of the machine, and stops it when the test ends. It
 // skips the test (fails it under CI=true) where there are no binaries, or
 // where the test runs as root and there is no postgres user to run it as.
-func StartServer(t testing.TB) *Server {
+// settings ("name=value") are passed to the server as -c options at
+// every start.
+func StartServer(t testing.TB, settings ...string) *Server {
 	t.Helper()
 	skip := func(format string, args ...any) {
 		t.Helper()
@@ -49,6 +52,9 @@ func StartServer(t testing.TB) *Server {
 		skip("%v", err)
 	}
 	s := &Server{bin: bin}
+	for _, kv := range settings {
+		s.settings = append(s.settings, "-c "+kv)
+	}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
@@ -102,6 +108,9 @@ func (s *Server) Restart(t testing.TB, crash bool) {
 
 func (s *Server) start() error {
 	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c shared_buffers=16MB -c max_connections=100 -c fsync=on", s.port, s.dir)
+	if len(s.settings) > 0 {
+		opts += " " + strings.Join(s.settings, " ")
+	}
 	if out, err := s.run("pg_ctl", "-D", s.data, "-l", filepath.Join(s.dir, "log"), "-o", opts, "-w", "-t", "120", "start"); err != nil {
 		log, _ := os.ReadFile(filepath.Join(s.dir, "log"))
 		return fmt.Errorf("%v\n%s\n%s", err, out, log)

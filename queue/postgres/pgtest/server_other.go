@@ -16,7 +16,7 @@ type Server struct {
 
 // StartServer skips the test (fails it under CI=true): the server of a
 // test's own needs a Unix system.
-func StartServer(t testing.TB) *Server {
+func StartServer(t testing.TB, settings ...string) *Server {
 	t.Helper()
 	if os.Getenv("CI") == "true" {
 		t.Fatal("pgtest: a server of the test's own needs a Unix system, and CI=true")
