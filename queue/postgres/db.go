@@ -48,6 +48,13 @@ const SweepInterval = time.Second
 // locks or a snapshot for long.
 const sweepBatch = 1000
 
+// sweepTurn is the most statements a background sweep of one queue runs
+// before it gives the DB's sweep slot back (50,000 messages): a queue whose
+// messages expire faster than one statement deletes them cannot keep the
+// other queues of the DB from being swept. The next call that reads the
+// queue after SweepInterval goes on where the turn stopped.
+const sweepTurn = 50
+
 // cancelWait is how long a statement whose context ended waits for the
 // server's answer to the cancel request sent for it: a reachable server
 // answers within a round trip or two (the statement stops, or it was

@@ -119,3 +119,30 @@ func TestReadsSweepWithoutLiveWork(t *testing.T) {
 		t.Fatalf("the table holds %d messages of the queue (%v), want 0", s, err)
 	}
 }
+
+// TestSweepTurnIsBounded: a background sweep of one queue runs a bounded
+// number of statements and then gives the DB's single sweep slot back, so a
+// queue that keeps expiring messages faster than a statement deletes them
+// cannot keep the DB's other queues from being swept; the next turn goes on
+// where this one stopped.
+func TestSweepTurnIsBounded(t *testing.T) {
+	schema := pgtest.Schema(t)
+	c := clock.NewFake(clock.Epoch)
+	db := openDB(t, schema, postgres.WithClock(c))
+	ctx := context.Background()
+	q, err := db.Queue(ctx, "turns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	putConcurrently(t, q, 35, queue.PutOptions{TTL: time.Minute})
+	c.Advance(2 * time.Minute)
+	if n, err := postgres.SweepTurn(ctx, db, "turns", 10, 2); err != nil || n != 20 {
+		t.Fatalf("a turn of 2 statements of 10 swept %d (%v), want 20", n, err)
+	}
+	if n, err := postgres.SweepTurn(ctx, db, "turns", 10, 2); err != nil || n != 15 {
+		t.Fatalf("the next turn swept %d (%v), want the 15 left: 10, then 5 ends it", n, err)
+	}
+	if n, err := q.Count(ctx); err != nil || n != 0 {
+		t.Fatalf("Count after two turns = %d, %v", n, err)
+	}
+}

@@ -1,6 +1,9 @@
 package postgres
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Listens reports how many times db's LISTEN connection has been
 // established.
@@ -15,3 +18,13 @@ func NowArg(db *DB) any { return db.nowArg() }
 // SetClientSkew makes every reading of the client's clock the driver makes
 // run d ahead (0: none).
 func SetClientSkew(d time.Duration) { clientSkew.Store(int64(d)) }
+
+// SweepTurn runs one background turn of the sweep of db's queue name: at
+// most turn statements of batch messages each.
+func SweepTurn(ctx context.Context, db *DB, name string, batch, turn int) (int, error) {
+	q, err := db.queue(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	return q.sweep(ctx, batch, turn)
+}

@@ -178,7 +178,7 @@ func (q *pgQueue) kickSweep() {
 		st.sweeping = false
 		st.sweepMu.Unlock()
 	}
-	if !db.background(func(ctx context.Context) { _, _ = q.Sweep(ctx) }, done) {
+	if !db.background(func(ctx context.Context) { _, _ = q.sweep(ctx, sweepBatch, sweepTurn) }, done) {
 		<-db.sweepSlot
 		return
 	}
@@ -192,16 +192,22 @@ func (q *pgQueue) kickSweep() {
 // not to the queue's depth. Messages another statement holds are left to
 // the next sweep.
 func (q *pgQueue) Sweep(ctx context.Context) (int, error) {
+	return q.sweep(ctx, sweepBatch, 0)
+}
+
+// sweep runs sweep statements of up to batch messages each until one finds
+// less than a batch to do, or, when turn > 0, until it has run turn of them.
+func (q *pgQueue) sweep(ctx context.Context, batch, turn int) (int, error) {
 	total := 0
-	for {
+	for i := 1; ; i++ {
 		var found, deleted, filed int
-		err := q.db.pool.QueryRow(ctx, q.db.sql.sweep, q.db.nowArg(), q.st.id, sweepBatch).Scan(&found, &deleted, &filed)
+		err := q.db.pool.QueryRow(ctx, q.db.sql.sweep, q.db.nowArg(), q.st.id, batch).Scan(&found, &deleted, &filed)
 		if err != nil {
 			return total, err
 		}
 		total += deleted
 		q.db.churned(2*deleted + filed)
-		if (found < sweepBatch || deleted == 0) && filed == 0 {
+		if (found < batch || deleted == 0) && filed == 0 || i == turn {
 			return total, nil
 		}
 	}
