@@ -80,8 +80,10 @@ var figures = map[string][]string{
 	},
 	"postgres": {
 		"adaptq, PostgreSQL driver + listener", "River v0.51.1 (riverpgxv5)", "adaptq ÷ River, processed jobs/s",
+		"adaptq with async_leases=true", "the price of durable leases",
 		"CPU per processed job", "adaptq calls per message", "statements sent per message",
 		"idle worker, queue calls per hour", "idle River client", "cross-process wake",
+		"Get of 1 beside", "sweep of ",
 		"long run: ", "long run: n_dead_tup", "long run: Get latency", "one table for many queues",
 	},
 	"redis": {
