@@ -83,7 +83,7 @@ var figures = map[string][]string{
 		"adaptq with async_leases=true", "the price of durable leases",
 		"CPU per processed job", "adaptq calls per message", "statements sent per message",
 		"idle worker, queue calls per hour", "idle River client", "cross-process wake",
-		"Get of 1 beside", "sweep of ",
+		"Get of 1 beside", "(DB.Sweep",
 		"long run: ", "long run: n_dead_tup", "long run: Get latency", "one table for many queues",
 	},
 	"redis": {
