@@ -23,6 +23,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -101,7 +102,11 @@ type Summary struct {
 	Wall, Settle, Total time.Duration
 	MaxTasks            int
 	Timeline            []int // active processing tasks, sampled
-	Calls               meter.Snapshot
+	// MaxBacklog is the most work messages put and not yet processed at a
+	// sample (counted here, no queue call): the pool grows only when the
+	// producer outruns one task, which a busy machine can prevent.
+	MaxBacklog int64
+	Calls      meter.Snapshot
 }
 
 func main() {
@@ -161,7 +166,10 @@ func Run(ctx context.Context, p Params, out io.Writer) (Summary, error) {
 	work := adaptq.DefaultQueueConfig()
 	work.URL, work.Handler = workURL, "process"
 	work.VisibilityTimeout = time.Minute
-	work.Concurrency = 256
+	// 32 handlers per task: one task then cannot hold a whole burst in flight
+	// (with 256 it fetched all 300 messages of a burst on a busy machine, the
+	// visible depth stayed under Pool.MessagesPerTask and the pool never grew).
+	work.Concurrency = 32
 	work.Idle.Max = p.IdleMax
 	work.Pool.Max, work.Pool.MessagesPerTask, work.Pool.SampleInterval = 8, 64, 500*time.Millisecond
 	results := adaptq.DefaultQueueConfig()
@@ -215,6 +223,8 @@ func Run(ctx context.Context, p Params, out io.Writer) (Summary, error) {
 
 	// Sample the processing pool's size while the run goes on.
 	var timeline []int
+	var maxBacklog int64
+	var puts atomic.Int64
 	var tlMu sync.Mutex
 	sampleStop := make(chan struct{})
 	sampled := make(chan struct{})
@@ -230,6 +240,7 @@ func Run(ctx context.Context, p Params, out io.Writer) (Summary, error) {
 				if l, ok := w.Listener("billing-work"); ok {
 					tlMu.Lock()
 					timeline = append(timeline, l.ActiveTasks())
+					maxBacklog = max(maxBacklog, puts.Load()-l.Stats().Processed)
 					tlMu.Unlock()
 				}
 			}
@@ -256,7 +267,7 @@ func Run(ctx context.Context, p Params, out io.Writer) (Summary, error) {
 			}
 		}
 		fmt.Fprintf(out, "burst %d: %d transactions in %d work messages\n", b+1, p.Transactions, (p.Transactions+p.PerMessage-1)/p.PerMessage)
-		if err := putBurst(ctx, workQ, b, p, &want); err != nil {
+		if err := putBurst(ctx, workQ, b, p, &want, &puts); err != nil {
 			return sum, err
 		}
 	}
@@ -295,6 +306,7 @@ func Run(ctx context.Context, p Params, out io.Writer) (Summary, error) {
 	sum.WorkMessages = want.WorkMessages
 	tlMu.Lock()
 	sum.Timeline = timeline
+	sum.MaxBacklog = maxBacklog
 	tlMu.Unlock()
 	for _, n := range sum.Timeline {
 		sum.MaxTasks = max(sum.MaxTasks, n)
@@ -323,7 +335,7 @@ func Run(ctx context.Context, p Params, out io.Writer) (Summary, error) {
 
 // putBurst puts one burst's work messages from 8 producers, and adds what
 // the controller should end up with to want.
-func putBurst(ctx context.Context, q *queue.Queue, burst int, p Params, want *Summary) error {
+func putBurst(ctx context.Context, q *queue.Queue, burst int, p Params, want *Summary, puts *atomic.Int64) error {
 	var items [][]byte
 	for i := 0; i < p.Transactions; i += p.PerMessage {
 		it := WorkItem{Burst: burst}
@@ -352,6 +364,7 @@ func putBurst(ctx context.Context, q *queue.Queue, burst int, p Params, want *Su
 					errs <- err
 					return
 				}
+				puts.Add(1)
 			}
 		})
 	}

@@ -42,8 +42,14 @@ func TestBillingRunsAndAggregatesExactly(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, report)
 		}
 	}
-	if sum.MaxTasks < 2 {
-		t.Errorf("the pool never grew (max %d tasks):\n%s", sum.MaxTasks, report)
+	// The pool follows the queue's depth: it must grow when the backlog
+	// held more than two tasks' share (pool.messages_per_task 64) beyond
+	// what one task holds in flight (concurrency 32). On a busy machine the
+	// producer may never outrun one task; then growing would be wrong.
+	if sum.MaxBacklog > 2*64+32 && sum.MaxTasks < 2 {
+		t.Errorf("the backlog reached %d messages but the pool never grew (max %d tasks):\n%s", sum.MaxBacklog, sum.MaxTasks, report)
+	} else if sum.MaxTasks < 2 {
+		t.Logf("the backlog peaked at %d messages: one task kept up, the pool rightly stayed at 1", sum.MaxBacklog)
 	}
 	if last := sum.Timeline[len(sum.Timeline)-1]; last != 1 {
 		t.Errorf("the pool ended at %d tasks, want it back at 1:\n%s", last, report)
