@@ -112,7 +112,7 @@ queues:
 func TestStatsReadsTheRunningWorker(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	const token = "s3cret-token"
+	const token = "stats-Ub4nZk7pEy2q"
 	workerYAML := `
 log: {level: error}
 admin: {address: "$ADDR", token: "` + token + `"}
