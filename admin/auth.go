@@ -59,7 +59,7 @@ func CheckToken(token string) error {
 	}
 	n := utf8.RuneCountInString(token)
 	if n < MinTokenLength {
-		return weak("it has %d characters, fewer than the minimum of %d (admin.MinTokenLength)", n, MinTokenLength)
+		return weak("its length is %d, below the minimum of %d characters (admin.MinTokenLength)", n, MinTokenLength)
 	}
 	norm := strings.Map(func(r rune) rune {
 		if unicode.IsLetter(r) || unicode.IsDigit(r) {
@@ -78,7 +78,7 @@ func CheckToken(token string) error {
 		distinct[r] = true
 	}
 	if len(distinct) < minDistinct {
-		return weak("it has %d different characters, fewer than %d: not random", len(distinct), minDistinct)
+		return weak("it uses only %d different characters (the minimum is %d): not random", len(distinct), minDistinct)
 	}
 	for p := 1; p <= len(runes)/2; p++ {
 		if slices.Equal(runes[p:], runes[:len(runes)-p]) {
