@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/viper"
 
+	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/internal/durationhint"
 	"github.com/adaptq/adaptq/listener"
@@ -83,8 +84,13 @@ type AdminConfig struct {
 	// Address to listen on; empty disables the endpoint.
 	Address string `yaml:"address"`
 	// Token, if set, must be sent as "Authorization: Bearer TOKEN". An
-	// address that is not loopback requires one.
+	// address that is not loopback requires one. It must be at least
+	// admin.MinTokenLength (16) characters and no placeholder
+	// (admin.CheckToken).
 	Token string `yaml:"token"`
+	// MaxConnections bounds the connections the endpoint holds open; 0
+	// is admin.DefaultMaxConns (64).
+	MaxConnections int `yaml:"max_connections"`
 }
 
 // QueueConfig is one queue the worker listens to.
@@ -200,7 +206,7 @@ func DefaultConfig() Config {
 	return Config{
 		Log: LogConfig{Level: DefaultLogLevel, Format: DefaultLogFormat,
 			Failures: FailureLogConfig{Lines: listener.DefaultFailureLogLines, Interval: listener.DefaultFailureLogInterval}},
-		Admin:       AdminConfig{Address: DefaultAdminAddress},
+		Admin:       AdminConfig{Address: DefaultAdminAddress, MaxConnections: admin.DefaultMaxConns},
 		PricePer10k: meter.DefaultPricePer10k,
 	}
 }
@@ -813,6 +819,14 @@ func (c *Config) validate() []string {
 		} else if !isLoopback(host) && c.Admin.Token == "" {
 			add("admin.address: %q is not a loopback address; set admin.token so that only holders of it can trigger and read the worker", a)
 		}
+	}
+	if c.Admin.Token != "" {
+		if err := admin.CheckToken(c.Admin.Token); err != nil {
+			add("%s", err.Error())
+		}
+	}
+	if c.Admin.MaxConnections < 0 {
+		add("admin.max_connections: %d is negative (0 is the default, %d)", c.Admin.MaxConnections, admin.DefaultMaxConns)
 	}
 	if c.PricePer10k < 0 {
 		add("price_per_10k: %v is negative", c.PricePer10k)

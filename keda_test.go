@@ -2,6 +2,7 @@ package adaptq
 
 import (
 	"bytes"
+	"crypto/rand"
 	"errors"
 	"io"
 	"math"
@@ -27,6 +28,7 @@ type kedaDoc struct {
 		Name string `yaml:"name"`
 	} `yaml:"metadata"`
 	StringData map[string]string `yaml:"stringData"`
+	Data       map[string]string `yaml:"data"`
 	Spec       struct {
 		MinReplicaCount int `yaml:"minReplicaCount"`
 		SecretTargetRef []struct {
@@ -83,15 +85,26 @@ func TestKEDAExampleReadsTheScalingSignal(t *testing.T) {
 	if so.Spec.MinReplicaCount < 1 {
 		t.Errorf("minReplicaCount %d: the workers serve the signal, at least one must run", so.Spec.MinReplicaCount)
 	}
-	auth, secret := docs["TriggerAuthentication"], docs["Secret"]
+	auth := docs["TriggerAuthentication"]
 	if auth.Metadata.Name != tr.AuthenticationRef.Name || len(auth.Spec.SecretTargetRef) != 1 {
 		t.Fatalf("authenticationRef %q does not name the TriggerAuthentication %+v", tr.AuthenticationRef.Name, auth)
 	}
 	ref := auth.Spec.SecretTargetRef[0]
-	token, ok := secret.StringData[ref.Key]
-	if ref.Parameter != "token" || ref.Name != secret.Metadata.Name || !ok {
-		t.Fatalf("secretTargetRef %+v does not give the bearer token from the Secret %+v", ref, secret)
+	if ref.Parameter != "token" || ref.Name != "adaptq-admin" || ref.Key != "token" {
+		t.Fatalf("secretTargetRef %+v does not give the bearer token from the Secret adaptq-admin, key token", ref)
 	}
+	// The example holds no token: a placeholder in it ends up deployed.
+	// The operator creates the Secret with a random one, as its comment
+	// says; the worker refuses a placeholder (TestWeakAdminTokensAreRefused).
+	for kind, d := range docs {
+		if len(d.StringData) > 0 || len(d.Data) > 0 {
+			t.Errorf("%s: the %s %q holds a literal secret; reference one created with a random token instead", kedaExample, kind, d.Metadata.Name)
+		}
+	}
+	if data, _ := os.ReadFile(kedaExample); !bytes.Contains(data, []byte("kubectl create secret generic adaptq-admin --from-literal=token=\"$(openssl rand -hex 32)\"")) {
+		t.Errorf("%s does not say how to create the Secret with a random token", kedaExample)
+	}
+	token := rand.Text() // what openssl rand makes: random, long enough
 	u, err := url.Parse(md["url"])
 	if err != nil || u.Path != admin.ScalingPath {
 		t.Fatalf("url %q is not the scaling signal %s", md["url"], admin.ScalingPath)

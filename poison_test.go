@@ -193,7 +193,7 @@ func TestPoisonToolsThroughTheAdminEndpoint(t *testing.T) {
 func TestPoisonRoutesNeedTheToken(t *testing.T) {
 	t.Parallel()
 	var failing atomic.Bool
-	w, _ := poisonWorker(t, "s3cret", &failing)
+	w, _ := poisonWorker(t, "poison-Rw5jHc1zBn", &failing)
 	list, purge := poisonPath(admin.PoisonPath, "jobs"), poisonPath(admin.PoisonPurgePath, "jobs")
 	if code, _ := adminCall(t, w, "GET", list, ""); code != http.StatusUnauthorized {
 		t.Errorf("list without the token: %d", code)
@@ -201,10 +201,10 @@ func TestPoisonRoutesNeedTheToken(t *testing.T) {
 	if code, _ := adminCall(t, w, "POST", purge, "all=true", "Content-Type", "application/x-www-form-urlencoded"); code != http.StatusUnauthorized {
 		t.Errorf("purge without the token: %d", code)
 	}
-	if code, b := adminCall(t, w, "GET", list, "", "Authorization", "Bearer s3cret"); code != http.StatusOK {
+	if code, b := adminCall(t, w, "GET", list, "", "Authorization", "Bearer poison-Rw5jHc1zBn"); code != http.StatusOK {
 		t.Errorf("list with the token: %d %s", code, b)
 	}
-	if code, b := adminCall(t, w, "POST", purge, "all=true", "Content-Type", "application/x-www-form-urlencoded", "Authorization", "Bearer s3cret"); code != http.StatusOK {
+	if code, b := adminCall(t, w, "POST", purge, "all=true", "Content-Type", "application/x-www-form-urlencoded", "Authorization", "Bearer poison-Rw5jHc1zBn"); code != http.StatusOK {
 		t.Errorf("purge with the token: %d %s", code, b)
 	}
 }

@@ -51,7 +51,7 @@ func TestScalingSignalUsesTheMeasuredDrainRate(t *testing.T) {
 	putN(t, url, 1000)
 	fake := clock.NewFake(time.Time{})
 	w := gatedWorker(t, `
-admin: {address: "127.0.0.1:0", token: tok}
+admin: {address: "127.0.0.1:0", token: scaling-Dg3mQx8tWv}
 queues:
   - url: `+url+`
     handler: work
@@ -74,7 +74,7 @@ queues:
 		t.Errorf("GET %s without the token: %d, want 401", admin.ScalingPath, got)
 	}
 	var s admin.Scaling
-	getJSON(t, w.AdminAddress(), "tok", admin.ScalingPath, &s)
+	getJSON(t, w.AdminAddress(), "scaling-Dg3mQx8tWv", admin.ScalingPath, &s)
 	if len(s.Queues) != 1 {
 		t.Fatalf("signal of %d queues: %+v", len(s.Queues), s)
 	}

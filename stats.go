@@ -71,7 +71,11 @@ func (w *Worker) startAdmin() (*admin.Server, error) {
 	if w.cfg.Admin.Address == "" {
 		return nil, nil
 	}
-	srv, err := admin.Start(w, admin.Options{Address: w.cfg.Admin.Address, Token: w.cfg.Admin.Token, Logger: w.log, Clock: w.clock})
+	o := admin.Options{Address: w.cfg.Admin.Address, Token: w.cfg.Admin.Token, Logger: w.log, Clock: w.clock, MaxConns: w.cfg.Admin.MaxConnections}
+	if w.adminOptions != nil {
+		w.adminOptions(&o)
+	}
+	srv, err := admin.Start(w, o)
 	if err != nil {
 		return nil, err
 	}

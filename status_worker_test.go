@@ -105,7 +105,7 @@ queues: [{url: 'memory://`+name+`', handler: work}]
 // back on its queue and takes it off the poison queue.
 func TestStatusPageRequeueNeedsTheSessionAndItsToken(t *testing.T) {
 	t.Parallel()
-	const token = "requeue-s3cret"
+	const token = "requeue-Fa8xLe2vKp"
 	name := uniqueQueue("page-requeue")
 	cfg := testConfig(t, `
 admin: {address: "127.0.0.1:0", token: "`+token+`"}

@@ -40,7 +40,9 @@ type Worker struct {
 	cfg   Config
 	log   *zap.Logger
 	clock clock.Clock
-	mws   []handler.Middleware
+	// adminOptions, if set, changes the admin endpoint's options (tests).
+	adminOptions func(*admin.Options)
+	mws          []handler.Middleware
 	// execOut and execErr receive the output of exec: handlers.
 	execOut, execErr io.Writer
 
@@ -104,6 +106,12 @@ func WithExecOutput(stdout, stderr io.Writer) Option {
 // withClock runs the worker's listeners and agents on c (tests and the
 // simulator).
 func withClock(c clock.Clock) Option { return func(w *Worker) { w.clock = c } }
+
+// withAdminOptions lets a test change the admin endpoint's options (its
+// timeouts) before it starts.
+func withAdminOptions(f func(*admin.Options)) Option {
+	return func(w *Worker) { w.adminOptions = f }
+}
 
 // withQueueOptions opens every queue with opts besides the meter (tests
 // inject faults with queue.WithWrapper).

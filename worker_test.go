@@ -197,7 +197,7 @@ func TestStartupErrorsNameTheQueue(t *testing.T) {
 func TestAdminTokenIsRequired(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t, `
-admin: {address: "127.0.0.1:0", token: "s3cret"}
+admin: {address: "127.0.0.1:0", token: "worker-Cv2nXr8kLm"}
 queues: [{url: 'memory://token-q', handler: 'exec: cat'}]
 `)
 	w, err := New(cfg, WithLogger(zap.NewNop()))
@@ -223,7 +223,7 @@ queues: [{url: 'memory://token-q', handler: 'exec: cat'}]
 	if c := get(admin.StatsPath, "wrong"); c != http.StatusUnauthorized {
 		t.Errorf("stats with a wrong token: %d", c)
 	}
-	if c := get(admin.StatsPath, "s3cret"); c != http.StatusOK {
+	if c := get(admin.StatsPath, "worker-Cv2nXr8kLm"); c != http.StatusOK {
 		t.Errorf("stats with the token: %d", c)
 	}
 	if c := get(admin.HealthPath, ""); c != http.StatusOK {
@@ -354,7 +354,7 @@ queues:
 func TestTriggerOverHTTPWakesTheWorker(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t, `
-admin: {address: "127.0.0.1:0", token: tok}
+admin: {address: "127.0.0.1:0", token: trigger-Ae7yPw4qZs}
 queues:
   - url: sqlite://$DIR/t.db?queue=events
     trigger: {enabled: true, safety_interval: 1h}
@@ -388,10 +388,10 @@ queues:
 	if err := admin.SendTrigger(ctx, w.AdminAddress(), "wrong", "events"); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("trigger with a wrong token: %v", err)
 	}
-	if err := admin.SendTrigger(ctx, w.AdminAddress(), "tok", "nosuch"); err == nil || !strings.Contains(err.Error(), "404") {
+	if err := admin.SendTrigger(ctx, w.AdminAddress(), "trigger-Ae7yPw4qZs", "nosuch"); err == nil || !strings.Contains(err.Error(), "404") {
 		t.Fatalf("trigger of an unknown queue: %v", err)
 	}
-	if err := admin.SendTrigger(ctx, w.AdminAddress(), "tok", "events"); err != nil {
+	if err := admin.SendTrigger(ctx, w.AdminAddress(), "trigger-Ae7yPw4qZs", "events"); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the woken task waits out the trigger floor", func() bool {

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -178,9 +179,17 @@ type Options struct {
 	Token string
 	// Logger receives the endpoint's errors and warnings (default: none).
 	Logger *zap.Logger
-	// Clock stamps the status page and its sessions (default: the real
-	// clock).
+	// Clock stamps the status page and its sessions, and refills the
+	// failed-login throttle (default: the real clock).
 	Clock clock.Clock
+
+	// MaxConns bounds the connections the endpoint holds open (0:
+	// DefaultMaxConns); see connLimit for what happens at the bound.
+	MaxConns int
+	// ReadHeaderTimeout closes a connection that has not sent a request's
+	// headers within it, and IdleTimeout one idle that long between
+	// requests (0: 5 s and 60 s). Tests make them short.
+	ReadHeaderTimeout, IdleTimeout time.Duration
 }
 
 // Server is a running admin endpoint: Start it, Stop it.
@@ -193,6 +202,8 @@ type Server struct {
 	// sessions are the status page's logins, when the endpoint has a token
 	// (set before it serves).
 	sessions *statuspage.Sessions
+	// throttle limits and logs wrong tokens per client address.
+	throttle *authThrottle
 
 	srv  *http.Server
 	done chan struct{}
@@ -206,6 +217,14 @@ func Start(w Worker, o Options) (*Server, error) {
 	if host, _, err := net.SplitHostPort(addr); err == nil && o.Token == "" && !loopbackHost(host) {
 		return nil, fmt.Errorf("admin.address: %q is not a loopback address; set a token so that only holders of it can trigger and read the worker", addr)
 	}
+	if o.Token != "" {
+		if err := CheckToken(o.Token); err != nil {
+			return nil, err
+		}
+	}
+	if o.MaxConns < 0 {
+		return nil, fmt.Errorf("admin.max_connections: %d is negative", o.MaxConns)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("admin.address: %q: %w", addr, err)
@@ -217,6 +236,7 @@ func Start(w Worker, o Options) (*Server, error) {
 	if s.clock == nil {
 		s.clock = clock.Real
 	}
+	s.throttle = newAuthThrottle(s.clock, s.log)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+HealthPath, func(rw http.ResponseWriter, _ *http.Request) {
 		rw.Header().Set("Content-Type", "text/plain")
@@ -252,9 +272,17 @@ func Start(w Worker, o Options) (*Server, error) {
 	// cross-origin check (a web page posting to loopback), the token.
 	h := limitBody(s.checkHost(ln.Addr().String(), http.NewCrossOriginProtection().Handler(s.authorize(mux))))
 	s.srv = newAdminHTTPServer(h)
+	if o.ReadHeaderTimeout > 0 {
+		s.srv.ReadHeaderTimeout = o.ReadHeaderTimeout
+	}
+	if o.IdleTimeout > 0 {
+		s.srv.IdleTimeout = o.IdleTimeout
+	}
+	limited := newConnLimit(ln, cmp.Or(o.MaxConns, DefaultMaxConns))
+	s.srv.ConnState = limited.connState
 	go func() {
 		defer close(s.done)
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.srv.Serve(limited); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("adaptq: admin endpoint failed", zap.Error(err))
 		}
 	}()
@@ -274,6 +302,7 @@ func (s *Server) Stop() {
 	defer cancel()
 	_ = s.srv.Shutdown(ctx)
 	<-s.done
+	s.throttle.stop()
 }
 
 // newAdminHTTPServer is the admin endpoint's server, with every timeout
@@ -360,15 +389,28 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !probePath(r.URL.Path) && (!ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1) {
-			if s.sessionAuthorize(rw, r, next) {
-				return
-			}
-			http.Error(rw, "unauthorized: send Authorization: Bearer <admin.token>", http.StatusUnauthorized)
+		if probePath(r.URL.Path) {
+			next.ServeHTTP(rw, r)
 			return
 		}
-		next.ServeHTTP(rw, r)
+		// A request that presents a credential spends an attempt of its
+		// client's throttle (authThrottle), given back if it is right.
+		if _, presented := r.Header["Authorization"]; presented {
+			if !s.throttle.take(rw, r) {
+				return
+			}
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1 {
+				s.throttle.refund(r)
+				next.ServeHTTP(rw, r)
+				return
+			}
+			s.throttle.failed(r)
+		}
+		if s.sessionAuthorize(rw, r, next) {
+			return
+		}
+		http.Error(rw, "unauthorized: send Authorization: Bearer <admin.token>", http.StatusUnauthorized)
 	})
 }
 

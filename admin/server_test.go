@@ -38,8 +38,8 @@ func TestAdminRefusesForeignHostsWithoutAToken(t *testing.T) {
 
 func TestAdminWithATokenAcceptsAnyHost(t *testing.T) {
 	t.Parallel()
-	addr := startAdmin(t, "s3cret")
-	if got := adminRequest(t, addr, "GET", StatsPath, "worker.internal:8089", "", "Authorization", "Bearer s3cret"); got != http.StatusOK {
+	addr := startAdmin(t, "s3cr-Kv9q-Wx2m-Lp7")
+	if got := adminRequest(t, addr, "GET", StatsPath, "worker.internal:8089", "", "Authorization", "Bearer s3cr-Kv9q-Wx2m-Lp7"); got != http.StatusOK {
 		t.Errorf("stats with the token and a non-loopback Host: %d", got)
 	}
 }
@@ -84,7 +84,7 @@ func TestAdminLimitsBodiesAndSetsTimeouts(t *testing.T) {
 // bearer token); the probes need neither the token nor a local Host.
 func TestMetricsAndProbesAccess(t *testing.T) {
 	t.Parallel()
-	for _, token := range []string{"", "s3cret"} {
+	for _, token := range []string{"", "s3cr-Kv9q-Wx2m-Lp7"} {
 		addr := startAdmin(t, token)
 		_, port, _ := strings.Cut(addr, ":")
 		foreign := "10.0.0.1:" + port

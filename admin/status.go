@@ -106,21 +106,26 @@ func (s *Server) login(rw http.ResponseWriter, r *http.Request) {
 		http.Error(rw, "this endpoint has no token: nothing to log in to", http.StatusNotFound)
 		return
 	}
+	if !s.throttle.take(rw, r) {
+		return
+	}
 	if !ss.CheckToken(r.PostFormValue("token")) {
-		s.log.Warn("adaptq: status page login with a wrong token", zap.String("remote", r.RemoteAddr))
+		s.throttle.failed(r)
 		htmlHeaders(rw)
 		rw.WriteHeader(http.StatusUnauthorized)
 		_ = statuspage.RenderLogin(rw, LoginPath, true)
 		return
 	}
+	s.throttle.refund(r)
 	http.SetCookie(rw, ss.Login())
 	http.Redirect(rw, r, StatusPath, http.StatusSeeOther)
 }
 
-// logout ends the browser's session.
+// logout ends the browser's session, on the server: a copy of its cookie
+// is refused from then on.
 func (s *Server) logout(rw http.ResponseWriter, r *http.Request) {
 	if ss := s.sessions; ss != nil {
-		http.SetCookie(rw, ss.Logout())
+		http.SetCookie(rw, ss.Logout(r))
 	}
 	http.Redirect(rw, r, StatusPath, http.StatusSeeOther)
 }

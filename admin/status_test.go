@@ -74,7 +74,7 @@ func TestStatusPageWithoutAToken(t *testing.T) {
 
 func TestStatusPageLoginWithAToken(t *testing.T) {
 	t.Parallel()
-	const token = "page-s3cret-token"
+	const token = "page-Kv9qWx2mLp7z"
 	addr := startAdmin(t, token)
 
 	// Without the token or a cookie: the login form, and nothing else.
@@ -145,9 +145,9 @@ func TestStatusPageLoginWithAToken(t *testing.T) {
 
 func TestStatusPageCookieOfAnotherToken(t *testing.T) {
 	t.Parallel()
-	addr := startAdmin(t, "the-real-token")
+	addr := startAdmin(t, "real-Hn4tRb8yQc1e")
 	_, port, _ := strings.Cut(addr, ":")
-	other := statuspage.NewSessions("another-token", port, time.Now).Login()
+	other := statuspage.NewSessions("other-Jm5uSd3wXf6g", port, time.Now).Login()
 	if resp, _ := pageRequest(t, addr, "GET", StatsPath, nil, other); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("GET %s with a cookie made with another token: %s", StatsPath, resp.Status)
 	}
@@ -161,7 +161,7 @@ func TestStatusPageCookieOfAnotherToken(t *testing.T) {
 // poison queue), while the operator's own navigations still work.
 func TestStatusPageSessionRefusesOtherOriginsOfTheSite(t *testing.T) {
 	t.Parallel()
-	const token = "same-site-token"
+	const token = "site-Pz2kVn7rGh4d"
 	addr := startAdmin(t, token)
 	resp, _ := pageRequest(t, addr, "POST", LoginPath, url.Values{"token": {token}}, nil, "Sec-Fetch-Site", "same-origin")
 	c := sessionCookie(t, resp)
@@ -193,7 +193,7 @@ func TestStatusPageSessionRefusesOtherOriginsOfTheSite(t *testing.T) {
 // that exemption.
 func TestAdminProbeExemptionIsExactPaths(t *testing.T) {
 	t.Parallel()
-	addr := startAdmin(t, "probe-exemption-token")
+	addr := startAdmin(t, "probe-Yb6cTq9mNw3s")
 	for path, open := range map[string]bool{
 		HealthPath:                       true,
 		ReadyPath:                        true,

@@ -112,7 +112,7 @@ queues:
 func TestStatsReadsTheRunningWorker(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	const token = "s3cret-token"
+	const token = "stats-Ub4nZk7pEy2q"
 	workerYAML := `
 log: {level: error}
 admin: {address: "$ADDR", token: "` + token + `"}
@@ -159,7 +159,7 @@ queues:
 	}
 
 	// A wrong token is refused, and said so.
-	bad := writeConfig(t, t.TempDir(), strings.NewReplacer("$DIR", dir, "$ADDR", w.AdminAddress(), token, "wrong").Replace(workerYAML))
+	bad := writeConfig(t, t.TempDir(), strings.NewReplacer("$DIR", dir, "$ADDR", w.AdminAddress(), token, "wrong-Zx9vBn3mKq7p").Replace(workerYAML))
 	r = mustCLI(t, "", "stats", "-c", bad)
 	if !strings.Contains(r.stdout, "HTTP 401") || !strings.Contains(r.stdout, "admin.token") {
 		t.Errorf("stats with a wrong token:\n%s", r.stdout)

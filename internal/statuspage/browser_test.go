@@ -96,7 +96,7 @@ func newBrowser(t *testing.T) context.Context {
 
 // browserToken is the admin token of the test's worker: the browser logs
 // in with it through the page's form.
-const browserToken = "browser-test-token"
+const browserToken = "browser-Tq6wMz3kJh"
 
 // statusWorker runs a worker with an admin endpoint (token browserToken)
 // and one queue, jobs, whose handler fails permanently for a body starting

@@ -11,43 +11,41 @@ import (
 	"unicode/utf8"
 )
 
-func TestSessionsExpireAndAreBoundToTheToken(t *testing.T) {
+// A session lives on the server: its cookie is a random id that only the
+// Sessions that issued it accept, until it expires or is logged out.
+func TestSessionsLiveOnTheServer(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 22, 20, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	s := NewSessions("tok-1", "8089", clock)
 	c := s.Login()
-	if c.Name != "adaptq_admin_8089" || strings.Contains(c.Value, "tok-1") {
-		t.Fatalf("cookie %s", c)
+	if c.Name != "adaptq_admin_8089" || strings.Contains(c.Value, "tok-1") || len(c.Value) < 43 {
+		t.Fatalf("cookie %s: want the port in its name and a random id of 256 bits", c)
 	}
-	req := func(c *http.Cookie) *http.Request {
+	req := func(cs ...*http.Cookie) *http.Request {
 		r := httptest.NewRequest("GET", "/", nil)
-		r.AddCookie(c)
+		for _, c := range cs {
+			r.AddCookie(c)
+		}
 		return r
 	}
 	sess := s.Session(req(c))
 	if sess == "" {
 		t.Fatal("a fresh cookie is not a session")
 	}
-	if o := NewSessions("tok-2", "8089", clock); o.Session(req(c)) != "" {
-		t.Error("a cookie made with another token is a session")
+	if o := NewSessions("tok-1", "8089", clock); o.Session(req(c)) != "" {
+		t.Error("another process's sessions (the same token) accept the cookie")
 	}
 	if o := NewSessions("tok-1", "9000", clock); o.Session(req(c)) != "" {
 		t.Error("the cookie of another port's endpoint is a session")
 	}
 	tampered := *c
-	tampered.Value = "9" + c.Value // a later expiry, the same MAC
+	tampered.Value = c.Value[:len(c.Value)-1] + "A"
+	if tampered.Value == c.Value {
+		tampered.Value = c.Value[:len(c.Value)-1] + "B"
+	}
 	if s.Session(req(&tampered)) != "" {
-		t.Error("a cookie with its expiry changed is a session")
-	}
-
-	now = now.Add(SessionTTL - time.Second)
-	if s.Session(req(c)) == "" {
-		t.Error("the cookie expired before SessionTTL")
-	}
-	now = now.Add(time.Second)
-	if s.Session(req(c)) != "" {
-		t.Error("the cookie is a session after SessionTTL")
+		t.Error("a changed id is a session")
 	}
 
 	// The anti-forgery token belongs to the session.
@@ -59,14 +57,55 @@ func TestSessionsExpireAndAreBoundToTheToken(t *testing.T) {
 	if !s.CheckCSRF(post(s.CSRF(sess)), sess) {
 		t.Error("the session's own anti-forgery token is refused")
 	}
-	other := NewSessions("tok-1", "8089", func() time.Time { return now.Add(time.Hour) }).Login().Value
-	if s.CheckCSRF(post(s.CSRF(other)), sess) || s.CheckCSRF(post(""), sess) {
+	other := s.Login()
+	if s.CheckCSRF(post(s.CSRF(other.Value)), sess) || s.CheckCSRF(post(""), sess) {
 		t.Error("another session's or an empty anti-forgery token is accepted")
 	}
 	h := httptest.NewRequest("POST", "/", nil)
 	h.Header.Set(CSRFHeader, s.CSRF(sess))
 	if !s.CheckCSRF(h, sess) {
 		t.Error("the anti-forgery token in its header is refused")
+	}
+
+	// Logout ends the session on the server; the other one lives on.
+	if del := s.Logout(req(&tampered, c)); del.MaxAge >= 0 || del.Value != "" {
+		t.Errorf("logout's cookie %s does not delete the browser's", del)
+	}
+	if s.Session(req(c)) != "" || s.CSRF(sess) != "" {
+		t.Error("a logged-out cookie is still a session")
+	}
+	if s.Session(req(other)) == "" {
+		t.Error("logging one session out ended another")
+	}
+
+	now = now.Add(SessionTTL - time.Second)
+	if s.Session(req(other)) == "" {
+		t.Error("the session expired before SessionTTL")
+	}
+	now = now.Add(time.Second)
+	if s.Session(req(other)) != "" || s.Len() != 0 {
+		t.Error("the session lives after SessionTTL")
+	}
+}
+
+// The sessions kept are bounded: a login beyond MaxSessions ends the one
+// that expires first.
+func TestSessionsAreBounded(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 22, 20, 0, 0, 0, time.UTC)
+	s := NewSessions("tok-1", "8089", func() time.Time { return now })
+	first := s.Login()
+	for range MaxSessions {
+		now = now.Add(time.Millisecond)
+		s.Login()
+	}
+	if n := s.Len(); n != MaxSessions {
+		t.Errorf("%d sessions after %d logins, want %d", n, MaxSessions+1, MaxSessions)
+	}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.AddCookie(first)
+	if s.Session(r) != "" {
+		t.Error("the oldest session outlived the bound")
 	}
 }
 

@@ -1,13 +1,11 @@
 package statuspage
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
+	"crypto/rand"
 	"crypto/subtle"
-	"encoding/base64"
 	"net/http"
-	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -24,15 +22,32 @@ const (
 	CSRFHeader = "X-CSRF-Token"
 )
 
+// MaxSessions bounds the sessions an endpoint keeps: an operator team's
+// browsers many times over. A login beyond it ends the session that
+// expires first.
+const MaxSessions = 256
+
 // Sessions issues and checks the status page's login cookie and its
-// anti-forgery token. Both are HMAC-SHA256s keyed by the admin token, so
-// the token itself never reaches a cookie, a page or a log; every worker
-// that shares the token accepts the cookie, and changing the token logs
-// every browser out.
+// anti-forgery token. A session lives on the server: the cookie holds a
+// random id (256 bits from crypto/rand) that names it, nothing derived
+// from the admin token, and the session ends on the server when it
+// expires or its browser logs out; a copy of the cookie (another service
+// on another port of the host receives it: cookies are per host) is then
+// worth nothing. Sessions live in the process: a restart logs every
+// browser out, and another worker sharing the token does not accept them.
 type Sessions struct {
 	key  []byte
 	name string
 	now  func() time.Time
+
+	mu       sync.Mutex
+	sessions map[string]session // by id
+}
+
+// session is one login: its expiry and its anti-forgery token.
+type session struct {
+	expires time.Time
+	csrf    string
 }
 
 // NewSessions returns the sessions of an admin endpoint whose token is
@@ -40,7 +55,7 @@ type Sessions struct {
 // port: two workers on one machine must not overwrite each other's). now
 // is the clock that decides expiry.
 func NewSessions(token, port string, now func() time.Time) *Sessions {
-	return &Sessions{key: []byte(token), name: "adaptq_admin_" + cookieSafe(port), now: now}
+	return &Sessions{key: []byte(token), name: "adaptq_admin_" + cookieSafe(port), now: now, sessions: map[string]session{}}
 }
 
 func cookieSafe(s string) string {
@@ -60,31 +75,66 @@ func (s *Sessions) CheckToken(got string) bool {
 	return subtle.ConstantTimeCompare([]byte(got), s.key) == 1
 }
 
-func (s *Sessions) mac(parts ...string) string {
-	m := hmac.New(sha256.New, s.key)
-	for _, p := range parts {
-		m.Write([]byte(p))
-		m.Write([]byte{0})
-	}
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+// randomID is 256 bits from crypto/rand, in base32 (two crypto/rand.Text
+// of at least 128 bits each).
+func randomID() string {
+	return rand.Text() + rand.Text()
 }
 
-// Login returns the cookie that logs a browser in until SessionTTL from
-// now: HttpOnly (no script reads it), SameSite=Strict (no other site's page
-// sends it), Path=/.
+// Login starts a session that lasts SessionTTL and returns the cookie that
+// names it: HttpOnly (no script reads it), SameSite=Strict (no other
+// site's page sends it), Path=/.
 func (s *Sessions) Login() *http.Cookie {
-	exp := s.now().Add(SessionTTL).Unix()
-	v := strconv.FormatInt(exp, 10)
+	now := s.now()
+	id := randomID()
+	s.mu.Lock()
+	for k, v := range s.sessions {
+		if !now.Before(v.expires) {
+			delete(s.sessions, k)
+		}
+	}
+	for len(s.sessions) >= MaxSessions {
+		first := ""
+		for k, v := range s.sessions {
+			if first == "" || v.expires.Before(s.sessions[first].expires) {
+				first = k
+			}
+		}
+		delete(s.sessions, first)
+	}
+	s.sessions[id] = session{expires: now.Add(SessionTTL), csrf: randomID()}
+	s.mu.Unlock()
 	return &http.Cookie{
-		Name: s.name, Value: v + "." + s.mac("session", v),
+		Name: s.name, Value: id,
 		Path: "/", MaxAge: int(SessionTTL / time.Second),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode,
 	}
 }
 
-// Logout returns the cookie that ends a browser's session.
-func (s *Sessions) Logout() *http.Cookie {
+// Logout ends on the server every session r's cookies name, and returns
+// the cookie that deletes it from the browser. A copy of the cookie is
+// refused from then on.
+func (s *Sessions) Logout(r *http.Request) *http.Cookie {
+	s.mu.Lock()
+	for _, c := range r.CookiesNamed(s.name) {
+		delete(s.sessions, c.Value)
+	}
+	s.mu.Unlock()
 	return &http.Cookie{Name: s.name, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode}
+}
+
+// Len is how many sessions are live (not yet expired or logged out).
+func (s *Sessions) Len() int {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, v := range s.sessions {
+		if now.Before(v.expires) {
+			n++
+		}
+	}
+	return n
 }
 
 // Session returns the request's valid, unexpired session cookie value, or
@@ -112,24 +162,34 @@ func (s *Sessions) Session(r *http.Request) string {
 	return ""
 }
 
-func (s *Sessions) valid(v string) bool {
-	exp, sig, ok := strings.Cut(v, ".")
-	if !ok || !hmac.Equal([]byte(sig), []byte(s.mac("session", exp))) {
-		return false
+func (s *Sessions) valid(id string) bool {
+	_, ok := s.lookup(id)
+	return ok
+}
+
+// lookup returns the live session id names; an expired one is forgotten.
+func (s *Sessions) lookup(id string) (session, bool) {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.sessions[id]
+	if ok && !now.Before(v.expires) {
+		delete(s.sessions, id)
+		return session{}, false
 	}
-	t, err := strconv.ParseInt(exp, 10, 64)
-	return err == nil && s.now().Before(time.Unix(t, 0))
+	return v, ok
 }
 
 // CSRF is the anti-forgery token of a session: the page puts it in every
 // form, and a state-changing request made with the cookie must carry it.
 // A cross-site page can make a browser send the cookie (not with
 // SameSite=Strict, but older browsers ignore it) but cannot read the token.
-func (s *Sessions) CSRF(session string) string {
-	if session == "" {
+func (s *Sessions) CSRF(id string) string {
+	v, ok := s.lookup(id)
+	if !ok {
 		return ""
 	}
-	return s.mac("csrf", session)
+	return v.csrf
 }
 
 // CheckCSRF reports whether r carries session's anti-forgery token, in the
@@ -139,5 +199,6 @@ func (s *Sessions) CheckCSRF(r *http.Request, session string) bool {
 	if got == "" {
 		got = r.PostFormValue(CSRFField)
 	}
-	return got != "" && hmac.Equal([]byte(got), []byte(s.CSRF(session)))
+	want := s.CSRF(session)
+	return got != "" && want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
