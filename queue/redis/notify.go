@@ -151,10 +151,15 @@ func (w *waker) kick(r *wakeRun) {
 
 // unblock is kick's goroutine. The loop may be just about to block on the
 // old keys (or not know its connection's id yet), so it repeats the
-// unblock every unblockPause. If the server refuses it (an ACL without
-// CLIENT), the loop sees the new keys when its block times out, or ends
-// when Client.Close closes the connections.
+// unblock every unblockPause. A transient failure (a lost connection, a
+// full pool) makes it send the unblock again, backing off up to 64 ×
+// unblockPause: given up, it would leave the loop blocked on the old keys,
+// and a new queue's subscribers unwoken, until the block timeout (review of
+// issue 25). If the server refuses it (an ACL without CLIENT), or the
+// Client is closed, it stops: the loop sees the new keys when its block
+// times out, or ends when Client.Close closes the connections.
 func (w *waker) unblock(r *wakeRun) {
+	fails := 0
 	for {
 		w.mu.Lock()
 		if r.ended || (!r.stop && r.gen == w.gen) {
@@ -164,18 +169,25 @@ func (w *waker) unblock(r *wakeRun) {
 		}
 		id := r.id
 		w.mu.Unlock()
+		pause := unblockPause
 		if id != 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			err := w.c.rdb.ClientUnblock(ctx, id).Err()
 			cancel()
-			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			switch t, _ := Classify(err); {
+			case err == nil:
+				fails = 0
+			case t || errors.Is(err, context.DeadlineExceeded):
+				fails++
+				pause = unblockPause << min(fails, 6)
+			default:
 				w.mu.Lock()
 				r.kicking = false
 				w.mu.Unlock()
 				return
 			}
 		}
-		t := time.NewTimer(unblockPause)
+		t := time.NewTimer(pause)
 		select {
 		case <-r.done:
 			t.Stop()
