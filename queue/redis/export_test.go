@@ -19,3 +19,7 @@ const TombstoneLife = tombstoneLife
 // SetMonoNow replaces the clock of c's Put resend window. Set it before
 // the client's first call.
 func SetMonoNow(c *Client, f func() time.Time) { c.mono = f }
+
+// OnWakerPause makes c's waker call f with the pause before each of its
+// reconnections. Set it before the first subscriber.
+func OnWakerPause(c *Client, f func(time.Duration)) { c.wake.onPause = f }

@@ -14,6 +14,7 @@ import (
 	"github.com/adaptq/adaptq/internal/testutil"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/queuetest"
+	"github.com/adaptq/adaptq/queue/redis"
 )
 
 // clientIDs records the replies to CLIENT ID a go-redis client receives:
@@ -40,6 +41,21 @@ func (c *clientIDs) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 
 func (c *clientIDs) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return next
+}
+
+// waitBlocked waits until the server shows the newest connection in ids
+// blocked in BZPOPMIN: a fault armed now lands on no request of it, and a
+// put now is popped by it.
+func waitBlocked(t *testing.T, admin *goredis.Client, ids *clientIDs, what string) {
+	t.Helper()
+	testutil.Eventually(t, time.Minute, what, func() bool {
+		id := ids.last()
+		if id == 0 {
+			return false
+		}
+		l, err := admin.Do(context.Background(), "CLIENT", "LIST", "ID", id).Text()
+		return err == nil && strings.Contains(l, "cmd=bzpopmin") && strings.Contains(l, "flags=b")
+	})
 }
 
 func (c *clientIDs) last() int64 {
@@ -94,19 +110,7 @@ func TestWakerSurvivesDroppedConnections(t *testing.T) {
 	a.As(&shared)
 	ids := &clientIDs{}
 	shared.AddHook(ids)
-	// blocked waits until the server shows the waker's newest connection
-	// blocked in BZPOPMIN: a fault armed now lands on no request of it.
-	blocked := func(what string) {
-		t.Helper()
-		testutil.Eventually(t, time.Minute, what, func() bool {
-			id := ids.last()
-			if id == 0 {
-				return false
-			}
-			l, err := c.Redis().Do(ctx, "CLIENT", "LIST", "ID", id).Text()
-			return err == nil && strings.Contains(l, "cmd=bzpopmin") && strings.Contains(l, "flags=b")
-		})
-	}
+	blocked := func(what string) { waitBlocked(t, c.Redis(), ids, what) }
 	sa := subscribe(a)
 	producerA := mustQueue(t, c, "wake-a")
 	mustPut(t, producerA, "first", queue.PutOptions{})
@@ -139,4 +143,57 @@ func TestWakerSurvivesDroppedConnections(t *testing.T) {
 		}
 		p.DropRequests(0)
 	}
+}
+
+// TestWakerBacksOffWhenEveryBlockFails: a server that accepts the waker's
+// connection but fails every block (here a marker key of another type)
+// gets reconnections that back off (100 ms doubling), not one every
+// 100 ms each followed by a signal to every subscriber; once the key is
+// right again a put wakes the subscriber. (Review of issue 25: a
+// successful CLIENT ID reset the backoff.)
+func TestWakerBacksOffWhenEveryBlockFails(t *testing.T) {
+	c, prefix := newClient(t)
+	pauses := make(chan time.Duration, 100)
+	redis.OnWakerPause(c, func(d time.Duration) {
+		select {
+		case pauses <- d:
+		default:
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	marker := prefix + "{backoff}:w"
+	if err := c.Redis().Set(ctx, marker, "not a sorted set", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ids := &clientIDs{}
+	c.Redis().AddHook(ids)
+	q := mustQueue(t, c, "backoff")
+	s, err := q.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []time.Duration
+	for len(got) < 4 {
+		select {
+		case d := <-pauses:
+			got = append(got, d)
+		case <-time.After(time.Minute):
+			t.Fatalf("pauses %v: the waker stopped reconnecting", got)
+		}
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i] <= got[i-1] {
+			t.Fatalf("the waker's pauses before reconnecting: %v, want them growing", got)
+		}
+	}
+	if err := c.Redis().Del(ctx, marker).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitBlocked(t, c.Redis(), ids, "the waker blocks once the marker is a sorted set")
+	for len(s) > 0 { // the reconnections' signals
+		<-s
+	}
+	mustPut(t, q, "after the fix", queue.PutOptions{})
+	wait(t, s, "a put once the marker is a sorted set again")
 }
