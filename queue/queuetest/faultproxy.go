@@ -24,6 +24,10 @@ import (
 //   - HoldReplies: replies on connections whose client wrote after the call
 //     wait until the returned release func is called (a slow server, or a
 //     reply still in flight when the caller gives up).
+//   - HoldRequests(n): the next n requests wait in the proxy while their
+//     clients see their connections fail; release delivers them to the
+//     server. A request late in the network, acted on after the client
+//     gave up and sent its call again.
 //
 // A "request" and a "reply" are what one read from either side returns:
 // for request/response protocols (RESP, the PostgreSQL protocol, HTTP/1.1)
@@ -49,14 +53,25 @@ type FaultProxy struct {
 	lost      int64 // replies lost
 	dropped   int64 // requests dropped
 	refused   int64
-	held      int64 // replies waiting for a release now
+	held      int64        // replies waiting for a release now
+	reqHold   *requestHold // nil: not holding requests
+	heldReqs  int64        // requests waiting for a release now
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 }
 
 type proxyConn struct {
 	client, server net.Conn
-	wroteGen       atomic.Int64 // gen at the client's latest write
+	wroteGen       atomic.Int64  // gen at the client's latest write
+	repliesDone    chan struct{} // closed when the replies goroutine ends
+}
+
+// requestHold is one HoldRequests: the requests it still takes, the
+// channel its release closes, and the requests it holds.
+type requestHold struct {
+	left int
+	ch   chan struct{}
+	wg   sync.WaitGroup // one per held request, done once it is answered
 }
 
 // NewFaultProxy starts a proxy on 127.0.0.1 that forwards to target
@@ -88,6 +103,10 @@ func (p *FaultProxy) Close() {
 			close(p.holdCh)
 			p.holdCh, p.holdFrom = nil, 0
 		}
+		if p.reqHold != nil {
+			close(p.reqHold.ch)
+			p.reqHold = nil
+		}
 		p.mu.Unlock()
 		p.closeAll()
 		p.wg.Wait()
@@ -113,7 +132,7 @@ func (p *FaultProxy) accept() {
 			_ = c.Close()
 			continue
 		}
-		pc := &proxyConn{client: c, server: s}
+		pc := &proxyConn{client: c, server: s, repliesDone: make(chan struct{})}
 		p.mu.Lock()
 		p.conns[pc] = struct{}{}
 		p.accepted++
@@ -139,11 +158,22 @@ func (p *FaultProxy) requests(pc *proxyConn) {
 				p.drop--
 				p.dropped++
 			}
+			var hold *requestHold
+			if !drop && p.reqHold != nil && p.reqHold.left > 0 {
+				hold = p.reqHold
+				hold.left--
+				hold.wg.Add(1)
+				p.heldReqs++
+			}
 			p.mu.Unlock()
 			if drop {
 				return
 			}
 			pc.wroteGen.Store(g)
+			if hold != nil {
+				p.holdRequest(pc, hold, buf[:k])
+				return
+			}
 			if _, werr := pc.server.Write(buf[:k]); werr != nil {
 				return
 			}
@@ -154,9 +184,29 @@ func (p *FaultProxy) requests(pc *proxyConn) {
 	}
 }
 
+// holdRequest holds req, a request HoldRequests took: it closes the
+// client's side of the connection at once (the client's call fails, as
+// when its timeout fires and it gives up) and keeps the server's side open;
+// once released, it writes req to the server and waits for the reply, which
+// the replies goroutine reads and cannot forward, and for the connection to
+// close.
+func (p *FaultProxy) holdRequest(pc *proxyConn, hold *requestHold, req []byte) {
+	defer hold.wg.Done()
+	req = append([]byte(nil), req...)
+	_ = pc.client.Close()
+	<-hold.ch
+	p.mu.Lock()
+	p.heldReqs--
+	p.mu.Unlock()
+	if _, err := pc.server.Write(req); err == nil {
+		<-pc.repliesDone
+	}
+}
+
 // replies copies server → client, losing or holding a reply when armed.
 func (p *FaultProxy) replies(pc *proxyConn) {
 	defer p.wg.Done()
+	defer close(pc.repliesDone)
 	defer p.forget(pc)
 	buf := make([]byte, 32<<10)
 	for {
@@ -271,6 +321,46 @@ func (p *FaultProxy) HoldReplies() (release func(), err error) {
 	}, nil
 }
 
+// ErrAlreadyHoldingRequests is HoldRequests' answer while an earlier hold
+// of requests is on.
+var ErrAlreadyHoldingRequests = errors.New("queuetest: the proxy already holds requests")
+
+// HoldRequests arms the proxy to hold the next n requests (n ≥ 1): each is
+// kept in the proxy, not forwarded, and its connection's client side is
+// closed at once, so the client's call fails as when its timeout fires,
+// and a driver that sends the call again does so on another connection.
+// The server's side stays open. release forwards every held request to
+// the server, on its own connection, and returns once the server has
+// answered each (the answers go nowhere) and their connections closed: a
+// request that was late in the network, acted on after the client gave
+// up, and after whatever the client did next. Requests the hold has not
+// taken by the release are not held; Counts().HeldRequests is how many
+// wait now. A request is what one read returns: a call of a few KiB is one.
+func (p *FaultProxy) HoldRequests(n int) (release func(), err error) {
+	if n < 1 {
+		return nil, errors.New("queuetest: HoldRequests wants n ≥ 1")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reqHold != nil {
+		return nil, ErrAlreadyHoldingRequests
+	}
+	h := &requestHold{left: n, ch: make(chan struct{})}
+	p.reqHold = h
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			p.mu.Lock()
+			if p.reqHold == h {
+				p.reqHold = nil
+				close(h.ch)
+			}
+			p.mu.Unlock()
+			h.wg.Wait()
+		})
+	}, nil
+}
+
 // FaultCounts is what a proxy has done so far.
 type FaultCounts struct {
 	Accepted int64 // connections forwarded
@@ -282,6 +372,9 @@ type FaultCounts struct {
 	// Held is how many replies wait for HoldReplies' release now: a held
 	// reply means the server acted on its request.
 	Held int64
+	// HeldRequests is how many requests wait for HoldRequests' release
+	// now: the server has not seen them.
+	HeldRequests int64
 	// ArmedLeft is how many armed LoseReplies and DropRequests faults have
 	// not landed yet.
 	ArmedLeft int64
@@ -295,6 +388,7 @@ func (p *FaultProxy) Counts() FaultCounts {
 	return FaultCounts{
 		Accepted: p.accepted, Open: int64(len(p.conns)), Drops: p.drops,
 		Lost: p.lost, Dropped: p.dropped, Refused: p.refused, Held: p.held,
-		ArmedLeft: int64(p.lose + p.drop),
+		HeldRequests: p.heldReqs,
+		ArmedLeft:    int64(p.lose + p.drop),
 	}
 }

@@ -199,3 +199,60 @@ func TestFaultProxyDropAllAndRefuse(t *testing.T) {
 		t.Errorf("counts %+v", c)
 	}
 }
+
+// TestFaultProxyHoldsRequestsUntilReleased: a held request fails its
+// client's call at once and does not reach the server; a call sent again
+// on another connection does; the release delivers the held request late,
+// after it, and returns once the server has acted on it.
+func TestFaultProxyHoldsRequestsUntilReleased(t *testing.T) {
+	s := newEchoServer(t)
+	p := queuetest.NewFaultProxy(t, s.ln.Addr().String())
+	if _, err := p.HoldRequests(0); err == nil {
+		t.Fatal("HoldRequests(0) was accepted")
+	}
+	first := dial(t, p.Addr())
+	if _, err := first.call("warm"); err != nil {
+		t.Fatal(err)
+	}
+	release, err := p.HoldRequests(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.HoldRequests(1); !errors.Is(err, queuetest.ErrAlreadyHoldingRequests) {
+		t.Fatalf("a second hold: %v", err)
+	}
+	if got, err := first.call("late"); err == nil {
+		t.Fatalf("the held request was answered: %q", got)
+	}
+	if c := p.Counts(); c.HeldRequests != 1 {
+		t.Fatalf("counts %+v, want 1 request held", c)
+	}
+	// The call sent again: the hold took its one request.
+	again := dial(t, p.Addr())
+	if got, err := again.call("again"); err != nil || got != "again\n" {
+		t.Fatalf("the call sent again: %q, %v", got, err)
+	}
+	if n := s.lines.Load(); n != 2 {
+		t.Fatalf("before the release the server received %d lines, want 2 (warm, again)", n)
+	}
+	release()
+	if n := s.lines.Load(); n != 3 {
+		t.Errorf("after the release the server received %d lines, want 3: the held request arrives late", n)
+	}
+	release() // a second call does nothing
+	if c := p.Counts(); c.HeldRequests != 0 || c.Open != 1 {
+		t.Errorf("counts %+v, want no request held and only the second connection open", c)
+	}
+	if got, err := again.call("after"); err != nil || got != "after\n" {
+		t.Errorf("after the release: %q, %v", got, err)
+	}
+	// A new hold can be armed once the old one is released.
+	r2, err := p.HoldRequests(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2() // released before it took any request
+	if got, err := again.call("free"); err != nil || got != "free\n" {
+		t.Errorf("after a hold released unused: %q, %v", got, err)
+	}
+}

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/adaptq/adaptq/queue/driver"
 )
@@ -25,7 +26,7 @@ var _ driver.DepthReader = (*redisQueue)(nil)
 // (driver.DepthReader). The oldest message's age is not known: the sorted
 // set orders messages by visibility, not by insertion.
 func (q *redisQueue) Depth(ctx context.Context) (driver.Depth, error) {
-	v, err := q.again(ctx, depthScript, q.keys2, same(q.c.now()))
+	v, err := q.again(ctx, depthScript, q.keys2, time.Time{}, q.c.now())
 	if err != nil {
 		return driver.Depth{}, err
 	}

@@ -78,9 +78,16 @@
 // request that never arrived, so the clients Open makes do not let go-redis
 // retry (MaxRetries -1). The driver itself sends again, up to
 // DefaultAttempts in all, only what is safe to: a put (the script writes
-// its id only if absent, so the message is stored once), a visibility
-// update (its new receipt, chosen by the client, marks it done), and
-// reads. A get, delete or batch delete whose reply was lost fails with a
+// its id only if no message has it and no delete left its tombstone, so
+// the message is stored once, and a send that arrives after a consumer got
+// or deleted the message changes nothing), a visibility update (its new
+// receipt, chosen by the client, marks it done), and reads. Put starts no
+// send more than 10 s after its first, and a delete keeps the id until
+// 30 s after the put stored it: only a send that takes more than 20 s from
+// its start to reach the server, arriving after the delete, could store
+// the message again (with go-redis's default timeouts a send is written
+// within 12 s of its start), as could a send arriving after a message with
+// a TTL shorter than that expired, unhandled or while held. A get, delete or batch delete whose reply was lost fails with a
 // transient error: the get's messages come back after their visibility
 // timeout, and the retried delete finds ErrNotFound. Give a client passed
 // to New MaxRetries -1 too.

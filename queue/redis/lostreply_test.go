@@ -69,6 +69,27 @@ func TestLostRepliesThroughTheURL(t *testing.T) {
 		return ms[0]
 	}
 
+	// Load every script the cases send, so that the lost reply is the
+	// script's, not a NOSCRIPT answer sent before the server acted (a
+	// script changed since the server last ran it).
+	warm := mustQueue(t, c, "warm")
+	mustPut(t, warm, "a", queue.PutOptions{})
+	mustPut(t, warm, "b", queue.PutOptions{})
+	if ms, err := warm.Get(ctx, 2, time.Minute); err != nil || len(ms) != 2 {
+		t.Fatalf("warm-up Get = %d messages, %v", len(ms), err)
+	} else {
+		r, err := warm.UpdateVisibility(ctx, ms[0].ID, ms[0].PopReceipt, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := warm.Delete(ctx, ms[0].ID, r); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := warm.DeleteBatch(ctx, []queue.Receipt{{ID: ms[1].ID, PopReceipt: ms[1].PopReceipt}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	t.Run("put", func(t *testing.T) {
 		q, direct := open(t)
 		var id string

@@ -50,6 +50,8 @@ type waker struct {
 	subs map[string]map[chan struct{}]struct{} // by marker key
 	gen  uint64                                // bumped when the set of keys changes
 	run  *wakeRun                              // nil when no loop runs
+
+	onPause func(time.Duration) // tests: called with each reconnection's pause
 }
 
 // wakeRun is one life of the waker's loop: started by the first
@@ -151,10 +153,15 @@ func (w *waker) kick(r *wakeRun) {
 
 // unblock is kick's goroutine. The loop may be just about to block on the
 // old keys (or not know its connection's id yet), so it repeats the
-// unblock every unblockPause. If the server refuses it (an ACL without
-// CLIENT), the loop sees the new keys when its block times out, or ends
-// when Client.Close closes the connections.
+// unblock every unblockPause. A transient failure (a lost connection, a
+// full pool) makes it send the unblock again, backing off up to 64 ×
+// unblockPause: given up, it would leave the loop blocked on the old keys,
+// and a new queue's subscribers unwoken, until the block timeout (review of
+// issue 25). If the server refuses it (an ACL without CLIENT), or the
+// Client is closed, it stops: the loop sees the new keys when its block
+// times out, or ends when Client.Close closes the connections.
 func (w *waker) unblock(r *wakeRun) {
+	fails := 0
 	for {
 		w.mu.Lock()
 		if r.ended || (!r.stop && r.gen == w.gen) {
@@ -164,18 +171,25 @@ func (w *waker) unblock(r *wakeRun) {
 		}
 		id := r.id
 		w.mu.Unlock()
+		pause := unblockPause
 		if id != 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			err := w.c.rdb.ClientUnblock(ctx, id).Err()
 			cancel()
-			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			switch t, _ := Classify(err); {
+			case err == nil:
+				fails = 0
+			case t || errors.Is(err, context.DeadlineExceeded):
+				fails++
+				pause = unblockPause << min(fails, 6)
+			default:
 				w.mu.Lock()
 				r.kicking = false
 				w.mu.Unlock()
 				return
 			}
 		}
-		t := time.NewTimer(unblockPause)
+		t := time.NewTimer(pause)
 		select {
 		case <-r.done:
 			t.Stop()
@@ -263,9 +277,11 @@ func (w *waker) loop(r *wakeRun) {
 			if retry > 0 {
 				// Puts while the connection was down left their markers
 				// set, unless another process took them: let every
-				// subscriber look.
+				// subscriber look. retry stays until a block succeeds: a
+				// server that accepts the connection but fails every block
+				// (a marker key of another type, an ACL) gets the
+				// reconnections backed off, not one every 100 ms.
 				w.signal("")
-				retry = 0
 			}
 		}
 		z, err := conn.BZPopMin(ctx, w.c.o.blockTimeout, keys...).Result()
@@ -275,6 +291,7 @@ func (w *waker) loop(r *wakeRun) {
 		case errors.Is(err, goredis.Nil):
 			// The block timed out, or CLIENT UNBLOCK ended it for a new set
 			// of keys: block again.
+			retry = 0
 		case err != nil:
 			_ = conn.Close()
 			conn = nil
@@ -283,6 +300,7 @@ func (w *waker) loop(r *wakeRun) {
 			w.mu.Unlock()
 			retry = w.pause(r, retry)
 		default:
+			retry = 0
 			w.signal(z.Key)
 			if at := time.UnixMicro(int64(z.Score)); at.After(w.c.localNow().Add(time.Millisecond)) {
 				w.later(r, z.Key, at.Sub(w.c.localNow()))
@@ -314,6 +332,9 @@ func (w *waker) later(r *wakeRun, key string, d time.Duration) {
 // returning early when r stops, and returns retry+1.
 func (w *waker) pause(r *wakeRun, retry int) int {
 	d := min(100*time.Millisecond<<min(retry, 7), 10*time.Second)
+	if w.onPause != nil {
+		w.onPause(d)
+	}
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) && !w.stopped(r) {
 		time.Sleep(min(50*time.Millisecond, time.Until(deadline)))

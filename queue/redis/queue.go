@@ -106,11 +106,12 @@ func (q *redisQueue) run(ctx context.Context, s *goredis.Script, keys []string, 
 
 // again sends an idempotent script (one that sent twice acts once, or
 // changes nothing) up to DefaultAttempts times while it fails transiently,
-// pausing as go-redis would between its own retries. args gives the
-// arguments of each attempt (from 1).
-func (q *redisQueue) again(ctx context.Context, s *goredis.Script, keys []string, args func(attempt int) []any) (any, error) {
+// pausing as go-redis would between its own retries. It starts no attempt
+// after until (the zero time: no bound), read on the process's monotonic
+// clock.
+func (q *redisQueue) again(ctx context.Context, s *goredis.Script, keys []string, until time.Time, args ...any) (any, error) {
 	for attempt := 1; ; attempt++ {
-		v, err := q.run(ctx, s, keys, args(attempt)...)
+		v, err := q.run(ctx, s, keys, args...)
 		if err == nil || attempt >= DefaultAttempts || ctx.Err() != nil {
 			return v, err
 		}
@@ -124,11 +125,11 @@ func (q *redisQueue) again(ctx context.Context, s *goredis.Script, keys []string
 			return nil, err
 		case <-t.C:
 		}
+		if !until.IsZero() && q.c.monoNow().After(until) {
+			return nil, err
+		}
 	}
 }
-
-// same is the arguments of a script sent alike at every attempt.
-func same(args ...any) func(int) []any { return func(int) []any { return args } }
 
 // us is d in whole microseconds, rounded up so that a positive duration
 // never becomes zero.
@@ -141,9 +142,12 @@ func us(d time.Duration) int64 {
 
 // Put stores a message under an id it chooses (a ULID, id.go) and sets the
 // queue's wake-up marker. The script writes the message only if no message
-// has that id, so Put can send it again when its reply was lost (up to
-// DefaultAttempts in all): the message is stored once, under the id Put
-// returns. An error after every attempt is transient and means the message
+// has that id and no delete left the id's tombstone, so Put can send it
+// again when its reply was lost (up to DefaultAttempts in all, none started
+// putResendWindow after the first): the message is stored once, under the
+// id Put returns, and a send that arrives after a consumer got the message
+// or deleted it (a send again, or a first send late in the network) changes
+// nothing. An error after every attempt is transient and means the message
 // may or may not be stored; a retry by the caller is a new put with a new
 // id.
 func (q *redisQueue) Put(ctx context.Context, body []byte, opts driver.PutOptions) (string, error) {
@@ -155,12 +159,9 @@ func (q *redisQueue) Put(ctx context.Context, body []byte, opts driver.PutOption
 	if q.c.puts.Add(1)%putSweepEvery == 0 {
 		sweep = putSweep
 	}
+	until := q.c.monoNow().Add(putResendWindow)
 	id := ids.newID(wallNow())
-	args := []any{id, body, ttl, us(opts.InitialVisibilityDelay), sweep, 0, q.c.now()}
-	v, err := q.again(ctx, putScript, q.keys3, func(attempt int) []any {
-		args[5] = min(attempt-1, 1) // sent before: check for the id
-		return args
-	})
+	v, err := q.again(ctx, putScript, q.keys3, until, id, body, ttl, us(opts.InitialVisibilityDelay), sweep, q.c.now())
 	if err != nil {
 		return "", err
 	}
@@ -316,7 +317,7 @@ func (q *redisQueue) DeleteBatch(ctx context.Context, receipts []driver.Receipt)
 // first send would have.
 func (q *redisQueue) UpdateVisibility(ctx context.Context, id, popReceipt string, d time.Duration) (string, error) {
 	r := nonce() + "u"
-	v, err := q.again(ctx, updateScript, q.keys3, same(id, popReceipt, us(d), r, q.c.now()))
+	v, err := q.again(ctx, updateScript, q.keys3, time.Time{}, id, popReceipt, us(d), r, q.c.now())
 	if err != nil {
 		return "", err
 	}
@@ -331,7 +332,7 @@ func (q *redisQueue) UpdateVisibility(ctx context.Context, id, popReceipt string
 // reads only once none remain, calling again until then.
 func (q *redisQueue) Peek(ctx context.Context, n int) ([]*driver.Message, error) {
 	for {
-		v, err := q.again(ctx, peekScript, q.keys2, same(n, sweepChunk, q.c.now()))
+		v, err := q.again(ctx, peekScript, q.keys2, time.Time{}, n, sweepChunk, q.c.now())
 		if err != nil {
 			return nil, err
 		}
@@ -365,7 +366,7 @@ func (q *redisQueue) Peek(ctx context.Context, n int) ([]*driver.Message, error)
 // Count is exact: the sorted set's size less the messages whose TTL has
 // passed but that are not swept yet.
 func (q *redisQueue) Count(ctx context.Context) (int, error) {
-	v, err := q.again(ctx, countScript, q.keys2, same(q.c.now()))
+	v, err := q.again(ctx, countScript, q.keys2, time.Time{}, q.c.now())
 	if err != nil {
 		return 0, err
 	}

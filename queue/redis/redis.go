@@ -53,6 +53,23 @@ const (
 	// and a client passed to New should too.
 	DefaultAttempts = 4
 
+	// putResendWindow: Put starts no send of a put later than this after
+	// its first. With go-redis's default timeouts (a pool wait of 4 s, a
+	// dial of 5 s, a write of 3 s) every send of a put is written within
+	// 22 s of the put's start, before the server stored the message plus
+	// tombstoneLife less 8 s.
+	putResendWindow = 10 * time.Second
+
+	// tombstoneLife is how long after a put stored its message a delete
+	// keeps the message's id (a tombstone: a member of a set per queue and
+	// second of the ids' time, PREFIX{NAME}:t:T, that Redis expires), so
+	// that a send of that put arriving later (sent again after a lost
+	// reply, or a first send late in the network) stores nothing; a delete
+	// of an older message keeps none. A consumer that deletes at once
+	// keeps the ids of about the last tombstoneLife of its messages, some
+	// 80 bytes each.
+	tombstoneLife = 30 * time.Second
+
 	// retryMinBackoff and retryMaxBackoff bound the pause before the n-th
 	// attempt (doubling from the first): go-redis's MinRetryBackoff and
 	// MaxRetryBackoff defaults.
@@ -116,6 +133,7 @@ type Client struct {
 	closed atomic.Bool
 	puts   atomic.Uint64 // puts so far, for the put's periodic sweep
 	wake   waker
+	mono   func() time.Time // the clock of Put's resend window; nil: time.Now
 }
 
 // New returns a Client over rdb, which stays the caller's: Close does not
@@ -223,6 +241,15 @@ func (c *Client) now() string {
 		return ""
 	}
 	return strconv.FormatInt(c.o.clock.Now().UnixMicro(), 10)
+}
+
+// monoNow is the clock of Put's resend window: time.Now, whose monotonic
+// reading no skew or clock step moves, unless a test set another.
+func (c *Client) monoNow() time.Time {
+	if c.mono != nil {
+		return c.mono()
+	}
+	return time.Now()
 }
 
 // localNow is the best local guess of the scripts' clock, for the

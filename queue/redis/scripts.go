@@ -21,6 +21,7 @@ import (
 //	PREFIX{NAME}:x       sorted set: message id scored by expires-at (µs), for messages with a TTL
 //	PREFIX{NAME}:w       the wake-up marker: a sorted set of one member that BZPOPMIN blocks on
 //	PREFIX{NAME}:m:ID    hash per message: b body, r receipt, d dequeue count, i inserted (µs), e expires (µs, 0 none)
+//	PREFIX{NAME}:t:T     set of the ids whose time part starts with T (8 characters, about a second) that were deleted soon after their put: tombstones, which Redis expires
 //
 // Message ids are chosen by the client (id.go); no counter is kept.
 //
@@ -113,13 +114,13 @@ local function sweep(now, limit)
 end
 `
 	// luaHeld finds a live message and checks its receipt: 1 held (and
-	// the key), 2 held under again already (an update whose reply was
-	// lost, sent again), 0 gone or expired (then dropped), -1 a stale
-	// receipt.
+	// the key and the message's inserted time), 2 held under again
+	// already (an update whose reply was lost, sent again), 0 gone or
+	// expired (then dropped), -1 a stale receipt.
 	luaHeld = `
 local function held(id, receipt, now, again)
   local h = mkey(id)
-  local f = redis.call('HMGET', h, 'r', 'e')
+  local f = redis.call('HMGET', h, 'r', 'e', 'i')
   if not f[1] then return 0 end
   if f[2] ~= '0' and tonumber(f[2]) <= now then
     redis.call('DEL', h)
@@ -129,7 +130,38 @@ local function held(id, receipt, now, again)
   end
   if again and f[1] == again then return 2, h end
   if receipt == '' or f[1] ~= receipt then return -1 end
-  return 1, h
+  return 1, h, f[3]
+end
+`
+	// luaTombs, when messages are deleted (a list of {id, inserted µs}),
+	// keeps the id of each inserted less than tombstoneLife ago (on the
+	// server's clock; with an injected clock, whose time Redis cannot
+	// read, every one) in a tombstone set: one per queue and second of
+	// the ids' time part (their first 8 characters), which Redis expires
+	// tombstoneLife after its latest id came, so that one SADD and one
+	// PEXPIRE serve a whole batch. The put script stores nothing under an
+	// id it holds. Ids of other shapes (earlier versions' counters) are
+	// never put again and get none.
+	luaTombs = `
+local function tombs(list, now, real)
+  local keys, sets = {}, {}
+  for _, e in ipairs(list) do
+    local id = e[1]
+    if #id == 26 and (not real or now - tonumber(e[2]) < TOMBSTONE_LIFE * 1000) then
+      local k = base .. 't:' .. string.sub(id, 1, 8)
+      local s = sets[k]
+      if not s then
+        s = {}
+        sets[k] = s
+        keys[#keys + 1] = k
+      end
+      s[#s + 1] = id
+    end
+  end
+  for _, k in ipairs(keys) do
+    redis.call('SADD', k, unpack(sets[k]))
+    redis.call('PEXPIRE', k, TOMBSTONE_LIFE)
+  end
 end
 `
 	// luaMark (after luaMs) sets the wake-up marker w to vis, unless it
@@ -183,6 +215,7 @@ end
 var luaConstants = strings.NewReplacer(
 	"INDEX_SLACK", strconv.FormatInt(indexSlack.Milliseconds(), 10),
 	"MARKER_LIFE", strconv.FormatInt(markerLife.Milliseconds(), 10),
+	"TOMBSTONE_LIFE", strconv.FormatInt(tombstoneLife.Milliseconds(), 10),
 )
 
 // script is a script of helpers and a body.
@@ -191,22 +224,23 @@ func script(body string, helpers ...string) *goredis.Script {
 }
 
 // putScript: KEYS z, x, w; ARGV id, body, ttl µs (-1: none), delay µs,
-// sweep limit, again (1 when the put was sent before), now. Returns {id,
-// inserted µs}.
+// sweep limit, now. Returns {id, inserted µs}.
 //
-// The id is the client's. When the put was sent before (its reply lost) and
-// a message has its id, that message is the same put: the script writes
-// nothing and answers as the first time, so a put is stored once however
-// many times it is sent. A first send skips the check: its id is new.
+// The id is the client's. A message with that id, or its tombstone, means
+// another send of the same put came first (the put sent again after its
+// reply was lost, or a first send that was late in the network): the
+// script writes nothing and answers as the first time (inserted 0 for a
+// tombstone), so a put is stored once however many times it is sent, and a
+// late send neither resets a message a consumer holds nor brings back one
+// it deleted.
 var putScript = script(`
-local now = clock(ARGV[7])
-local real = ARGV[7] == ''
+local now = clock(ARGV[6])
+local real = ARGV[6] == ''
 local id = ARGV[1]
 local h = mkey(id)
-if ARGV[6] == '1' then
-  local ins = redis.call('HGET', h, 'i')
-  if ins then return {id, tonumber(ins)} end
-end
+local ins = redis.call('HGET', h, 'i')
+if ins then return {id, tonumber(ins)} end
+if redis.call('SISMEMBER', base .. 't:' .. string.sub(id, 1, 8), id) == 1 then return {id, 0} end
 sweep(now, tonumber(ARGV[5]))
 local ttl = tonumber(ARGV[3])
 local e = 0
@@ -280,24 +314,27 @@ return out
 `, luaKeys, luaClock, luaMs, luaSweep, luaMark)
 
 // deleteScript: KEYS z, x; ARGV id, receipt, now. Returns 1 deleted, 0
-// not found, -1 stale receipt.
+// not found, -1 stale receipt. A deleted message leaves its tombstone.
 var deleteScript = script(`
 local now = clock(ARGV[3])
-local ok, h = held(ARGV[1], ARGV[2], now)
+local real = ARGV[3] == ''
+local ok, h, ins = held(ARGV[1], ARGV[2], now)
 if ok == 1 then
   redis.call('DEL', h)
+  tombs({{ARGV[1], ins}}, now, real)
   redis.call('ZREM', z, ARGV[1])
   redis.call('ZREM', x, ARGV[1])
-  if ARGV[3] == '' then settle() end
+  if real then settle() end
 end
 return ok
-`, luaKeys, luaClock, luaHeld, luaMs, luaSettle)
+`, luaKeys, luaClock, luaHeld, luaTombs, luaMs, luaSettle)
 
 // deleteBatchScript: KEYS z, x; ARGV now, id1, receipt1, id2, … Returns one
-// code per receipt, as deleteScript's.
+// code per receipt, as deleteScript's, and leaves the same tombstones.
 var deleteBatchScript = script(`
 local now = clock(ARGV[1])
-local out, ids, keys = {}, {}, {}
+local real = ARGV[1] == ''
+local out, ids, keys, dead = {}, {}, {}, {}
 local seen = {}
 for j = 2, #ARGV, 2 do
   local id = ARGV[j]
@@ -305,8 +342,10 @@ for j = 2, #ARGV, 2 do
   if seen[id] then
     ok = 0 -- deleted earlier in this batch
   else
-    ok = held(id, ARGV[j + 1], now)
+    local h, ins
+    ok, h, ins = held(id, ARGV[j + 1], now)
     if ok == 1 then
+      dead[#dead + 1] = {id, ins}
       seen[id] = true
       ids[#ids + 1] = id
       keys[#keys + 1] = mkey(id)
@@ -316,12 +355,13 @@ for j = 2, #ARGV, 2 do
 end
 if #ids > 0 then
   redis.call('DEL', unpack(keys))
+  tombs(dead, now, real)
   redis.call('ZREM', z, unpack(ids))
   redis.call('ZREM', x, unpack(ids))
-  if ARGV[1] == '' then settle() end
+  if real then settle() end
 end
 return out
-`, luaKeys, luaClock, luaHeld, luaMs, luaSettle)
+`, luaKeys, luaClock, luaHeld, luaTombs, luaMs, luaSettle)
 
 // updateScript: KEYS z, x, w; ARGV id, receipt, d µs, new receipt, now.
 // Returns 1 updated (the new receipt is in force), 0, -1 as deleteScript.
