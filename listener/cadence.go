@@ -95,6 +95,8 @@ func (t *task) pace(ctx context.Context) sleepReason {
 	// sees the task pacing may move the clock.
 	l.pacing.Add(1)
 	defer l.pacing.Add(-1)
+	l.parked.Add(1)
+	defer l.parked.Add(-1)
 	for {
 		resize := l.resizeChan()
 		select {

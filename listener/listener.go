@@ -68,7 +68,11 @@ type Listener struct {
 	totalTasks atomic.Int64
 	idleTasks  atomic.Int32
 	pacing     atomic.Int32 // tasks waiting out the cadence after a partial get
-	inFlight   atomic.Int64
+	// parked counts tasks blocked on a timer of the clock (sleep, pace),
+	// once the timer exists: the test kit's sign that a task waits for
+	// virtual time (see internal/kithook).
+	parked   atomic.Int32
+	inFlight atomic.Int64
 	// liveContexts counts handler contexts not yet cancelled (see
 	// handlerContext).
 	liveContexts atomic.Int64
@@ -527,6 +531,8 @@ func (l *Listener) sleep(ctx context.Context, d time.Duration, wakeable bool) sl
 	}
 	t := l.o.Clock.NewTimer(d)
 	defer t.Stop()
+	l.parked.Add(1)
+	defer l.parked.Add(-1)
 	var wake <-chan struct{}
 	if wakeable {
 		wake = l.wakeChan()
