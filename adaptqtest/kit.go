@@ -304,6 +304,7 @@ func (k *Kit) run(target time.Time, settle bool) error {
 	if k.closed {
 		return errors.New("adaptqtest: the kit is closed")
 	}
+	stalls := 0
 	for step := 0; ; step++ {
 		if err := k.quiesce(); err != nil {
 			return err
@@ -328,6 +329,17 @@ func (k *Kit) run(target time.Time, settle bool) error {
 		if c.visible > 0 && !k.anyTask() {
 			return fmt.Errorf("adaptqtest: %d messages wait, but no listener task runs (the worker stopped?)", c.visible)
 		}
+		next, ok := k.clock.NextDeadline()
+		if c.visible > 0 && !ok {
+			// Messages wait and tasks run, but no timer is pending: a task
+			// has not parked yet. Look again.
+			if stalls++; stalls > maxSteps {
+				return k.hung()
+			}
+			runtime.Gosched()
+			continue
+		}
+		stalls = 0
 		to := target
 		if c.visible == 0 {
 			// Nothing to get until a hidden message shows: skip the idle
@@ -335,7 +347,7 @@ func (k *Kit) run(target time.Time, settle bool) error {
 			if !c.nextVisible.IsZero() && c.nextVisible.Before(to) {
 				to = c.nextVisible
 			}
-		} else if next, ok := k.clock.NextDeadline(); ok && next.Before(to) {
+		} else if next.Before(to) {
 			to = next
 		}
 		k.clock.Set(to)
@@ -395,8 +407,11 @@ func (k *Kit) observe() (uint64, bool) {
 			h *= 1099511628211
 		}
 	}
-	quiet := k.rec.running.Load() == 0
-	mix(int64(k.rec.events.Load()), int64(k.clock.Pending()))
+	// A timer's callback, or a goroutine a timer woke, may not have run:
+	// the clock's own counts say so.
+	woken := k.clock.Running() + k.clock.Unreceived()
+	quiet := k.rec.running.Load() == 0 && woken == 0
+	mix(int64(k.rec.events.Load()), int64(k.clock.Pending()), int64(woken))
 	if d, ok := k.clock.NextDeadline(); ok {
 		mix(d.UnixNano())
 	}
@@ -406,11 +421,11 @@ func (k *Kit) observe() (uint64, bool) {
 			continue
 		}
 		st := l.LocalState()
-		parked := kithook.Parked(l)
-		if st.InFlight != 0 || parked != st.ActiveTasks {
+		parked, busy := kithook.Activity(l)
+		if st.InFlight != 0 || busy != 0 || parked != st.ActiveTasks {
 			quiet = false
 		}
-		mix(int64(st.ActiveTasks), int64(parked), int64(st.InFlight), int64(st.TotalTasks), int64(st.IdleTasks),
+		mix(int64(st.ActiveTasks), int64(parked), int64(busy), int64(st.InFlight), int64(st.TotalTasks), int64(st.IdleTasks),
 			st.EmptyGets, st.Processed, st.Failed, st.Deleted, st.Poisoned, st.Triggers, st.WorkDetected, st.Released, st.Hidden)
 	}
 	return h, quiet
@@ -424,7 +439,8 @@ func (k *Kit) hung() error {
 	for _, n := range k.names {
 		if l := k.listeners[n]; l != nil {
 			st := l.LocalState()
-			fmt.Fprintf(&b, "; queue %q: %d tasks, %d parked, %d messages in flight", n, st.ActiveTasks, kithook.Parked(l), st.InFlight)
+			parked, busy := kithook.Activity(l)
+			fmt.Fprintf(&b, "; queue %q: %d tasks, %d parked, %d messages in flight, %d batches open", n, st.ActiveTasks, parked, st.InFlight, busy)
 		}
 	}
 	b.WriteString(": a handler that waits for the kit's clock never returns, since the clock moves only between runs")

@@ -89,18 +89,16 @@ func (t *task) pace(ctx context.Context) sleepReason {
 	if d <= 0 {
 		return sleptFull
 	}
-	tm := l.o.Clock.NewTimer(d)
-	defer tm.Stop()
+	fired, unpark := l.park(d)
+	defer unpark()
 	// Counted once the timer exists, so that a test in virtual time that
 	// sees the task pacing may move the clock.
 	l.pacing.Add(1)
 	defer l.pacing.Add(-1)
-	l.parked.Add(1)
-	defer l.parked.Add(-1)
 	for {
 		resize := l.resizeChan()
 		select {
-		case <-tm.C():
+		case <-fired:
 			return sleptFull
 		case <-ctx.Done():
 			return sleepCancelled

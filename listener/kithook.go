@@ -3,5 +3,8 @@ package listener
 import "github.com/adaptq/adaptq/internal/kithook"
 
 func init() {
-	kithook.Parked = func(l any) int { return int(l.(*Listener).parked.Load()) }
+	kithook.Activity = func(v any) (parked, busy int) {
+		l := v.(*Listener)
+		return int(l.parked.Load()), int(l.busy.Load())
+	}
 }

@@ -8,12 +8,15 @@ package kithook
 import "github.com/adaptq/adaptq/internal/clock"
 
 var (
-	// Parked (set by package listener) is how many of a *listener.Listener's
-	// tasks are blocked on a timer of its clock (an idle sleep, the cadence
-	// after a partial get, a pause, an error backoff), counted once the
-	// timer exists: with every task parked and nothing in flight, the
-	// listener does nothing until the clock moves or a trigger comes.
-	Parked func(l any) int
+	// Activity (set by package listener) says how many of a
+	// *listener.Listener's tasks are parked on a timer of its clock (an
+	// idle sleep, the cadence after a partial get, a pause, an error
+	// backoff), counted once the timer exists, and how much of its work
+	// runs outside its tasks' loops (open batches, until their deletes are
+	// done; flushes). With every task parked and nothing busy or in
+	// flight, the listener does nothing until the clock moves or a
+	// trigger comes.
+	Activity func(l any) (parked, busy int)
 
 	// WorkerClock (set by package adaptq) returns the adaptq.Option that
 	// runs a worker's listeners, agents and samplers on c.
