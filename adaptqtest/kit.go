@@ -320,7 +320,11 @@ func (k *Kit) run(target time.Time, settle bool) error {
 			}
 			c = k.census(true)
 			var b strings.Builder
-			fmt.Fprintf(&b, "adaptqtest: %d messages unsettled after %s of virtual time", c.unsettled, now.Sub(target.Add(-SettleLimit)))
+			if step == maxSteps {
+				fmt.Fprintf(&b, "adaptqtest: gave up after %d moves of the clock, at %s; %d messages unsettled", maxSteps, now.Format(time.RFC3339Nano), c.unsettled)
+			} else {
+				fmt.Fprintf(&b, "adaptqtest: %d messages unsettled after %s of virtual time", c.unsettled, SettleLimit)
+			}
 			for _, m := range c.sample {
 				fmt.Fprintf(&b, "\n\t%v", m)
 			}

@@ -323,3 +323,35 @@ func TestImportsNoNetworkDriver(t *testing.T) {
 		}
 	}
 }
+
+// A message that can never settle (it never expires, and its handler
+// fails forever below max_dequeue_count) makes Settle give up after
+// SettleLimit of virtual time, naming it, its state and its last error.
+func TestSettleNamesWhatNeverSettles(t *testing.T) {
+	t.Parallel()
+	k, err := adaptqtest.NewListener("work", failing, listener.Options{MaxDequeueCount: 1 << 30, VisibilityTimeout: queue.MaxVisibilityTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	q, err := k.Queue("work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := q.Put(context.Background(), []byte("x"), queue.PutOptions{TTL: queue.NoExpiry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = k.Settle()
+	if err == nil {
+		t.Fatal("Settle settled a message that never settles")
+	}
+	for _, want := range []string{"1 messages unsettled after " + adaptqtest.SettleLimit.String(), "message " + id + " of queue \"work\": hidden until", "after 2 runs", "last error: inventory: sku unknown"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Settle: %v; want it to say %q", err, want)
+		}
+	}
+	if want := clock.Epoch.Add(adaptqtest.SettleLimit); !k.Now().Equal(want) {
+		t.Errorf("gave up at %v, want %v", k.Now(), want)
+	}
+}
