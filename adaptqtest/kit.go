@@ -184,6 +184,19 @@ func NewWorker(cfg adaptq.Config, handlers map[string]handler.Func, opts ...adap
 			k.listeners[n] = l
 		}
 	}
+	// Ready comes once the listeners are started on their own goroutines,
+	// which may not have started their tasks yet.
+	if err := k.await(func() bool {
+		for _, l := range k.listeners {
+			if l.ActiveTasks() == 0 {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		_ = k.Close()
+		return nil, err
+	}
 	if err := k.quiesce(); err != nil {
 		_ = k.Close()
 		return nil, err
@@ -399,6 +412,24 @@ func (k *Kit) quiesce() error {
 		}
 		time.Sleep(50 * time.Microsecond)
 	}
+}
+
+// await waits, in real time, until cond holds.
+func (k *Kit) await(cond func() bool) error {
+	var start time.Time
+	for spins := 0; !cond(); spins++ {
+		if spins < 64 {
+			runtime.Gosched()
+			continue
+		}
+		if start.IsZero() {
+			start = time.Now()
+		} else if time.Since(start) > HangGuard {
+			return k.hung()
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	return nil
 }
 
 // observe is a fingerprint of the worker's activity, and whether it is at
