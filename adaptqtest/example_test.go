@@ -2,6 +2,7 @@ package adaptqtest_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log"
@@ -99,4 +100,44 @@ func Example_retryAfter() {
 	// Output:
 	// after 59m: hidden
 	// then: deleted after 2 runs, 1h0m0s apart
+}
+
+// A producer is tested by handing it the kit's queue; the consumer then
+// runs on what it put, so the two agree on the message's shape.
+func ExampleKit_Queue() {
+	type order struct {
+		ID  string `json:"id"`
+		Qty int    `json:"qty"`
+	}
+	// The producer under test: it puts orders as JSON.
+	produce := func(ctx context.Context, q *queue.Queue, o order) (string, error) {
+		body, err := json.Marshal(o)
+		if err != nil {
+			return "", err
+		}
+		return q.Put(ctx, body, queue.PutOptions{TTL: time.Hour})
+	}
+	var got []order
+	consume := handler.JSON(func(_ context.Context, o order) error {
+		got = append(got, o) // one at a time (Concurrency 1); Settle returns after
+		return nil
+	})
+	k, err := adaptqtest.NewListener("orders", consume, listener.Options{Concurrency: 1, BatchSize: 1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer k.Close()
+	q, err := k.Queue("orders")
+	if err != nil {
+		log.Fatal(err)
+	}
+	id, err := produce(context.Background(), q, order{ID: "A1", Qty: 3})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := k.Settle(); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(k.Message(id).State, got)
+	// Output: deleted [{A1 3}]
 }

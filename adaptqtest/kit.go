@@ -219,7 +219,8 @@ func (k *Kit) forget() { kits.Delete(k.id) }
 // its stats and its poison tools.
 func (k *Kit) Worker() *adaptq.Worker { return k.worker }
 
-// Listener is the listener of the named queue, for its Stats.
+// Listener is the listener of the named queue, for its Stats; nil if the
+// kit listens to no such queue.
 func (k *Kit) Listener(queueName string) *listener.Listener { return k.listeners[queueName] }
 
 // Queue returns a handle on the kit's queue called name (created on first
@@ -257,8 +258,10 @@ func (k *Kit) LoseDeletes(n int) {
 	k.rec.mu.Unlock()
 }
 
-// Now is the kit's virtual time. It starts at clock.Epoch, 2026-01-01
-// 00:00 UTC.
+// Epoch is where every kit's clock starts: 2026-01-01 00:00 UTC.
+var Epoch = clock.Epoch
+
+// Now is the kit's virtual time (Epoch when the kit starts).
 func (k *Kit) Now() time.Time { return k.clock.Now() }
 
 // Settle runs the worker in virtual time until every message of the

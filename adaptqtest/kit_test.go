@@ -14,7 +14,6 @@ import (
 	"github.com/adaptq/adaptq"
 	"github.com/adaptq/adaptq/adaptqtest"
 	"github.com/adaptq/adaptq/handler"
-	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/poison"
@@ -72,7 +71,7 @@ func TestRetryAfterAnHourInVirtualTime(t *testing.T) {
 	if m.State != adaptqtest.Hidden || len(m.Runs) != 1 || !m.VisibleAt.Equal(m.Runs[0].At.Add(time.Hour)) {
 		t.Fatalf("after 59m: %v; want hidden until an hour after its first run", m)
 	}
-	if want := clock.Epoch.Add(59 * time.Minute); !k.Now().Equal(want) {
+	if want := adaptqtest.Epoch.Add(59 * time.Minute); !k.Now().Equal(want) {
 		t.Errorf("Advance(59m) ended at %v, want exactly %v", k.Now(), want)
 	}
 	if err := k.Settle(); err != nil {
@@ -110,7 +109,7 @@ func TestSevenDayTTLInVirtualTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := k.Message(id)
-	expiry := clock.Epoch.Add(7 * 24 * time.Hour)
+	expiry := adaptqtest.Epoch.Add(7 * 24 * time.Hour)
 	if m.State != adaptqtest.Expired || k.Now().Before(expiry) || len(m.Runs) < 7 {
 		t.Fatalf("%v at %v, runs %+v, stats %+v; want expired after 7 runs, at or after %v", m, k.Now(), m.Runs, k.Listener("work").Stats(), expiry)
 	}
@@ -351,7 +350,7 @@ func TestSettleNamesWhatNeverSettles(t *testing.T) {
 			t.Errorf("Settle: %v; want it to say %q", err, want)
 		}
 	}
-	if want := clock.Epoch.Add(adaptqtest.SettleLimit); !k.Now().Equal(want) {
+	if want := adaptqtest.Epoch.Add(adaptqtest.SettleLimit); !k.Now().Equal(want) {
 		t.Errorf("gave up at %v, want %v", k.Now(), want)
 	}
 }
