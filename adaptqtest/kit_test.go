@@ -354,3 +354,47 @@ func TestSettleNamesWhatNeverSettles(t *testing.T) {
 		t.Errorf("gave up at %v, want %v", k.Now(), want)
 	}
 }
+
+// Many messages on a worker with a push trigger and a growing pool: each
+// runs exactly once, since the clock never moves while a batch is still
+// being handled or deleted (else its messages would show again and run
+// twice).
+func TestManyMessagesRunOnceEach(t *testing.T) {
+	t.Parallel()
+	cfg, err := adaptq.ParseConfig("test", []byte(`
+queues:
+  - url: memory://jobs
+    trigger: {enabled: true}
+    pool: {policy: proportional, messages_per_task: 16, max: 8}
+    visibility_timeout: 10s
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := adaptqtest.NewWorker(cfg, map[string]handler.Func{"jobs": func(context.Context, *queue.Message) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	const n = 300
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = k.Put("jobs", []byte{byte(i)})
+		if i%100 == 99 {
+			if err := k.Advance(time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := k.Settle(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if m := k.Message(id); m.State != adaptqtest.Deleted || len(m.Runs) != 1 {
+			t.Fatalf("%v; want deleted after one run", m)
+		}
+	}
+	if st := k.Listener("jobs").LocalState(); st.Deleted != n || st.DeleteErrors != 0 || st.ReceiptMismatches != 0 || st.TotalTasks < 2 {
+		t.Errorf("state %+v; want every message deleted once, by a pool that grew", st)
+	}
+}
