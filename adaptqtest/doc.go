@@ -28,7 +28,9 @@
 // and the kit waits for them (up to HangGuard) before it moves the clock.
 // A handler must not wait for the kit's clock. Pickup latency is not
 // modelled: an idle task is woken when a hidden message shows, not up to
-// idle.max later.
+// idle.max later. A worker's scaling agent reads the depth as it runs, so
+// how far a pool grows is not deterministic; what happens to each message
+// is.
 //
 // A test of "a failing message is poisoned after max_dequeue_count":
 //
