@@ -1,7 +1,7 @@
 // Package adaptqtest is adaptq's test kit: it runs a worker, or one
 // listener, in process on memory queues with a virtual clock the test
 // controls, so that a test of a handler, of a worker's config or of a
-// producer runs in microseconds with no backend and no sleep.
+// producer runs in a millisecond or so, with no backend and no sleep.
 //
 // NewListener runs a handler on one queue; NewWorker runs an
 // adaptq.Worker from a config, the same YAML file production uses, loaded
@@ -13,7 +13,7 @@
 //     expired. While no message can be got (all hidden by a visibility
 //     timeout, a retry delay, Retry-After) the clock jumps to when the
 //     first shows again, so a one-hour backoff or a 7-day time-to-live
-//     takes microseconds.
+//     takes a millisecond, not an hour or a week.
 //   - Advance moves the clock exactly so far, the worker acting on the way.
 //   - Message tells what happened to a message: its state (visible,
 //     hidden, deleted, poisoned, expired), each run of the handler with its

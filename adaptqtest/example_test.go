@@ -73,7 +73,7 @@ func (busy) Error() string             { return "billing: 503 service unavailabl
 func (busy) RetryAfter() time.Duration { return time.Hour }
 
 // A handler that passes on a server's Retry-After has its message hidden
-// for that long; the hour passes in microseconds.
+// for that long; the hour passes in well under a millisecond.
 func Example_retryAfter() {
 	calls := 0
 	bill := func(context.Context, *queue.Message) error {

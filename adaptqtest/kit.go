@@ -269,8 +269,8 @@ func (k *Kit) Now() time.Time { return k.clock.Now() }
 // moves timer by timer while messages wait to be got; while none does
 // (every one is hidden: a visibility timeout, a retry delay, Retry-After)
 // it moves straight to when the first shows again, firing the idle
-// tasks' timers on the way, so a one-hour backoff takes microseconds and
-// a hidden message is got the moment it shows. Settle returns an error
+// tasks' timers on the way: a one-hour backoff costs no more than a
+// short one, and a hidden message is got the moment it shows. Settle returns an error
 // naming the messages still unsettled after SettleLimit of virtual time,
 // or if a handler runs for HangGuard of real time.
 func (k *Kit) Settle() error { return k.run(k.clock.Now().Add(SettleLimit), true) }
