@@ -308,6 +308,14 @@ func parseConfig(source string, data []byte, environ []string) (Config, error) {
 // parseConfigIn parses data; baseDir, if not empty, is the directory that
 // relative paths in data are relative to.
 func parseConfigIn(source string, data []byte, environ []string, baseDir string) (Config, error) {
+	return parseConfigSwap(source, data, environ, baseDir, nil)
+}
+
+// parseConfigSwap is parseConfigIn that, if swap is not nil, replaces each
+// queue's url with swap(i, url, name) after the environment's overrides and
+// before the config is decoded and validated (the test kit runs a
+// production config on memory queues this way).
+func parseConfigSwap(source string, data []byte, environ []string, baseDir string, swap func(i int, url, name string) (string, error)) (Config, error) {
 	v := viper.New()
 	v.SetConfigType("yaml")
 	if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
@@ -318,6 +326,9 @@ func parseConfigIn(source string, data []byte, environ []string, baseDir string)
 		resolvePaths(raw, baseDir)
 	}
 	problems, fromEnv := applyEnv(raw, environ)
+	if swap != nil {
+		problems = append(problems, swapURLs(raw, swap)...)
+	}
 	cfg := DefaultConfig()
 	problems = append(problems, decode("", raw, reflect.ValueOf(&cfg).Elem())...)
 	if len(problems) == 0 {

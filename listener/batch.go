@@ -140,6 +140,7 @@ func (l *Listener) dispatch(t *task, ms []*queue.Message) (handedOff bool) {
 	t.inFlight.Add(int32(n))
 	l.inFlight.Add(int64(n))
 	l.wg.Add(1) // the batch itself, until complete
+	l.busy.Add(1)
 	b.renewAt = l.o.Clock.Now().Add(l.o.VisibilityTimeout / 2)
 	avg, known := l.ewma.known()
 	if l.o.Dispatch == DispatchParallel || !known || avg >= sequentialBelow {
@@ -516,6 +517,7 @@ func (b *batch) complete() {
 	b.l.deleteReceipts(rs)
 	*buf = rs[:0]
 	receiptBufs.Put(buf)
+	b.l.busy.Add(-1)
 	b.l.wg.Done()
 }
 
@@ -545,8 +547,10 @@ func (b *batch) maintain() {
 	// The flush may outlast the batch: Wait waits for it too (the batch
 	// is open, so the WaitGroup is not at zero).
 	l.wg.Add(1)
+	l.busy.Add(1)
 	b.mu.Unlock()
 	defer l.wg.Done()
+	defer l.busy.Add(-1)
 	l.deleteReceipts(rs)
 }
 

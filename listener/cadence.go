@@ -89,8 +89,8 @@ func (t *task) pace(ctx context.Context) sleepReason {
 	if d <= 0 {
 		return sleptFull
 	}
-	tm := l.o.Clock.NewTimer(d)
-	defer tm.Stop()
+	fired, unpark := l.park(d)
+	defer unpark()
 	// Counted once the timer exists, so that a test in virtual time that
 	// sees the task pacing may move the clock.
 	l.pacing.Add(1)
@@ -98,7 +98,7 @@ func (t *task) pace(ctx context.Context) sleepReason {
 	for {
 		resize := l.resizeChan()
 		select {
-		case <-tm.C():
+		case <-fired:
 			return sleptFull
 		case <-ctx.Done():
 			return sleepCancelled

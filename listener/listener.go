@@ -68,7 +68,14 @@ type Listener struct {
 	totalTasks atomic.Int64
 	idleTasks  atomic.Int32
 	pacing     atomic.Int32 // tasks waiting out the cadence after a partial get
-	inFlight   atomic.Int64
+	// parked counts tasks blocked on a timer of the clock (sleep, pace),
+	// once the timer exists: the test kit's sign that a task waits for
+	// virtual time (see internal/kithook).
+	parked atomic.Int32
+	// busy mirrors wg: open batches (until their deletes are done) and
+	// flushes, the work of the listener that no task's loop does.
+	busy     atomic.Int64
+	inFlight atomic.Int64
 	// liveContexts counts handler contexts not yet cancelled (see
 	// handlerContext).
 	liveContexts atomic.Int64
@@ -525,8 +532,8 @@ func (l *Listener) sleep(ctx context.Context, d time.Duration, wakeable bool) sl
 	if d <= 0 {
 		return sleptFull
 	}
-	t := l.o.Clock.NewTimer(d)
-	defer t.Stop()
+	fired, unpark := l.park(d)
+	defer unpark()
 	var wake <-chan struct{}
 	if wakeable {
 		wake = l.wakeChan()
@@ -534,7 +541,7 @@ func (l *Listener) sleep(ctx context.Context, d time.Duration, wakeable bool) sl
 	for {
 		resize := l.resizeChan()
 		select {
-		case <-t.C():
+		case <-fired:
 			return sleptFull
 		case <-ctx.Done():
 			return sleepCancelled
@@ -545,6 +552,31 @@ func (l *Listener) sleep(ctx context.Context, d time.Duration, wakeable bool) sl
 				return sleepStop
 			}
 		}
+	}
+}
+
+// park starts a timer of d for a task that is about to block on it, and
+// counts the task parked until the timer fires or the task calls unpark
+// (it woke otherwise, or is done). The timer's callback unparks the task
+// before it closes fired, on the clock's goroutine: a test in virtual time
+// that moves a fake clock (which tracks its callbacks until they return)
+// never sees a woken task as still parked.
+func (l *Listener) park(d time.Duration) (fired <-chan struct{}, unpark func()) {
+	ch := make(chan struct{})
+	var done atomic.Bool
+	leave := func() {
+		if done.CompareAndSwap(false, true) {
+			l.parked.Add(-1)
+		}
+	}
+	t := l.o.Clock.AfterFunc(d, func() {
+		leave()
+		close(ch)
+	})
+	l.parked.Add(1)
+	return ch, func() {
+		t.Stop()
+		leave()
 	}
 }
 

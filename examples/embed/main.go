@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log"
 	"os"
 	"os/signal"
@@ -34,12 +35,18 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	// Runs at least once per message: make it idempotent (key on the order id).
-	w.MustHandle("orders", handler.JSON(func(ctx context.Context, o Order) error {
-		log.Printf("order %s: %d × %s", o.ID, o.Qty, o.SKU)
-		return nil // nil deletes the message; an error lets it come back
-	}))
+	w.MustHandle("orders", handler.JSON(handleOrder))
 	if err := w.Run(ctx); err != nil { // returns after a graceful drain
 		log.Fatal(err)
 	}
+}
+
+// handleOrder runs at least once per message: make it idempotent (key on
+// the order id). main_test.go tests it with package adaptqtest.
+func handleOrder(ctx context.Context, o Order) error {
+	if o.Qty < 1 {
+		return handler.Permanent(fmt.Errorf("order %s: quantity %d is below 1", o.ID, o.Qty)) // poisoned at once: no retry fixes it
+	}
+	log.Printf("order %s: %d × %s", o.ID, o.Qty, o.SKU)
+	return nil // nil deletes the message; an error lets it come back
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -66,6 +67,10 @@ type Fake struct {
 	now     time.Time
 	timers  []*fakeTimer
 	changed chan struct{} // closed and replaced when the timer set changes
+	// fired are channel timers that fired and may not have been received
+	// yet; running counts AfterFunc callbacks started and not returned.
+	fired   []*fakeTimer
+	running atomic.Int64
 }
 
 // Epoch is a readable start for fake clocks: 2026-01-01 00:00 UTC.
@@ -93,6 +98,7 @@ func (f *Fake) NewTimer(d time.Duration) Timer {
 	t := &fakeTimer{f: f, at: f.now.Add(d), ch: make(chan time.Time, 1)}
 	if d <= 0 {
 		t.ch <- f.now
+		f.fired = append(f.fired, t)
 		return t
 	}
 	f.timers = append(f.timers, t)
@@ -106,7 +112,7 @@ func (f *Fake) AfterFunc(d time.Duration, fn func()) Timer {
 	defer f.mu.Unlock()
 	t := &fakeTimer{f: f, at: f.now.Add(d), fn: fn}
 	if d <= 0 {
-		go fn()
+		f.call(fn)
 		return t
 	}
 	f.timers = append(f.timers, t)
@@ -137,9 +143,10 @@ func (f *Fake) Set(t time.Time) {
 		}
 		f.removeLocked(next)
 		if next.fn != nil {
-			go next.fn()
+			f.call(next.fn)
 		} else {
 			next.ch <- f.now
+			f.fired = append(f.fired, next)
 		}
 	}
 	if t.After(f.now) {
@@ -158,6 +165,37 @@ func (f *Fake) AdvanceToNext() bool {
 	}
 	f.Set(next.at)
 	return true
+}
+
+// call runs an AfterFunc callback in its own goroutine, counted in
+// Running until it returns.
+func (f *Fake) call(fn func()) {
+	f.running.Add(1)
+	go func() {
+		defer f.running.Add(-1)
+		fn()
+	}()
+}
+
+// Running is the number of AfterFunc callbacks the clock has started that
+// have not returned: work a move of the clock set off.
+func (f *Fake) Running() int { return int(f.running.Load()) }
+
+// Unreceived is the number of timers that fired whose channel still holds
+// the time, not stopped since: goroutines a move of the clock woke that
+// have not run yet.
+func (f *Fake) Unreceived() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	kept := f.fired[:0]
+	for _, t := range f.fired {
+		if !t.stopped && len(t.ch) > 0 {
+			kept = append(kept, t)
+		}
+	}
+	clear(f.fired[len(kept):])
+	f.fired = kept
+	return len(kept)
 }
 
 // Pending is the number of timers waiting to fire.
@@ -236,10 +274,11 @@ func (f *Fake) notifyLocked() {
 }
 
 type fakeTimer struct {
-	f  *Fake
-	at time.Time
-	ch chan time.Time
-	fn func()
+	f       *Fake
+	at      time.Time
+	ch      chan time.Time
+	fn      func()
+	stopped bool // guarded by f.mu
 }
 
 func (t *fakeTimer) C() <-chan time.Time { return t.ch }
@@ -247,5 +286,6 @@ func (t *fakeTimer) C() <-chan time.Time { return t.ch }
 func (t *fakeTimer) Stop() bool {
 	t.f.mu.Lock()
 	defer t.f.mu.Unlock()
+	t.stopped = true
 	return t.f.removeLocked(t)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/adaptq/adaptq/internal/testutil"
 )
 
 func TestFakeFiresInOrder(t *testing.T) {
@@ -61,4 +63,28 @@ func TestSleepWakes(t *testing.T) {
 	if full := <-done; !full {
 		t.Fatal("Sleep that ran its course reported an early wake")
 	}
+}
+
+// Running counts a fired AfterFunc callback until it returns, and
+// Unreceived a fired timer until its time is received or it is stopped:
+// what a test in virtual time waits for before it moves the clock again.
+func TestFakeCountsWorkAMoveSetOff(t *testing.T) {
+	f := NewFake(time.Time{})
+	release := make(chan struct{})
+	f.AfterFunc(time.Second, func() { <-release })
+	a, b := f.NewTimer(time.Second), f.NewTimer(time.Second)
+	f.Advance(time.Second)
+	if r, u := f.Running(), f.Unreceived(); r != 1 || u != 2 {
+		t.Fatalf("after the move: Running %d, Unreceived %d; want 1, 2", r, u)
+	}
+	<-a.C()
+	b.Stop()
+	if u := f.Unreceived(); u != 0 {
+		t.Errorf("one received, one stopped: Unreceived %d, want 0", u)
+	}
+	close(release)
+	// The callback's goroutine returns in real time.
+	testutil.Eventually(t, 10*time.Second, "the released callback returns", func() bool { return f.Running() == 0 })
+	f.AfterFunc(0, func() {})
+	testutil.Eventually(t, 10*time.Second, "a callback due at once returns", func() bool { return f.Running() == 0 })
 }

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -622,4 +623,41 @@ func (st *state) down(i0 int) bool {
 		i = j
 	}
 	return i > i0
+}
+
+// Inspect returns every live message of the queue called name, visible or
+// hidden, in the order they were put, with their dequeue counts and when
+// each becomes visible, but no pop receipts; it changes nothing and bills
+// nothing. A queue the store does not hold has none. It is for tests that
+// must tell a hidden message from a deleted one (package adaptqtest);
+// consumers Peek.
+func (s *Store) Inspect(name string) []queue.Message {
+	s.mu.Lock()
+	st, ok := s.queues[name]
+	s.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	now := s.clock.Now().UnixNano()
+	st.mu.Lock()
+	live := make([]*entry, 0, len(st.heap))
+	for _, e := range st.heap {
+		if e.expires > now {
+			live = append(live, e)
+		}
+	}
+	sort.Slice(live, func(i, j int) bool { return live[i].id < live[j].id })
+	out := make([]queue.Message, len(live))
+	for i, e := range live {
+		out[i] = queue.Message{
+			ID:            e.idStr,
+			Body:          append([]byte(nil), e.body...),
+			DequeueCount:  e.dequeues,
+			InsertedAt:    time.Unix(0, e.inserted),
+			ExpiresAt:     expiresTime(e.expires),
+			NextVisibleAt: time.Unix(0, e.visibleAt),
+		}
+	}
+	st.mu.Unlock()
+	return out
 }

@@ -1,0 +1,5 @@
+package adaptqtest_test
+
+import "fmt"
+
+var sprintf = fmt.Sprintf
