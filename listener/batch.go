@@ -348,9 +348,7 @@ func (b *batch) settle(n, ok int) {
 	l.sem.Release(int64(n))
 	if ok > 0 {
 		l.stats.processed.Add(int64(ok))
-		if l.faultStreak.Load() != 0 {
-			l.faultStreak.Store(0) // the worker has what it needs again
-		}
+		l.faultsOver() // the worker has what it needs again
 	}
 	l.inFlight.Add(-int64(n))
 	b.t.finished(n)

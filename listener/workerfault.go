@@ -1,6 +1,9 @@
 package listener
 
 import (
+	"context"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -26,32 +29,78 @@ func (b *batch) workerFault(i int, err error) {
 	l.release(m.ID, b.newestReceipt(i))
 }
 
+// pause is the gets' pause after a worker fault (see pauseGets). It is
+// measured by a timer of the listener's clock, never by comparing wall
+// times, so that setting the clock back or forward (an operator, NTP)
+// neither stretches nor ends it: Go's timers run on the monotonic clock.
+type pause struct {
+	mu     sync.Mutex                    // guards length and streak, and serialises changes to end
+	end    atomic.Pointer[chan struct{}] // closed when the pause in force ends; nil: none in force
+	length time.Duration                 // the pause in force
+	streak int                           // pauses since the last success
+	faults atomic.Bool                   // streak is not 0
+}
+
 // pauseGets makes the tasks fetch nothing for a while: ErrorBackoffInitial
 // after the first worker fault, doubling with each later one (up to
 // ErrorBackoffMax) until a handler succeeds again. Faults of messages got
 // before the pause began (a batch failing together) do not lengthen it. It
 // returns the pause in force.
 func (l *Listener) pauseGets() time.Duration {
-	now := l.o.Clock.Now()
-	for {
-		until := l.pauseUntil.Load()
-		if until > now.UnixNano() {
-			return time.Duration(until - now.UnixNano())
-		}
-		n := min(l.faultStreak.Add(1), 30)
-		d := min(l.o.ErrorBackoffInitial<<(n-1), l.o.ErrorBackoffMax)
-		if l.pauseUntil.CompareAndSwap(until, now.Add(d).UnixNano()) {
-			return d
-		}
+	p := &l.pause
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.end.Load() != nil {
+		return p.length
 	}
+	p.streak = min(p.streak+1, 30)
+	p.faults.Store(true)
+	p.length = min(l.o.ErrorBackoffInitial<<(p.streak-1), l.o.ErrorBackoffMax)
+	done := make(chan struct{})
+	p.end.Store(&done)
+	l.o.Clock.AfterFunc(p.length, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.end.CompareAndSwap(&done, nil)
+		close(done)
+	})
+	return p.length
 }
 
-// paused is how long the tasks must still wait before they get again
-// (see pauseGets).
-func (l *Listener) paused() time.Duration {
-	until := l.pauseUntil.Load()
-	if until == 0 {
-		return 0
+// pauseEnd is closed when the pause in force ends; nil when none is.
+func (l *Listener) pauseEnd() <-chan struct{} {
+	if d := l.pause.end.Load(); d != nil {
+		return *d
 	}
-	return time.Duration(until - l.o.Clock.Now().UnixNano())
+	return nil
+}
+
+// faultsOver resets the pauses' doubling: a handler succeeded.
+func (l *Listener) faultsOver() {
+	p := &l.pause
+	if !p.faults.Load() {
+		return
+	}
+	p.mu.Lock()
+	p.streak = 0
+	p.faults.Store(false)
+	p.mu.Unlock()
+}
+
+// waitPause waits for the pause that ends with done, as sleep does for a
+// duration: it returns early when ctx ends or Resize asks the task to stop.
+func (l *Listener) waitPause(ctx context.Context, done <-chan struct{}) sleepReason {
+	for {
+		resize := l.resizeChan()
+		select {
+		case <-done:
+			return sleptFull
+		case <-ctx.Done():
+			return sleepCancelled
+		case <-resize:
+			if l.takeStopToken() {
+				return sleepStop
+			}
+		}
+	}
 }

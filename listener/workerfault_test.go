@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/meter"
@@ -75,4 +76,48 @@ func TestWorkerOutOfResourcesPausesTheGets(t *testing.T) {
 func getsOf(f *fixture) int64 {
 	c := f.meter.Snapshot().Calls
 	return c[meter.Get] + c[meter.GetEmpty]
+}
+
+// jumpClock is a fake clock whose wall time an operator (or NTP) can set
+// back or forward: Now moves by the jump, timers do not (Go's timers, and
+// the monotonic reading of time.Now, ignore such a jump).
+type jumpClock struct {
+	*clock.Fake
+	offset atomic.Int64
+}
+
+func (c *jumpClock) Now() time.Time { return c.Fake.Now().Add(time.Duration(c.offset.Load())) }
+
+// The pause after a worker fault is measured on the clock's timers, never
+// by comparing wall times: setting the clock back an hour during a pause
+// neither stretches it by an hour nor makes the next fault's pause look
+// already in force.
+func TestWorkerFaultPauseIgnoresAWallClockJump(t *testing.T) {
+	h := func(context.Context, *queue.Message) error {
+		return fmt.Errorf("open /tmp/x: %w", syscall.EMFILE)
+	}
+	o := listener.Options{VisibilityTimeout: time.Minute, Idle: poisonIdle,
+		ErrorBackoffInitial: 10 * time.Second, ErrorBackoffMax: time.Minute}
+	f := newFixture(t, h, o)
+	jc := &jumpClock{Fake: f.clock}
+	o.Clock = jc
+	l, err := listener.New(f.q, h, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.l = l
+	f.put(1)
+	f.start()
+	eventually(t, "the first fault", func() bool { return f.l.Stats().WorkerFaults == 1 })
+	jc.offset.Store(int64(-time.Hour))
+	for range 11 {
+		f.clock.Advance(time.Second)
+		time.Sleep(time.Millisecond) // lets the tasks and runners move; the assertions do not depend on it
+	}
+	eventually(t, "the second fault, 10 s after the first", func() bool { return f.l.Stats().WorkerFaults == 2 })
+	for range 21 {
+		f.clock.Advance(time.Second)
+		time.Sleep(time.Millisecond)
+	}
+	eventually(t, "the third fault, 20 s after the second", func() bool { return f.l.Stats().WorkerFaults == 3 })
 }
