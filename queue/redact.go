@@ -152,6 +152,13 @@ func RedactText(s string) string {
 			pos = c + 1
 			continue
 		}
+		if end > start && start > 0 && (s[start-1] == ' ' || s[start-1] == '\t') && nameAt(ls, start) {
+			// What follows the name and a blank is the next name and its
+			// separator (a value left empty: "password: token: …"): the
+			// secret is after that one.
+			pos = max(start, c+1)
+			continue
+		}
 		if end > start && s[start:end] != "REDACTED" {
 			b.WriteString(s[done:start])
 			b.WriteString("REDACTED")
@@ -252,18 +259,36 @@ func secretAt(s, ls string, pos, c, word int) (start, end int, ok bool) {
 	return 0, 0, false
 }
 
+// nameAt reports whether one of secretNames, exactly, begins at ls[i],
+// followed by ":" or "=" (a value that only ends in one, BEARERSECRET: or
+// sig=SIGSECRET%3D, is a value).
+func nameAt(ls string, i int) bool {
+	k := i
+	for k < len(ls) && (isWordByte(ls[k]) || ls[k] == '-' || ls[k] == '.') {
+		k++
+	}
+	kind, ok := secretNames[ls[i:k]]
+	if !ok || kind == namePEM || kind == nameBearer || strings.HasPrefix(ls[k:], "%3d") {
+		return false
+	}
+	_, ok = afterSeparator(ls, k, kind != nameParam)
+	return ok
+}
+
 // afterSeparator is where the value begins after a name that ends at
-// ls[e]: after "=" or %3D, or, when colon is set, also after an optional
-// quote (or backslash and quote, in JSON quoted again), blanks and ":";
-// then after blanks. It reports false when no separator follows.
+// ls[e]: right after "=" or %3D; or, when colon is set (a name that always
+// holds a secret), after an optional quote (or backslash and quote, in
+// JSON quoted again), blanks, ":" or "=", and blanks. It reports false
+// when no separator follows.
 func afterSeparator(ls string, e int, colon bool) (int, bool) {
 	if strings.HasPrefix(ls[e:], "%3d") {
 		return e + 3, true
 	}
-	if e < len(ls) && ls[e] == '=' {
-		return skipBlanks(ls, e+1), true
-	}
 	if !colon {
+		// A parameter: its value follows at once (key=, sig=).
+		if e < len(ls) && ls[e] == '=' {
+			return e + 1, true
+		}
 		return 0, false
 	}
 	if e+1 < len(ls) && ls[e] == '\\' && (ls[e+1] == '"' || ls[e+1] == '\'') {
@@ -382,6 +407,9 @@ func headerValue(s string, i int, auth bool) (start, end int) {
 		i++
 	} else if i+1 < len(s) && s[i] == '\\' && (s[i+1] == '"' || s[i+1] == '\'') {
 		i += 2
+	}
+	if strings.HasPrefix(s[i:], "REDACTED") {
+		return i, i + len("REDACTED") // redacted before
 	}
 	end = i
 	for end < len(s) && s[end] != '\n' && s[end] != '\r' && s[end] != '"' && s[end] != '\'' && s[end] != '\\' {
