@@ -27,7 +27,7 @@ import (
 func (b *batch) runHandler(ctx context.Context, m *queue.Message, start *time.Time) (err error, counted bool) {
 	l := b.l
 	for {
-		err := l.h(ctx, m)
+		err = l.h(ctx, m)
 		if err == nil || !handler.IsWorkerFault(err) || l.draining.Load() || ctx.Err() != nil {
 			return err, false
 		}
