@@ -128,8 +128,10 @@ type QueueConfig struct {
 	Trigger TriggerConfig `yaml:"trigger"`
 	// PassEnv names the worker's environment variables an exec: handler's
 	// program gets besides the base set (handler.ExecBaseEnv: PATH, HOME,
-	// LANG, TZ …): names, or prefixes ending in "*". Nothing else of the
-	// worker's environment reaches it.
+	// LANG, TZ …): names, or prefixes ending in "*". A prefix never passes
+	// adaptq's own ADAPTQ_ variables nor the known credentials
+	// (handler.ExecSecretEnv); only their exact names do. Nothing else of
+	// the worker's environment reaches it.
 	PassEnv []string `yaml:"pass_env"`
 	// Instances is the policy of the scaling signal (GET /v1/scaling): how
 	// many worker instances the queue needs.

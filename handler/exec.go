@@ -50,11 +50,33 @@ const (
 // (case-insensitive there) are what programs need to start at all.
 // Anything else of the worker's, its own ADAPTQ_ variables, the Azure,
 // AWS and Redis credentials and a proxy URL (which may hold a password)
-// among them, reaches a command only when PassEnv names it.
+// among them, reaches a command only when PassEnv names it (those of
+// ExecSecretEnv only when PassEnv names them exactly).
 var ExecBaseEnv = []string{
 	"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_*", "TZ", "TMPDIR",
 	"SYSTEMROOT", "SYSTEMDRIVE", "WINDIR", "COMSPEC", "PATHEXT", "TEMP", "TMP",
 	"USERPROFILE", "USERNAME", "HOMEDRIVE", "HOMEPATH", "APPDATA", "LOCALAPPDATA", "PROGRAMDATA",
+}
+
+// ExecSecretEnv are the variables of the worker's environment that a
+// prefix in ExecOptions.PassEnv (or ExecBaseEnv) never passes, even when it
+// matches them: adaptq's own ADAPTQ_ variables (the admin token, the Redis
+// password, a queue URL given by environment), the credentials of the
+// backends and clouds adaptq talks to, and the proxy URLs (which may hold a
+// password). "AWS_*" passes AWS_REGION, not AWS_SECRET_ACCESS_KEY. Only
+// PassEnv naming one exactly passes it: the operator asked for that
+// variable. An entry ending in "*" stands for every variable that starts
+// with the rest; names are compared without regard to case.
+var ExecSecretEnv = []string{
+	"ADAPTQ_*",
+	"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
+	"AWS_CONTAINER_AUTHORIZATION_TOKEN", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "AWS_WEB_IDENTITY_TOKEN_FILE",
+	"AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_KEY", "AZURE_STORAGE_ACCESS_KEY", "AZURE_STORAGE_SAS_TOKEN",
+	"AZURE_CLIENT_SECRET", "AZURE_CLIENT_CERTIFICATE_PATH", "AZURE_CLIENT_CERTIFICATE_PASSWORD",
+	"AZURE_PASSWORD", "AZURE_FEDERATED_TOKEN_FILE",
+	"REDIS_PASSWORD", "REDISCLI_AUTH", "REDIS_URL",
+	"PGPASSWORD", "PGPASSFILE", "DATABASE_URL",
+	"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
 }
 
 // ExitDataErr is the exit code Exec treats as a permanent failure unless
@@ -98,9 +120,11 @@ type ExecOptions struct {
 
 	// PassEnv names the variables of the worker's environment the command
 	// gets besides ExecBaseEnv: exact names, or a prefix ending in "*"
-	// ("MYAPP_*"). A name listed here is passed even if it holds a
-	// credential (AWS_SECRET_ACCESS_KEY): the operator asked for it. "*"
-	// alone is refused: list what the program needs.
+	// ("MYAPP_*"). A name listed exactly is passed even if it holds a
+	// credential (AWS_SECRET_ACCESS_KEY): the operator asked for it; a
+	// prefix never passes the variables of ExecSecretEnv ("AWS_*" passes
+	// AWS_REGION, not AWS_SECRET_ACCESS_KEY). "*" alone is refused: list
+	// what the program needs.
 	PassEnv []string
 
 	// Env holds extra "KEY=value" entries for the command's environment,
@@ -397,13 +421,25 @@ func passedEnv(environ, pass []string) []string {
 			continue // Windows' per-drive "=C:" entries
 		}
 		for _, p := range pass {
-			if envNameMatches(k, p) {
+			if envNameMatches(k, p) && (!strings.HasSuffix(p, "*") || !isWorkerSecretEnv(k)) {
 				out = append(out, kv)
 				break
 			}
 		}
 	}
 	return out
+}
+
+// isWorkerSecretEnv reports whether variable k is one of ExecSecretEnv,
+// which only an exact name passes.
+func isWorkerSecretEnv(k string) bool {
+	k = strings.ToUpper(k)
+	for _, s := range ExecSecretEnv {
+		if prefix, glob := strings.CutSuffix(s, "*"); glob && strings.HasPrefix(k, prefix) || k == s {
+			return true
+		}
+	}
+	return false
 }
 
 // envNameMatches reports whether variable k is named by p, a name or a

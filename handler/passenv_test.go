@@ -38,3 +38,53 @@ func TestExecPassEnvRefusesEverythingAndBadNames(t *testing.T) {
 		}
 	}
 }
+
+// A prefix never passes the worker's own ADAPTQ_ variables nor the
+// credentials adaptq knows (Azure, AWS, Redis, PostgreSQL, a proxy URL),
+// even when it matches them: "AWS_*" passes AWS_REGION, not
+// AWS_SECRET_ACCESS_KEY. A name listed exactly is passed: the operator
+// asked for that variable.
+func TestExecPassEnvPrefixNeverPassesTheWorkersSecrets(t *testing.T) {
+	secrets := map[string]string{
+		"ADAPTQ_ADMIN_TOKEN":              "admin-SECRET",
+		"ADAPTQ_REDIS_PASSWORD":           "redis-SECRET",
+		"ADAPTQ_QUEUES_0_URL":             "redis://:url-SECRET@h:6379",
+		"AWS_SECRET_ACCESS_KEY":           "aws-SECRET",
+		"AWS_SESSION_TOKEN":               "aws-session-SECRET",
+		"AZURE_STORAGE_CONNECTION_STRING": "AccountKey=azure-SECRET",
+		"AZURE_CLIENT_SECRET":             "azure-client-SECRET",
+		"HTTPS_PROXY":                     "http://u:proxy-SECRET@proxy:3128",
+		"https_proxy":                     "http://u:proxy-lower-SECRET@proxy:3128",
+		"PGPASSWORD":                      "pg-SECRET",
+		"REDISCLI_AUTH":                   "rediscli-SECRET",
+	}
+	for k, v := range secrets {
+		t.Setenv(k, v)
+	}
+	t.Setenv("AWS_REGION", "eu-west-1")
+	t.Setenv("AZURE_CLIENT_ID", "client-id")
+	t.Setenv("PGHOST", "127.0.0.1")
+	prefixes := []string{"ADAPTQ_*", "AWS_*", "AZURE_*", "HTTPS_*", "https_*", "PG*", "REDIS*", "A*"}
+	env := printedEnv(t, handler.ExecOptions{PassEnv: prefixes})
+	for k := range secrets {
+		if v, ok := env[k]; ok {
+			t.Errorf("a prefix passed %s=%s", k, v)
+		}
+	}
+	for _, k := range []string{"AWS_REGION", "AZURE_CLIENT_ID", "PGHOST"} {
+		if _, ok := env[k]; !ok {
+			t.Errorf("the child lacks %s, which a prefix names and is no secret", k)
+		}
+	}
+	exact := printedEnv(t, handler.ExecOptions{PassEnv: []string{"ADAPTQ_REDIS_PASSWORD", "AWS_*", "PGPASSWORD"}})
+	for _, k := range []string{"ADAPTQ_REDIS_PASSWORD", "PGPASSWORD", "AWS_REGION"} {
+		if exact[k] == "" {
+			t.Errorf("the child lacks %s, named exactly", k)
+		}
+	}
+	for _, k := range []string{"AWS_SECRET_ACCESS_KEY", "ADAPTQ_ADMIN_TOKEN"} {
+		if _, ok := exact[k]; ok {
+			t.Errorf("the child got %s, which only a prefix matches", k)
+		}
+	}
+}

@@ -293,7 +293,7 @@ func (b *batch) run(inline bool, ctx context.Context, cancel context.CancelFunc)
 			if !b.state[i].CompareAndSwap(stFetched, stRunning) {
 				break // renewal found its lease lost while it waited
 			}
-			err := l.h(ctx, m)
+			err, counted := b.runHandler(ctx, m, &start)
 			if err != nil {
 				// Once, at the source of every sink (the log, the poison
 				// envelope and the tools that read it): no URL's signature
@@ -308,13 +308,17 @@ func (b *batch) run(inline bool, ctx context.Context, cancel context.CancelFunc)
 			case err == nil && b.state[i].CompareAndSwap(stRunning, stSucceeded):
 				ok++
 			case err != nil && b.state[i].CompareAndSwap(stRunning, stSettling):
-				b.failed(i, err)
+				if counted {
+					b.workerFault(i, err, true)
+				} else {
+					b.failed(i, err)
+				}
 				b.state[i].Store(stDone)
 			default:
 				// Renewal found its lease lost and took it, and is about to
 				// cancel ctx, if it has not yet: the next message must not
 				// run under that context.
-				if err != nil {
+				if err != nil && !counted {
 					l.stats.failed.Add(1)
 					l.rememberFailure(m.ID, err)
 				}
@@ -349,9 +353,7 @@ func (b *batch) settle(n, ok int) {
 	l.sem.Release(int64(n))
 	if ok > 0 {
 		l.stats.processed.Add(int64(ok))
-		if l.faultStreak.Load() != 0 {
-			l.faultStreak.Store(0) // the worker has what it needs again
-		}
+		l.faultsOver() // the worker has what it needs again
 	}
 	l.inFlight.Add(-int64(n))
 	b.t.finished(n)
@@ -372,7 +374,7 @@ func (b *batch) failed(i int, err error) {
 		l.stats.panics.Add(1)
 	}
 	if handler.IsWorkerFault(err) {
-		b.workerFault(i, err)
+		b.workerFault(i, err, false)
 		return
 	}
 	if l.o.Poison != nil {

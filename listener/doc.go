@@ -51,8 +51,9 @@
 // get can still find it before its time-to-live ends, and one that cannot
 // be retried as a server asked before then is poisoned rather than lost
 // (see Options.RetryDelay). A failure for want of the worker's own
-// resources (handler.IsWorkerFault) hands the message back at once without
-// counting towards its poisoning, and pauses the tasks' gets. The error a
+// resources (handler.IsWorkerFault) pauses the tasks' gets, and the message
+// runs again here, in the same delivery, when the pause ends: it does not
+// count towards its poisoning, here or after a restart. The error a
 // handler returns is redacted once (queue.RedactError) before the log, the
 // poison envelope or RetryDelay sees it.
 //

@@ -83,12 +83,9 @@ type Listener struct {
 	stats        counters
 	failures     lastFailures // last errors of failed messages, for their poisoning
 	failLog      failureLog   // rate-limited failure lines
-	// pauseUntil (Unix nanoseconds of the listener's clock; 0: none) is
-	// when tasks may get again after a handler failed for want of the
-	// worker's resources; faultStreak counts such pauses since the last
-	// success (see pauseGets).
-	pauseUntil  atomic.Int64
-	faultStreak atomic.Int32
+	// pause is the gets' pause after a handler failed for want of the
+	// worker's resources (see pauseGets).
+	pause pause
 }
 
 // New returns a listener that feeds messages of q to h. It validates the

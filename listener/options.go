@@ -126,15 +126,20 @@ type Options struct {
 	// the expiry, or a message that expired while its handler ran, is
 	// poisoned instead (poison.RuleExpiring), where there is a poison
 	// queue. A failure for want of the worker's own resources
-	// (handler.IsWorkerFault) is not hidden: the message is handed back
-	// at once and does not count towards its poisoning.
+	// (handler.IsWorkerFault) is not hidden: the message stays held and
+	// runs again here when the gets' pause ends (handed back at once if
+	// the listener shuts down first), and does not count towards its
+	// poisoning.
 	RetryDelay func(m *queue.Message, err error) time.Duration
 
 	// Poison receives messages that cannot be processed (Azure Functions'
 	// rules): a message fetched with a dequeue count above
 	// MaxDequeueCount goes there without running (it crashed a worker
 	// before); a failure at MaxDequeueCount, or a permanent failure, goes
-	// there after its run. The body is kept byte for byte, the message is
+	// there after its run. A failure for want of the worker's own
+	// resources (handler.IsWorkerFault) raises no dequeue count, since the
+	// message is run again in the same delivery, so no restart can make
+	// such failures look like a crash loop. The body is kept byte for byte, the message is
 	// put to Poison first and deleted from the queue after. Nil disables
 	// poisoning: failures are retried while the message lives.
 	Poison *queue.Queue

@@ -95,12 +95,12 @@ func (t *task) loop() error {
 		case sleepCancelled:
 			return nil
 		}
-		if d := l.paused(); d > 0 {
+		if done := l.pauseEnd(); done != nil {
 			// A handler failed for want of the worker's resources: get
 			// nothing until the pause ends (see pauseGets). The task is
 			// idle meanwhile.
 			l.idleTasks.Add(1)
-			r := l.sleep(ctx, d, false)
+			r := l.waitPause(ctx, done)
 			l.idleTasks.Add(-1)
 			switch r {
 			case sleepStop:
