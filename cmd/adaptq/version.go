@@ -63,7 +63,7 @@ func versionOf(bi *debug.BuildInfo, ok bool) (v, note string) {
 		}
 	}
 	if rev == "" {
-		return "(devel)", "(no VCS revision embedded: go run embeds none; go build or go install from a clone does)"
+		return "(devel)", "(no VCS revision embedded: go run and -buildvcs=false embed none; go build or go install in a git clone does)"
 	}
 	if len(rev) > 12 {
 		rev = rev[:12]
