@@ -328,8 +328,9 @@ func parseConfigIn(source string, data []byte, environ []string, baseDir string)
 }
 
 // maxLocateLines bounds the lines yamlProblem parses prefixes of: a
-// config is tens of lines, and the search parses each prefix.
-const maxLocateLines = 2000
+// config is tens to hundreds of lines (configs/adaptq.yaml: 221), and
+// the search parses each prefix.
+const maxLocateLines = 1000
 
 // yamlLine is the "line N: " the YAML parser puts before its problem.
 var yamlLine = regexp.MustCompile(`^line \d+: `)
