@@ -10,12 +10,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/viper"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/handler"
@@ -321,7 +323,7 @@ func parseConfigSwap(source string, data []byte, environ []string, baseDir strin
 	v := viper.New()
 	v.SetConfigType("yaml")
 	if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
-		return Config{}, &ConfigError{Source: source, Problems: []string{"not valid YAML: " + err.Error()}}
+		return Config{}, &ConfigError{Source: source, Problems: []string{"not valid YAML: " + yamlProblem(data)}}
 	}
 	raw := v.AllSettings()
 	if baseDir != "" {
@@ -342,6 +344,44 @@ func parseConfigSwap(source string, data []byte, environ []string, baseDir strin
 		return cfg, &ConfigError{Source: source, Problems: problems}
 	}
 	return cfg, nil
+}
+
+// maxLocateLines bounds the lines yamlProblem parses prefixes of: a
+// config is tens to hundreds of lines (configs/adaptq.yaml: 221), and
+// the search parses each prefix.
+const maxLocateLines = 1000
+
+// yamlLine is the "line N: " the YAML parser puts before its problem.
+var yamlLine = regexp.MustCompile(`^line \d+: `)
+
+// yamlProblem describes the syntax error in data with the line of the
+// mistake. The parser (go.yaml.in/yaml/v3, viper's) names the line where
+// the enclosing block or list started, counted from 0, when it has one:
+// line 1 for a mistake on line 4 of a mapping that starts on line 2. The
+// mistake's line is the first whose prefix of the document fails with
+// the parser's problem for the whole of it. A prefix cut inside a flow
+// list or mapping ([…] or {…}) that spans lines may fail with the same
+// problem: then a line before the mistake is named.
+func yamlProblem(data []byte) string {
+	var n yaml.Node
+	err := yaml.Unmarshal(data, &n)
+	if err == nil {
+		return "the YAML parser refused it" // viper's reader, not the parser
+	}
+	problem := strings.TrimPrefix(err.Error(), "yaml: ")
+	what := yamlLine.ReplaceAllString(problem, "")
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	if len(lines) > maxLocateLines {
+		return problem
+	}
+	for k := 1; k <= len(lines); k++ {
+		var p yaml.Node
+		perr := yaml.Unmarshal(bytes.Join(lines[:k], nil), &p)
+		if perr != nil && perr.Error() == err.Error() {
+			return fmt.Sprintf("line %d: %s", k, what)
+		}
+	}
+	return problem
 }
 
 // fillDerived sets defaults that depend on other fields.

@@ -43,7 +43,7 @@ type enqueueCmd struct {
 }
 
 func newEnqueueCmd(e env) *cobra.Command {
-	o := &enqueueCmd{target: target{create: true}, ttl: durationFlag{allowNever: true}}
+	o := &enqueueCmd{target: target{create: true}, ttl: durationFlag{allowNever: true, positive: true}}
 	cmd := &cobra.Command{
 		Use:   "enqueue [--queue NAME | --url URL] [flags] (BODY | --file FILE | -)",
 		Short: "Put a message on a queue, once or many times",
@@ -58,7 +58,9 @@ put: a bad flag or an oversized body writes nothing.`,
 		Example: `  adaptq enqueue --queue orders 'order 1001'
   adaptq enqueue --queue orders --count 10000 'load test'
   seq 1 100 | adaptq enqueue --queue orders --lines -
-  adaptq enqueue --url 'sqlite://./data/adaptq.db?queue=orders' --delay 1m --ttl 1h --file order.json`,
+  # configs/adaptq.yaml's queue, from the repository root: a path given here is
+  # relative to the working directory, one in a config file to the file's directory
+  adaptq enqueue --url 'sqlite://./configs/data/adaptq.db?queue=orders' --delay 1m --ttl 1h --file order.json`,
 		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd, e, args) },
 	}
@@ -355,6 +357,9 @@ func shorten(s string) string {
 type durationFlag struct {
 	d          time.Duration
 	allowNever bool
+	// positive refuses 0, which would mean the default (--ttl 0s gave
+	// 7 days).
+	positive bool
 }
 
 // String is "" when unset, so that help shows no default of its own (the
@@ -380,6 +385,12 @@ func (f *durationFlag) Set(s string) error {
 	}
 	if d < 0 {
 		return errors.New("is negative")
+	}
+	if d == 0 && f.positive {
+		if f.allowNever {
+			return errors.New(`is zero: give a positive duration, "never" for no expiry, or leave the flag out for the default`)
+		}
+		return errors.New("is zero: give a positive duration, or leave the flag out for the default")
 	}
 	f.d = d
 	return nil

@@ -98,6 +98,14 @@ func isTerminal(w io.Writer) bool {
 func runContext(ctx context.Context, e env, args []string) int {
 	root := newRootCmd(e)
 	root.SetArgs(args)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		if !c.HasParent() {
+			if uerr := unknownCommand(c, args); uerr != nil {
+				return uerr
+			}
+		}
+		return usageError{err}
+	})
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
@@ -130,8 +138,8 @@ Exit codes: 0 success, 1 runtime failure, 2 bad usage, input or configuration.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Args:          noArgs,
-		RunE: func(*cobra.Command, []string) error {
-			return usageError{errors.New("no command given (commands: run, enqueue, peek, stats, purge, poison, simulate, version)")}
+		RunE: func(c *cobra.Command, _ []string) error {
+			return usageErrorf("no command given (commands: %s)", commandNames(c))
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
@@ -161,9 +169,42 @@ func noArgs(cmd *cobra.Command, args []string) error {
 			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
 				hint = fmt.Sprintf("; did you mean %q?", s[0])
 			}
-			return usageErrorf("unknown command %q%s (commands: run, enqueue, peek, stats, purge, poison, simulate, version)", args[0], hint)
+			return usageErrorf("unknown command %q%s (commands: %s)", args[0], hint, commandNames(cmd))
 		}
 		return usageErrorf("%s takes no arguments, got %q", cmd.CommandPath(), args[0])
+	}
+	return nil
+}
+
+// commandNames lists cmd's subcommands, as help does.
+func commandNames(cmd *cobra.Command) string {
+	var names []string
+	for _, c := range cmd.Commands() {
+		if c.IsAvailableCommand() {
+			names = append(names, c.Name())
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// unknownCommand is noArgs's error for a command line whose first word is
+// no command, else nil. Cobra parses the flags of such a line as the root
+// command's, so that "enque --queue x" failed on --queue, not on enque.
+func unknownCommand(root *cobra.Command, args []string) error {
+	for _, a := range args {
+		if a == "--" {
+			return nil
+		}
+		if strings.HasPrefix(a, "-") {
+			continue // the root command's flags take no value
+		}
+		if c, _, err := root.Find([]string{a}); err == nil && c != root {
+			return nil
+		}
+		if a == "help" {
+			return nil
+		}
+		return noArgs(root, []string{a})
 	}
 	return nil
 }

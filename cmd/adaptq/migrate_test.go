@@ -123,3 +123,65 @@ func TestPostgresExampleConfig(t *testing.T) {
 		return err == nil && n == 0
 	})
 }
+
+// TestMigrateExampleConfigAsItIs runs the README's `adaptq migrate --config
+// configs/postgres.yaml` (with the test's schema): the URL's pgx pool
+// parameter (pool_max_conns) must not reach the server, which refused it as
+// an unknown configuration parameter.
+func TestMigrateExampleConfigAsItIs(t *testing.T) {
+	data, err := os.ReadFile("../../configs/postgres.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), "pool_max_conns=") {
+		t.Fatal("configs/postgres.yaml no longer sets pool_max_conns: this test lost its point")
+	}
+	schema := pgtest.Schema(t)
+	yaml := strings.Replace(string(data), "schema=adaptq_example", "schema="+schema, 1)
+	cfg, err := adaptq.ParseConfig("postgres.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := cfg.Queues[0].URL; !strings.HasPrefix(u, pgtest.URL(t)[:strings.Index(pgtest.URL(t), "?")]) {
+		t.Skipf("the example's server %s is not the test server", queue.Redact(u))
+	}
+	path := writeConfig(t, t.TempDir(), yaml)
+	if r := cli(t, "", "migrate", "--config", path, "--check"); r.code != exitFailure || !strings.Contains(r.stdout, "pending") {
+		t.Fatalf("migrate --check: exit %d, stdout %q, stderr %q; want exit 1 and pending", r.code, r.stdout, r.stderr)
+	}
+	r := mustCLI(t, "", "migrate", "--config", path)
+	if !strings.Contains(r.stdout, "migrated from version 0 to") {
+		t.Fatalf("migrate: %q", r.stdout)
+	}
+	mustCLI(t, "", "migrate", "--config", path, "--check")
+}
+
+// TestPostgresUnknownParameter: a typo in a PostgreSQL URL's parameter
+// (shema=) is refused by adaptq, naming it and listing the allowed ones,
+// with exit 2, in migrate, enqueue and stats alike; it used to reach the
+// server ("unrecognized configuration parameter", exit 1).
+func TestPostgresUnknownParameter(t *testing.T) {
+	base := pgtest.URL(t)
+	sep := "?"
+	if strings.Contains(base, "?") {
+		sep = "&"
+	}
+	u := base + sep + "queue=orders&shema=jobs"
+	for _, args := range [][]string{
+		{"migrate", "--url", u},
+		{"migrate", "--url", u, "--check"},
+		{"enqueue", "--url", u, "x"},
+		{"stats", "--url", u},
+	} {
+		r := cli(t, "", args...)
+		if r.code != exitUsage {
+			t.Errorf("adaptq %s: exit %d, want %d; stderr %q", args[0], r.code, exitUsage, r.stderr)
+			continue
+		}
+		for _, want := range []string{`unknown parameter "shema"`, "schema", "pool_max_conns", "sslmode", "application_name", "options"} {
+			if !strings.Contains(r.stderr, want) {
+				t.Errorf("adaptq %s: stderr %q does not say %q", args[0], r.stderr, want)
+			}
+		}
+	}
+}

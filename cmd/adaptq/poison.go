@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -214,7 +216,7 @@ func (o *poisonListCmd) run(cmd *cobra.Command, e env) (err error) {
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "POISON ID\tID\tDEQUEUED\tFAILED AT\tSIZE\tREASON")
 	for _, m := range page.Messages {
-		id, failed, reason := m.ID, "-", oneLine(string(m.Rule)+": "+m.Reason, 72)
+		id, failed, reason := m.ID, "-", reasonSummary(string(m.Rule), m.Reason, reasonWidth)
 		if !m.Enveloped {
 			id, reason = "-", "(bare body: poisoned by an older version)"
 		} else {
@@ -411,3 +413,80 @@ func writeJSONTo(w io.Writer, v any) error {
 	}
 	return nil
 }
+
+// reasonSummary is a failure's reason for the REASON column, in at most n
+// characters. An exec handler's reason is `handler: exec "CMD": exit
+// status 65; stderr: "…"` (handler.ExitError): the command is the
+// configured handler's, and the column was cut before the stderr, the part
+// that says what went wrong. It shows the rule, the exit status, and as
+// many of the last lines of the stderr tail as fit ("poison show" has the
+// whole reason).
+func reasonSummary(rule, reason string, n int) string {
+	head, quoted, hasStderr := strings.Cut(reason, stderrMark)
+	if rest, ok := strings.CutPrefix(head, `handler: exec "`); ok {
+		if _, status, ok := strings.Cut(rest, `": `); ok {
+			head = status
+		}
+	}
+	s := oneLine(rule+": "+head, n)
+	if !hasStderr {
+		return s
+	}
+	text, cut := unquoteTail(quoted)
+	var lines []string
+	for _, l := range strings.Split(text, "\n") {
+		if l = strings.Join(strings.Fields(l), " "); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) == 0 {
+		return s
+	}
+	if cut {
+		lines[len(lines)-1] += "…"
+	}
+	// The last lines that fit, in their order; at least the last one.
+	room := n - utf8.RuneCountInString(s) - len(": ")
+	keep := len(lines) - 1
+	used := utf8.RuneCountInString(lines[keep])
+	for keep > 0 {
+		w := utf8.RuneCountInString(lines[keep-1]) + len(" / ")
+		if keep-1 > 0 {
+			w += len("… / ") // what marks the lines left out
+		}
+		if used+w > room {
+			break
+		}
+		keep--
+		used += utf8.RuneCountInString(lines[keep]) + len(" / ")
+	}
+	out := strings.Join(lines[keep:], " / ")
+	if keep > 0 {
+		out = "… / " + out
+	}
+	return oneLine(s+": "+out, n)
+}
+
+// stderrMark starts the stderr tail in an exec handler's error text.
+const stderrMark = "; stderr: "
+
+// unquoteTail reads the Go-quoted stderr tail of a reason. A reason cut
+// short (poison.MaxReason; its "…" mark) loses its closing
+// quote, maybe within an escape: what decodes is kept, and cut is true.
+func unquoteTail(q string) (text string, cut bool) {
+	q = strings.TrimSpace(q)
+	if s, err := strconv.Unquote(q); err == nil {
+		return s, false
+	}
+	q = strings.TrimSuffix(q, "…")
+	for i := 0; i < 12 && len(q) > 1; i++ {
+		if s, err := strconv.Unquote(q + `"`); err == nil {
+			return s, true
+		}
+		q = q[:len(q)-1]
+	}
+	return strings.Trim(q, `"`), true
+}
+
+// reasonWidth is the most characters of the REASON column.
+const reasonWidth = 80

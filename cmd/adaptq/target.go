@@ -52,7 +52,7 @@ func (t *target) addFlags(cmd *cobra.Command, withURL bool) {
 	cmd.Flags().StringVarP(&t.config, "config", "c", defaultConfig(), "worker config `FILE` (env "+configEnv+")")
 	cmd.Flags().StringVarP(&t.queue, "queue", "q", "", "the queue's `NAME`, as configured or as in its URL (may be left out if the config has one queue)")
 	if withURL {
-		cmd.Flags().StringVar(&t.url, "url", "", "open the queue at `URL` instead of one from the config (e.g. sqlite://./data/adaptq.db?queue=orders)")
+		cmd.Flags().StringVar(&t.url, "url", "", "open the queue at `URL` instead of one from the config (e.g. sqlite://./configs/data/adaptq.db?queue=orders; a relative path is relative to the working directory)")
 	}
 }
 
@@ -323,6 +323,9 @@ func sameQueue(a, b string) bool {
 // sqliteFile is the absolute path of the database file a sqlite:// URL
 // names, as the driver reads it ("" if it names none).
 func sqliteFile(u *url.URL) string {
+	if u.OmitHost && u.Opaque == "" {
+		return "" // sqlite:/path: the driver refuses it
+	}
 	p := u.Opaque
 	if p == "" {
 		p = u.Host + u.Path

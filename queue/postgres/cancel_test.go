@@ -26,8 +26,8 @@ import (
 // comes, so every commit that waits for it waits until it is cancelled,
 // and a commit's wait cannot be undone: the transaction has committed
 // locally (PostgreSQL warns so) as with a slow standby or WAL flush. The
-// queue handle the test prepares with sets synchronous_commit=local and
-// does not wait.
+// queue handle the test prepares with sets synchronous_commit=local (in
+// options=) and does not wait.
 func TestCancelledCallActsOnlyIfItSucceeds(t *testing.T) {
 	srv := pgtest.StartServer(t, "synchronous_standby_names=nobody")
 	schema := pgtest.NewSchemaName()
@@ -82,7 +82,9 @@ func TestCancelledCallActsOnlyIfItSucceeds(t *testing.T) {
 		t.Fatalf("UpdateVisibility with a receipt nobody has: %v", err)
 		return false
 	}
-	const local = "&synchronous_commit=local"
+	// A server setting goes in options (a bare synchronous_commit= is
+	// refused, as every parameter neither adaptq's nor pgx's is).
+	const local = "&options=-c%20synchronous_commit%3Dlocal"
 	// held puts a message through q and gets it.
 	held := func(t *testing.T, q *queue.Queue) *queue.Message {
 		t.Helper()

@@ -18,8 +18,14 @@
 // adaptq's parameters are queue (required), schema (DefaultSchema),
 // migrate=false (WithoutMigrate), notify_interval (DefaultNotifyInterval),
 // max_body and async_leases=true (WithAsyncLeases: faster Gets, at the
-// risk the Durability section states); every other parameter is pgx's (pool_max_conns,
-// connect_timeout, sslmode …). Within one process, the queues opened by URL
+// risk the Durability section states); the others are pgx's (PgxParams:
+// pool_max_conns, connect_timeout, sslmode …) and ServerParams
+// (application_name, and options for the server's settings:
+// options=-c%20statement_timeout%3D5s). Any other parameter is refused with
+// queue.ErrInvalidURL listing those allowed, before a connection is made: pgx
+// would send it to the server as a setting, and a typo (shema=) would fail
+// only there. Open and OpenConfig take any pgx connection string. Within
+// one process, the queues opened by URL
 // with the same connection and options share one DB: one pool, one LISTEN
 // connection.
 //

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/adaptq/adaptq/queue"
 )
@@ -202,6 +203,9 @@ func MigrateURL(ctx context.Context, rawURL string, apply bool) (schema string, 
 	if err != nil || (u.Scheme != Scheme && u.Scheme != SchemeAlt) {
 		return "", 0, 0, fmt.Errorf("postgres: migrate %q: %w: want postgres://USER@HOST:PORT/DB", queue.Redact(rawURL), queue.ErrInvalidURL)
 	}
+	if err := checkParams(u); err != nil {
+		return "", 0, 0, fmt.Errorf("postgres: migrate: %w", err)
+	}
 	params := u.Query()
 	schema = params.Get(ParamSchema)
 	if schema == "" {
@@ -210,13 +214,20 @@ func MigrateURL(ctx context.Context, rawURL string, apply bool) (schema string, 
 	if err := validSchema(schema); err != nil {
 		return "", 0, 0, fmt.Errorf("%w: %v", queue.ErrInvalidURL, err)
 	}
-	for _, p := range []string{ParamQueue, ParamSchema, ParamMigrate, ParamNotifyInterval, ParamMaxBody, ParamAsyncLeases} {
+	for _, p := range adaptqParams {
 		params.Del(p)
 	}
 	c := *u
 	c.Scheme = Scheme
-	c.RawQuery = params.Encode()
-	conn, err := pgx.Connect(ctx, c.String())
+	c.RawQuery = pgxQuery(params)
+	// Parsed as Open parses it: pgxpool takes its pool_ parameters out of
+	// the connection's, which would otherwise reach the server as run-time
+	// settings it does not know.
+	cfg, err := pgxpool.ParseConfig(c.String())
+	if err != nil {
+		return schema, 0, 0, fmt.Errorf("postgres: migrate %q: %w: %v", queue.Redact(rawURL), queue.ErrInvalidURL, err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig)
 	if err != nil {
 		return schema, 0, 0, fmt.Errorf("postgres: migrate: %w", err)
 	}

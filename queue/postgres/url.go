@@ -19,9 +19,8 @@ const (
 	SchemeAlt = "postgresql"
 )
 
-// URL query parameters of adaptq's own; every other parameter goes to pgx
-// (sslmode, pool_max_conns, pool_min_conns, connect_timeout,
-// application_name …).
+// URL query parameters of adaptq's own; the others a URL may have are
+// pgx's (PgxParams) and the two server settings ServerParams allows.
 const (
 	// ParamQueue names the queue (required).
 	ParamQueue = "queue"
@@ -38,6 +37,56 @@ const (
 	// waiting for the WAL flush (WithAsyncLeases, and its risk).
 	ParamAsyncLeases = "async_leases"
 )
+
+// adaptqParams are the parameters above, in the order errors list them.
+var adaptqParams = []string{ParamQueue, ParamSchema, ParamMigrate, ParamNotifyInterval, ParamMaxBody, ParamAsyncLeases}
+
+// PgxParams are the URL parameters pgx v5.12 reads itself: pgconn's
+// connection settings (libpq's names), pgx's statement caches and
+// pgxpool's pool settings. pgx sends any other parameter to the server as
+// a run-time setting, which refuses a typo at connect time as an
+// "unrecognized configuration parameter"; a URL opened by adaptq is
+// refused before that, with this list.
+var PgxParams = []string{
+	// pgconn (github.com/jackc/pgx/v5/pgconn, ParseConfig's notRuntimeParams)
+	"host", "port", "database", "user", "password", "passfile",
+	"connect_timeout", "sslmode", "sslkey", "sslcert", "sslcertmode",
+	"sslrootcert", "sslnegotiation", "sslpassword", "sslsni", "krbspn",
+	"krbsrvname", "target_session_attrs", "service", "servicefile",
+	"min_protocol_version", "max_protocol_version", "channel_binding",
+	"require_auth",
+	"dbname", // libpq's name of database
+	"ssl",    // ssl=true: the JDBC spelling of sslmode=require
+	// pgx (ParseConfig)
+	"statement_cache_capacity", "description_cache_capacity", "default_query_exec_mode",
+	// pgxpool (ParseConfig)
+	"pool_max_conns", "pool_min_conns", "pool_min_idle_conns",
+	"pool_max_conn_lifetime", "pool_max_conn_idle_time",
+	"pool_health_check_period", "pool_max_conn_lifetime_jitter",
+	"pool_ping_timeout",
+}
+
+// ServerParams are the run-time parameters a URL may send to the server:
+// the two libpq documents as connection parameters. Any other server
+// setting goes in options, as libpq's (options=-c statement_timeout=5s,
+// URL-encoded: options=-c%20statement_timeout%3D5s); a bare
+// statement_timeout=5s is refused like a typo.
+var ServerParams = []string{"application_name", "options"}
+
+// checkParams refuses a parameter that is none of adaptq's, pgx's or
+// ServerParams, listing those allowed.
+func checkParams(u *url.URL) error {
+	allowed := make([]string, 0, len(adaptqParams)+len(PgxParams)+len(ServerParams))
+	allowed = append(append(append(allowed, adaptqParams...), PgxParams...), ServerParams...)
+	return queue.CheckParams(u, allowed...)
+}
+
+// pgxQuery encodes params for pgx, which decodes a URL's query as libpq
+// does: %20 is a space, + is a plus sign (options=-c%20statement_timeout%3D5s).
+// Encode writes a space as +, and any + of the values as %2B.
+func pgxQuery(params url.Values) string {
+	return strings.ReplaceAll(params.Encode(), "+", "%20")
+}
 
 func init() {
 	queue.Register(Scheme, queue.OpenerFunc(OpenURL))
@@ -73,6 +122,9 @@ func OpenURL(ctx context.Context, u *url.URL) (driver.Queue, error) {
 	}
 	if u.Scheme != Scheme && u.Scheme != SchemeAlt {
 		return nil, bad("scheme %q is not %q", u.Scheme, Scheme)
+	}
+	if err := checkParams(u); err != nil {
+		return nil, fmt.Errorf("postgres: open: %w", err)
 	}
 	params := u.Query()
 	one := func(key string) (string, error) {
@@ -153,7 +205,7 @@ func OpenURL(ctx context.Context, u *url.URL) (driver.Queue, error) {
 	}
 	c := *u
 	c.Scheme = "postgres"
-	c.RawQuery = params.Encode()
+	c.RawQuery = pgxQuery(params)
 	conn := c.String()
 	k := conn + "#" + strings.Join(key, "&")
 	db, err := acquireNew(ctx, k, conn, opts)

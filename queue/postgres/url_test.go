@@ -27,7 +27,9 @@ func TestURLErrors(t *testing.T) {
 		{"postgres://u@127.0.0.1:1/db?queue=orders&migrate=perhaps", queue.ErrInvalidURL},
 		{"postgres://u@127.0.0.1:1/db?queue=orders&notify_interval=5", queue.ErrInvalidURL},
 		{"postgres://u@127.0.0.1:1/db?queue=orders&max_body=-1", queue.ErrInvalidURL},
-		{"postgres://u@127.0.0.1:1/db?queue=orders&pool_max_conns=many", queue.ErrInvalidURL}, // pgx's
+		{"postgres://u@127.0.0.1:1/db?queue=orders&pool_max_conns=many", queue.ErrInvalidURL},  // pgx's
+		{"postgres://u@127.0.0.1:1/db?queue=orders&shema=jobs", queue.ErrInvalidURL},           // a typo
+		{"postgres://u@127.0.0.1:1/db?queue=orders&statement_timeout=5s", queue.ErrInvalidURL}, // a server setting: options=-c …
 	} {
 		_, err := queue.Open(ctx, c.url)
 		if !errors.Is(err, c.want) {
@@ -194,5 +196,31 @@ func TestURLAsyncLeases(t *testing.T) {
 	_, err = queue.Open(ctx, pgtest.QueueURL(t, schema, "leases", "async_leases=sometimes"))
 	if !errors.Is(err, queue.ErrInvalidURL) || !strings.Contains(err.Error(), "async_leases") {
 		t.Fatalf("async_leases=sometimes: %v", err)
+	}
+}
+
+// TestURLServerSettings: a URL sets the server's settings through options
+// (libpq's), and application_name; pgx's pool parameters stay pgx's.
+func TestURLServerSettings(t *testing.T) {
+	schema := pgtest.Schema(t)
+	ctx := context.Background()
+	q, err := queue.Open(ctx, pgtest.QueueURL(t, schema, "orders", "options=-c%20statement_timeout%3D4321&application_name=adaptq-settings&pool_max_conns=3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	var db *postgres.DB
+	if !q.As(&db) {
+		t.Fatal("As(*postgres.DB) failed")
+	}
+	var timeout, app string
+	if err := db.Pool().QueryRow(ctx, "SELECT current_setting('statement_timeout'), current_setting('application_name')").Scan(&timeout, &app); err != nil {
+		t.Fatal(err)
+	}
+	if timeout != "4321ms" || app != "adaptq-settings" {
+		t.Errorf("statement_timeout %q, application_name %q; want 4321ms, adaptq-settings", timeout, app)
+	}
+	if n := db.Pool().Config().MaxConns; n != 3 {
+		t.Errorf("pool_max_conns=3 gave a pool of %d", n)
 	}
 }

@@ -52,7 +52,8 @@ type sharedDB struct {
 //	sqlite://./rel/path/file.db?queue=NAME&busy_timeout=10s
 //	sqlite:///abs/path/file.db?queue=NAME&sync=full
 //
-// It is what queue.Open calls for the scheme. All queues opened by URL on
+// sqlite:/path (one slash) is refused: write sqlite:///path or
+// sqlite://./path. It is what queue.Open calls for the scheme. All queues opened by URL on
 // one file share one DB (with the wall clock and default options), which
 // is closed when the last of them is closed.
 func OpenURL(ctx context.Context, u *url.URL) (driver.Queue, error) {
@@ -69,7 +70,13 @@ func OpenURL(ctx context.Context, u *url.URL) (driver.Queue, error) {
 		return nil, fmt.Errorf("sqlite: open: %w", err)
 	}
 	// sqlite://./rel/x.db puts "." in Host; sqlite:///abs/x.db has none;
-	// sqlite:x.db is opaque.
+	// sqlite:x.db is opaque. sqlite:/abs/x.db (one slash) would be the
+	// same file as sqlite:///abs/x.db, but is most often a relative path
+	// missing its "//.": a file at the filesystem's root is not a guess
+	// to make.
+	if u.OmitHost && u.Opaque == "" {
+		return nil, bad("the path %q after one slash would be absolute, at the filesystem's root: write sqlite://%s for that file, or sqlite://.%s for a path relative to the working directory (a config's directory for a URL in a config file)", u.Path, u.Path, u.Path)
+	}
 	path := u.Opaque
 	if path == "" {
 		path = u.Host + u.Path

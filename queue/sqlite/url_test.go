@@ -99,6 +99,7 @@ func TestOpenURLErrors(t *testing.T) {
 		{"sqlite://" + db + "?queue=a1&queue=b2", queue.ErrInvalidURL, `given 2 times`},
 		{"sqlite://?queue=orders", queue.ErrInvalidURL, "database file path"},
 		{"sqlite:///?queue=orders", queue.ErrInvalidURL, "database file path"},
+		{"sqlite:" + db + "?queue=orders", queue.ErrInvalidURL, "write sqlite://" + db}, // one slash
 		{"sqlite://" + db + "?queue=Orders", queue.ErrInvalidName, `"Orders"`},
 		{"sqlite://" + db + "?queue=ab", queue.ErrInvalidName, `"ab"`},
 		{"sqlite://" + db + "?queue=orders&busy_timeout=5", queue.ErrInvalidURL, `"5"`},

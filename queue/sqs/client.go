@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials/ec2rolecreds"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"go.uber.org/zap"
@@ -44,6 +47,10 @@ const (
 	MaxMessageSize = 1 << 20
 )
 
+// envIMDSDisabled is the SDK's variable that turns the EC2 metadata
+// service on or off.
+const envIMDSDisabled = "AWS_EC2_METADATA_DISABLED"
+
 // Config describes where the queues are and how to reach them. The zero
 // value of each field but Region is a working default.
 type Config struct {
@@ -54,6 +61,10 @@ type Config struct {
 	Account string
 	// Endpoint is SQS's URL for an emulator or LocalStack
 	// ("http://127.0.0.1:4566"); empty means AWS's own for the region.
+	// With an endpoint the credential chain does not ask the EC2
+	// metadata service (instance roles) unless AWS_EC2_METADATA_DISABLED
+	// is set to false, and a chain that finds nothing else fails
+	// NewClient with ErrNoCredentials.
 	Endpoint string
 	// Profile is the shared-config profile the standard credential chain
 	// reads (default: $AWS_PROFILE, else "default").
@@ -175,6 +186,16 @@ func NewClient(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.Profile != "" {
 		opts = append(opts, config.WithSharedConfigProfile(cfg.Profile))
 	}
+	// With an endpoint override (an emulator, LocalStack) the chain's last
+	// resort, the EC2 metadata service at 169.254.169.254, is not asked:
+	// off an EC2 instance it is traffic off this machine, and a wait, for
+	// credentials an emulator does not check. AWS_EC2_METADATA_DISABLED
+	// set either way is the SDK's to obey (false: an instance role through
+	// a VPC endpoint).
+	imdsOff := cfg.Endpoint != "" && os.Getenv(envIMDSDisabled) == ""
+	if imdsOff {
+		opts = append(opts, config.WithEC2IMDSClientEnableState(imds.ClientDisabled))
+	}
 	switch {
 	case cfg.Anonymous:
 		opts = append(opts, config.WithCredentialsProvider(aws.AnonymousCredentials{}))
@@ -185,6 +206,12 @@ func NewClient(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		// The SDK's text names files and profiles, never a secret.
 		return nil, fmt.Errorf("sqs: %w: loading the AWS configuration: %v", queue.ErrInvalidArgument, err)
+	}
+	if imdsOff && !cfg.Anonymous && cfg.Credentials == nil && aws.IsCredentialsProvider(awsCfg.Credentials, (*ec2rolecreds.Provider)(nil)) {
+		// The chain found nothing before the metadata service: say so
+		// now, without a request, instead of a signing error at the
+		// first call.
+		return nil, fmt.Errorf("sqs: %w: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (any value for an emulator), or AWS_PROFILE (or profile=) naming a profile with credentials, or give anonymous=true for an emulator that checks none (with endpoint= the EC2 metadata service is not asked; %s=false asks it)", ErrNoCredentials, envIMDSDisabled)
 	}
 	switch hc := awsCfg.HTTPClient.(type) {
 	case *awshttp.BuildableClient:

@@ -24,7 +24,11 @@
 // the shared config and credentials files (profile=, or $AWS_PROFILE),
 // SSO, web identity, ECS and EC2 roles; Config.Credentials replaces it,
 // and anonymous=true sends unsigned requests to an emulator that needs
-// none. Nothing secret goes in a URL, and errors carry SQS's code and
+// none. With endpoint= (an emulator) the chain skips the EC2 metadata
+// service, so nothing leaves for 169.254.169.254 (AWS_EC2_METADATA_DISABLED=false
+// asks it, for an instance role behind a VPC endpoint), and a chain that
+// finds nothing else fails at once with ErrNoCredentials, saying how to
+// give them. Nothing secret goes in a URL, and errors carry SQS's code and
 // message, never a credential.
 //
 // # Retries and errors

@@ -20,6 +20,12 @@ import (
 // create it (create=false), or it was deleted while open.
 var ErrQueueNotFound = errors.New("sqs: queue does not exist")
 
+// ErrNoCredentials: the AWS credential chain found no credentials where
+// it looked without asking the EC2 metadata service, which the driver does
+// not ask when given an endpoint override (an emulator): see
+// Config.Endpoint.
+var ErrNoCredentials = errors.New("no AWS credentials")
+
 // SQS error codes the driver maps, without the "AWS.SimpleQueueService."
 // prefix of the query protocol's codes (SQS's JSON protocol may still
 // give those, in its x-amzn-query-error header, and the SDK reports them).
