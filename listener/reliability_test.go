@@ -336,8 +336,9 @@ func TestRetryAfterFromAHandlerHidesTheMessage(t *testing.T) {
 	}
 }
 
-// A body that leaves no room for the envelope within the backend's limit
-// is poisoned bare, as before the envelope: never lost, never refused.
+// A limit too small for any envelope header (64 bytes) poisons a body bare,
+// as before the envelope, when it cannot pass for an envelope (see
+// poison.EncodeOrBare): never lost, never refused.
 func TestPoisonOfABodyAtTheLimitFallsBackToTheBareBody(t *testing.T) {
 	c := clock.NewFake(clock.Epoch)
 	store := memory.NewStore(memory.WithClock(c), memory.WithMaxBodySize(64))

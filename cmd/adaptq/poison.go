@@ -282,7 +282,7 @@ func (o *poisonShowCmd) run(cmd *cobra.Command, e env, id string) (err error) {
 	w := e.stdout
 	fmt.Fprintf(w, "poison id      %s (poisoned %s)\n", m.PoisonID, stamp(m.PoisonedAt))
 	if !m.Enveloped {
-		fmt.Fprintln(w, "metadata       unknown: a bare body, poisoned by an older version")
+		fmt.Fprintln(w, "metadata       unknown: a bare body, poisoned by an older version or written by another program")
 	} else {
 		fmt.Fprintf(w, "id             %s\n", m.ID)
 		fmt.Fprintf(w, "queue          %s\n", m.Queue)
@@ -298,6 +298,9 @@ func (o *poisonShowCmd) run(cmd *cobra.Command, e env, id string) (err error) {
 		fmt.Fprintf(w, "expires        %s\n", expires)
 	}
 	fmt.Fprintf(w, "size           %d B\n", m.Size)
+	if m.Truncated {
+		fmt.Fprintf(w, "truncated      only the first %d B were kept (sha256 of the whole body %s); it cannot be requeued\n", len(m.Body), m.SHA256)
+	}
 	printBody(w, m.Body)
 	return nil
 }

@@ -290,7 +290,9 @@ type Dest func(name string) (*queue.Queue, error)
 // (with the original's time-to-live, counted afresh; a bare message lives
 // queue.DefaultTTL), and only then deletes it from the poison queue, so a
 // crash between the two leaves a duplicate, never a loss. The message gets
-// a new id and starts at dequeue count 0 there. A second poison copy of a
+// a new id and starts at dequeue count 0 there; its body is the original's,
+// byte for byte. A message whose body was cut short (Message.Truncated)
+// stays, listed in Failed. A second poison copy of a
 // message already put back by this call (same original id and body) is
 // deleted without a second put. A message this call put back and a
 // handler poisoned again before the scan ended stays in the poison queue
@@ -311,6 +313,11 @@ func Requeue(ctx context.Context, pq *queue.Queue, dest Dest, sel Selection) (Re
 			return false
 		}
 		d := Done{PoisonID: m.PoisonID, ID: m.ID, Queue: m.Queue}
+		if m.Truncated {
+			res.Failed = append(res.Failed, Failure{PoisonID: m.PoisonID, ID: m.ID, Error: fmt.Sprintf(
+				"only the first %d of its %d bytes were kept (it did not fit in the poison queue even compressed): it cannot be requeued; read it and purge it", len(m.Body), m.Size)})
+			return false
+		}
 		if body, ok := put[m.ID]; ok && m.Enveloped && string(body) == string(m.Body) {
 			d.Duplicate = true
 		} else {
