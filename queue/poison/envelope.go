@@ -298,21 +298,20 @@ func deflate(b []byte) []byte {
 }
 
 // inflate decompresses z, which must hold exactly size bytes.
+// The buffer grows with what the stream really holds, never to a size a
+// header merely claims.
 func inflate(z []byte, size int) ([]byte, bool) {
 	if size < 0 || size > maxInflated {
 		return nil, false
 	}
 	r := flate.NewReader(bytes.NewReader(z))
 	defer r.Close()
-	out := make([]byte, size)
-	if _, err := io.ReadFull(r, out); err != nil {
+	var buf bytes.Buffer
+	buf.Grow(min(size, 4*len(z)+512))
+	if _, err := io.Copy(&buf, io.LimitReader(r, int64(size)+1)); err != nil || buf.Len() != size {
 		return nil, false
 	}
-	var one [1]byte
-	if n, _ := r.Read(one[:]); n != 0 {
-		return nil, false
-	}
-	return out, true
+	return buf.Bytes(), true
 }
 
 // marshalHeader writes h as one JSON line ending in a newline, without
@@ -365,9 +364,14 @@ func cutReason(s string, n int) string {
 // envelope whose header does not parse or whose size does not match) is
 // returned whole as a bare body with Enveloped false. Decode never fails:
 // no poison message is unreadable.
-func Decode(pm *queue.Message) Message {
+func Decode(pm *queue.Message) Message { return decode(pm, true) }
+
+// decode is Decode; without bodies, it does not inflate a compressed body
+// (a listing shows its size from the header and drops the body), so that
+// a listing's cost does not grow with what the bodies claim to hold.
+func decode(pm *queue.Message, bodies bool) Message {
 	m := Message{PoisonID: pm.ID, PoisonedAt: pm.InsertedAt, Body: pm.Body, Size: len(pm.Body)}
-	h, body, ok := parse(pm.Body)
+	h, body, ok := parse(pm.Body, bodies)
 	if !ok {
 		return m
 	}
@@ -384,8 +388,9 @@ func Decode(pm *queue.Message) Message {
 }
 
 // parse splits an envelope into its header and the original body (its
-// first bytes, for a truncated one).
-func parse(b []byte) (header, []byte, bool) {
+// first bytes, for a truncated one). Without inflate, a compressed body is
+// returned as it is stored, unchecked.
+func parse(b []byte, inflating bool) (header, []byte, bool) {
 	var h header
 	v2 := bytes.HasPrefix(b, []byte(Magic2))
 	rest, ok := bytes.CutPrefix(b, []byte(Magic))
@@ -412,6 +417,8 @@ func parse(b []byte) (header, []byte, bool) {
 	case h.Truncated:
 		sum, err := hex.DecodeString(h.SHA256)
 		return h, body, h.Encoding == "" && h.Size > len(body) && err == nil && len(sum) == sha256.Size
+	case h.Encoding == "deflate" && !inflating:
+		return h, body, h.Size >= 0 && h.Size <= maxInflated
 	case h.Encoding == "deflate":
 		out, ok := inflate(body, h.Size)
 		return h, out, ok

@@ -127,6 +127,24 @@ func randomBytes(n int) []byte {
 	return b
 }
 
+// A compressed envelope whose body inflates to other than its size is a
+// bare body, and inflating never follows a size a header merely claims.
+func TestDecodeRefusesACompressedBodyOfAnotherSize(t *testing.T) {
+	t.Parallel()
+	in := sample(bytes.Repeat([]byte("a"), 5000))
+	b, err := poison.Encode(in, 1000)
+	if err != nil || !bytes.HasPrefix(b, []byte(poison.Magic2)) {
+		t.Fatalf("Encode: %.40q, %v", b, err)
+	}
+	for _, size := range []string{`"size":5000`, `"size":4999`, `"size":5001`} {
+		forged := bytes.Replace(b, []byte(`"size":5000`), []byte(size), 1)
+		m := poison.Decode(&queue.Message{ID: "p", Body: forged})
+		if want := size == `"size":5000`; m.Enveloped != want || (want && !bytes.Equal(m.Body, in.Body)) || (!want && !bytes.Equal(m.Body, forged)) {
+			t.Errorf("%s: enveloped %v, body of %d bytes", size, m.Enveloped, len(m.Body))
+		}
+	}
+}
+
 // A body at the poison queue's limit still gets an envelope: compressed
 // when it compresses (and read back byte for byte), else cut short and
 // marked so. No body is ever stored bare, so none can pass for an
@@ -195,6 +213,11 @@ func TestDecodeReadsABareBodyAsUnknownMetadata(t *testing.T) {
 		[]byte(poison.Magic + "not json\nbody"),                   // magic, no header
 		[]byte(poison.Magic + `{"id":"x","size":99}` + "\nshort"), // size does not match
 		good[:len(good)-1],                                        // cut short
+		[]byte(poison.Magic2 + `{"id":"x","size":5,"encoding":"deflate","stored":3}` + "\nabc"),                                        // not deflate
+		[]byte(poison.Magic2 + `{"id":"x","size":1099511627776,"encoding":"deflate","stored":3}` + "\nabc"),                            // claims 1 TiB
+		[]byte(poison.Magic2 + `{"id":"x","size":9,"truncated":true,"stored":3}` + "\nabc"),                                            // no digest
+		[]byte(poison.Magic2 + `{"id":"x","size":3,"stored":3}` + "\nabc"),                                                             // version 2, plain
+		[]byte(poison.Magic2 + `{"id":"x","size":9,"truncated":true,"stored":4,"sha256":"` + strings.Repeat("0", 64) + `"}` + "\nabc"), // stored does not match
 	} {
 		m := poison.Decode(&queue.Message{ID: "p-9", Body: body, InsertedAt: at})
 		if m.Enveloped || !bytes.Equal(m.Body, body) || m.Size != len(body) || m.PoisonID != "p-9" || !m.PoisonedAt.Equal(at) ||
@@ -229,6 +252,7 @@ func FuzzEnvelope(f *testing.F) {
 	f.Add([]byte("hello"), "exit status 3")
 	f.Add([]byte{0, 0xff, '\n'}, "line\nline\r\x00")
 	f.Add([]byte(poison.Magic+`{"id":"x","size":1}`+"\nx"), "")
+	f.Add([]byte(poison.Magic2+`{"id":"x","size":1,"encoding":"deflate","stored":3}`+"\nabc"), "")
 	f.Fuzz(func(t *testing.T, body []byte, reason string) {
 		bare := poison.Decode(&queue.Message{ID: "p", Body: body})
 		if !bare.Enveloped && !bytes.Equal(bare.Body, body) {

@@ -119,7 +119,7 @@ func list(ctx context.Context, pq *queue.Queue, after string, limit int, bodies 
 				return Page{}, fmt.Errorf("poison: peek %s: %w", pq.Name(), err)
 			}
 			for _, pm := range ms {
-				out = append(out, Decode(pm))
+				out = append(out, decode(pm, bodies))
 			}
 			if len(ms) < n {
 				break
@@ -143,7 +143,7 @@ func list(ctx context.Context, pq *queue.Queue, after string, limit int, bodies 
 		}
 		all := make([]Message, len(ms))
 		for i, m := range ms {
-			all[i] = Decode(m)
+			all[i] = decode(m, bodies)
 		}
 		page := paginate(all, c, after != "", limit)
 		page.Truncated = len(ms) == peek
@@ -276,14 +276,16 @@ func readAll(ctx context.Context, pq *queue.Queue) ([]Message, bool, error) {
 		if len(ms) < n {
 			out := make([]Message, len(ms))
 			for i, m := range ms {
-				out[i] = Decode(m)
+				out[i] = decode(m, false)
 			}
 			return out, false, nil
 		}
 	}
 	var out []Message
 	truncated, err := scan(ctx, pq, func(pm *queue.Message) (bool, bool) {
-		out = append(out, Decode(pm))
+		m := decode(pm, false)
+		m.Body = nil // a listing drops the bodies: hold none
+		out = append(out, m)
 		return false, false
 	})
 	return out, truncated, err
