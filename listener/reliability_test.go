@@ -370,3 +370,45 @@ func TestPoisonOfABodyAtTheLimitFallsBackToTheBareBody(t *testing.T) {
 		t.Fatalf("poisoned %+v: want the bare body", pm)
 	}
 }
+
+// Issue 26, item 4: at a limit too small for any envelope, a body that
+// starts like one was poisoned bare, and the poison tools then read its
+// first line as adaptq's header (the queue to requeue to, the body). Now
+// it is not poisoned: it stays in its queue and comes back.
+func TestPoisonNeverPutsAnImitationOfAnEnvelopeBare(t *testing.T) {
+	c := clock.NewFake(clock.Epoch)
+	store := memory.NewStore(memory.WithClock(c), memory.WithMaxBodySize(64))
+	q, err := store.Queue("work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pq, err := store.Queue("work-poison")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	h := func(context.Context, *queue.Message) error {
+		runs.Add(1)
+		return handler.Permanent(errors.New("bad"))
+	}
+	l, err := listener.New(q, h, listener.Options{Poison: pq, Clock: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, clock: c, store: store, raw: q, q: q, l: l}
+	body := []byte(poison.Magic + `{"id":"x","queue":"payments","size":1}` + "\nx")
+	if _, err := q.Put(context.Background(), body, queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.start()
+	eventually(t, "the message comes back after its failed poisoning", func() bool {
+		c.Advance(time.Minute)
+		return runs.Load() >= 2
+	})
+	if ms, err := pq.Peek(context.Background(), 32); err != nil || len(ms) != 0 {
+		t.Fatalf("the poison queue holds %d (%v), want nothing", len(ms), err)
+	}
+	if p := l.Stats().Poisoned; p != 0 {
+		t.Fatalf("poisoned %d", p)
+	}
+}

@@ -229,7 +229,7 @@ func (o *poisonListCmd) run(cmd *cobra.Command, e env) (err error) {
 	for _, m := range page.Messages {
 		id, failed, reason := m.ID, "-", oneLine(string(m.Rule)+": "+m.Reason, 72)
 		if !m.Enveloped {
-			id, reason = "-", "(bare body: poisoned by an older version)"
+			id, reason = "-", "(bare body: from an older version or another program)"
 		} else {
 			failed = m.FailedAt.UTC().Format(time.RFC3339)
 		}
