@@ -17,10 +17,15 @@
 //     figures and poisoned messages, with a login (sessions) when the
 //     endpoint has a token.
 //
-// Every route but the probes needs the token when one is set; without one,
-// a request must name the endpoint by its address or a loopback name (DNS
-// rebinding), cross-origin requests that change state are refused, and the
-// server bounds every read, write and body.
+// Every route, the probes included, refuses a request a browser says
+// another site made (Sec-Fetch-Site cross-site or same-site), with or
+// without a token, before it runs: a web page cannot make its visitors
+// call the worker's backend. Every route but the probes needs the token
+// when one is set; without one, a request must name the endpoint by its
+// address or a loopback name (DNS rebinding), cross-origin requests that
+// change state are refused, and the server bounds every read, write and
+// body. A poison listing only peeks, with backend calls bounded by its page
+// (poison.List).
 //
 // The endpoint talks to the worker through the small Worker interface it
 // defines; it never imports the worker host (package adaptq), which starts
