@@ -27,7 +27,7 @@
 // imitate an envelope and name another queue and another body. So the
 // listener never puts a body bare. A body too large for the envelope
 // within the poison queue's limit is wrapped compressed
-// ("adaptq-poison/2", "encoding":"deflate"), and if even that does not
+// ("adaptq-poison/2", "encoding":"deflate-base64"), and if even that does not
 // fit, its first bytes are kept with its size and SHA-256
 // ("truncated":true): such a message can be read and purged, never
 // requeued. Whatever a body holds, the header the tools read is the one
@@ -67,7 +67,7 @@ import (
 const Magic = "adaptq-poison/1 "
 
 // Magic2 starts an envelope whose body is not verbatim: compressed
-// ("encoding":"deflate") or cut short ("truncated":true). An older adaptq
+// ("encoding":"deflate-base64") or cut short ("truncated":true). An older adaptq
 // reads it as a bare body rather than mistaking the compressed bytes for
 // the original.
 const Magic2 = "adaptq-poison/2 "
@@ -167,7 +167,9 @@ type header struct {
 	ExpiresAt    *time.Time `json:"expires_at,omitempty"`
 	Size         int        `json:"size"`
 	// Version 2 only (Magic2): what follows the header is Stored bytes,
-	// the body compressed (Encoding "deflate") or its first Stored bytes
+	// the body compressed (Encoding "deflate-base64": raw DEFLATE in
+	// standard base64, so that the envelope of a text body stays text) or
+	// its first Stored bytes, cut between characters
 	// (Truncated, with SHA256 the whole body's digest).
 	Encoding  string `json:"encoding,omitempty"`
 	Truncated bool   `json:"truncated,omitempty"`
@@ -189,7 +191,7 @@ var ErrImitation = errors.New("poison envelope: the body starts like a poison en
 // cleaned (invalid UTF-8 and control characters become U+FFFD, so the
 // header is text every backend carries) and cut to MaxReason bytes, and cut
 // further if the envelope would exceed maxBody bytes (0: no limit). A body
-// that does not fit verbatim is compressed (Magic2, "deflate"), and one
+// that does not fit verbatim is compressed (Magic2, "deflate-base64"), and one
 // that does not fit compressed either is cut short (Magic2, "truncated":
 // its first bytes, its size and SHA-256). If not even the header fits,
 // Encode returns ErrTooLarge.
@@ -208,7 +210,7 @@ func Encode(m Message, maxBody int) ([]byte, error) {
 	}
 	z := deflate(m.Body)
 	hz := h
-	hz.Encoding, hz.Stored = "deflate", len(z)
+	hz.Encoding, hz.Stored = encDeflate, len(z)
 	if out, err := envelope(Magic2, hz, z, maxBody); !errors.Is(err, ErrTooLarge) {
 		return out, err
 	}
@@ -221,8 +223,12 @@ func Encode(m Message, maxBody int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	keep := min(maxBody-len(Magic2)-len(line), len(m.Body)-1)
-	ht.Stored = max(keep, 0)
+	keep := max(min(maxBody-len(Magic2)-len(line), len(m.Body)-1), 0)
+	// Cut between characters: a text body's first bytes stay text.
+	for back := 0; back < utf8.UTFMax && keep > 0 && !utf8.RuneStart(m.Body[keep]); back++ {
+		keep--
+	}
+	ht.Stored = keep
 	return envelope(Magic2, ht, m.Body[:ht.Stored], maxBody)
 }
 
@@ -288,13 +294,19 @@ func fitHeader(h *header, maxBody int) ([]byte, error) {
 	}
 }
 
-// deflate compresses b (raw DEFLATE, best compression).
+// encDeflate is the Encoding of a compressed envelope's body.
+const encDeflate = "deflate-base64"
+
+// deflate compresses b (raw DEFLATE, best compression) and writes it in
+// standard base64: text, as every envelope is.
 func deflate(b []byte) []byte {
 	var buf bytes.Buffer
 	w, _ := flate.NewWriter(&buf, flate.BestCompression) // the level is valid
 	_, _ = w.Write(b)                                    // a bytes.Buffer does not fail
 	_ = w.Close()
-	return buf.Bytes()
+	out := make([]byte, base64.StdEncoding.EncodedLen(buf.Len()))
+	base64.StdEncoding.Encode(out, buf.Bytes())
+	return out
 }
 
 // inflate decompresses z, which must hold exactly size bytes.
@@ -304,7 +316,12 @@ func inflate(z []byte, size int) ([]byte, bool) {
 	if size < 0 || size > maxInflated {
 		return nil, false
 	}
-	r := flate.NewReader(bytes.NewReader(z))
+	raw := make([]byte, base64.StdEncoding.DecodedLen(len(z)))
+	n, err := base64.StdEncoding.Decode(raw, z)
+	if err != nil {
+		return nil, false
+	}
+	r := flate.NewReader(bytes.NewReader(raw[:n]))
 	defer r.Close()
 	var buf bytes.Buffer
 	buf.Grow(min(size, 4*len(z)+512))
@@ -417,9 +434,9 @@ func parse(b []byte, inflating bool) (header, []byte, bool) {
 	case h.Truncated:
 		sum, err := hex.DecodeString(h.SHA256)
 		return h, body, h.Encoding == "" && h.Size > len(body) && err == nil && len(sum) == sha256.Size
-	case h.Encoding == "deflate" && !inflating:
+	case h.Encoding == encDeflate && !inflating:
 		return h, body, h.Size >= 0 && h.Size <= maxInflated
-	case h.Encoding == "deflate":
+	case h.Encoding == encDeflate:
 		out, ok := inflate(body, h.Size)
 		return h, out, ok
 	}

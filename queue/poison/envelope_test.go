@@ -185,6 +185,42 @@ func TestEnvelopeOfABodyAtTheLimitIsNeverBare(t *testing.T) {
 	}
 }
 
+// randomRunes is about n bytes of random text in 1- to 4-byte characters:
+// text that compresses poorly.
+func randomRunes(n int) []byte {
+	runes := []rune("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789éüßñøåæçЖЯ€→♥𝄞😀")
+	var b []byte
+	for len(b) < n-4 {
+		b = utf8.AppendRune(b, runes[rand.IntN(len(runes))])
+	}
+	return b
+}
+
+// A text body's envelope is text whatever its size (Azure's text encoding
+// refuses anything else, and a poison put that fails leaves the message
+// in its queue): compressed bodies travel in base64, and a body cut short
+// is cut between characters.
+func TestEnvelopeOfATextBodyIsText(t *testing.T) {
+	t.Parallel()
+	const limit = queue.DefaultMaxBodySize
+	for _, body := range [][]byte{
+		bytes.Repeat([]byte(`{"order":"Ä1","qty":3} `), limit/24+1)[:limit],
+		randomRunes(limit),
+	} {
+		b, err := poison.Encode(sample(body), limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) > limit || !utf8.Valid(b) || bytes.ContainsAny(b, "\x00\x01\x02\x03\x1b\r\x7f") {
+			t.Errorf("envelope of %d bytes (limit %d) of a text body: valid UTF-8 %v, starts %.60q", len(b), limit, utf8.Valid(b), b)
+		}
+		out := poison.Decode(&queue.Message{ID: "p", Body: b})
+		if !out.Enveloped || !bytes.HasPrefix(body, out.Body) || (!out.Truncated && len(out.Body) != len(body)) {
+			t.Errorf("decoded enveloped %v, truncated %v, %d of %d bytes", out.Enveloped, out.Truncated, len(out.Body), len(body))
+		}
+	}
+}
+
 // EncodeOrBare, for a limit too small for any header, puts a body bare
 // only if it cannot be read as an envelope.
 func TestEncodeOrBareNeverPutsAnImitationBare(t *testing.T) {
@@ -213,8 +249,8 @@ func TestDecodeReadsABareBodyAsUnknownMetadata(t *testing.T) {
 		[]byte(poison.Magic + "not json\nbody"),                   // magic, no header
 		[]byte(poison.Magic + `{"id":"x","size":99}` + "\nshort"), // size does not match
 		good[:len(good)-1],                                        // cut short
-		[]byte(poison.Magic2 + `{"id":"x","size":5,"encoding":"deflate","stored":3}` + "\nabc"),                                        // not deflate
-		[]byte(poison.Magic2 + `{"id":"x","size":1099511627776,"encoding":"deflate","stored":3}` + "\nabc"),                            // claims 1 TiB
+		[]byte(poison.Magic2 + `{"id":"x","size":5,"encoding":"deflate-base64","stored":3}` + "\nabc"),                                 // not deflate
+		[]byte(poison.Magic2 + `{"id":"x","size":1099511627776,"encoding":"deflate-base64","stored":3}` + "\nabc"),                     // claims 1 TiB
 		[]byte(poison.Magic2 + `{"id":"x","size":9,"truncated":true,"stored":3}` + "\nabc"),                                            // no digest
 		[]byte(poison.Magic2 + `{"id":"x","size":3,"stored":3}` + "\nabc"),                                                             // version 2, plain
 		[]byte(poison.Magic2 + `{"id":"x","size":9,"truncated":true,"stored":4,"sha256":"` + strings.Repeat("0", 64) + `"}` + "\nabc"), // stored does not match
@@ -252,7 +288,7 @@ func FuzzEnvelope(f *testing.F) {
 	f.Add([]byte("hello"), "exit status 3")
 	f.Add([]byte{0, 0xff, '\n'}, "line\nline\r\x00")
 	f.Add([]byte(poison.Magic+`{"id":"x","size":1}`+"\nx"), "")
-	f.Add([]byte(poison.Magic2+`{"id":"x","size":1,"encoding":"deflate","stored":3}`+"\nabc"), "")
+	f.Add([]byte(poison.Magic2+`{"id":"x","size":1,"encoding":"deflate-base64","stored":3}`+"\nabc"), "")
 	f.Fuzz(func(t *testing.T, body []byte, reason string) {
 		bare := poison.Decode(&queue.Message{ID: "p", Body: body})
 		if !bare.Enveloped && !bytes.Equal(bare.Body, body) {
