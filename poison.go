@@ -30,8 +30,9 @@ func (w *Worker) poisonOf(queueName string) (*workerQueue, error) {
 
 // PoisonList returns up to limit messages (0: poison.DefaultLimit) of the
 // named queue's poison queue after the cursor after ("" for the first
-// page), oldest first, without their bodies. See poison.List for how a
-// poison queue of more than 32 messages is read without taking anything.
+// page), oldest first, without their bodies. It only peeks, with backend
+// calls bounded by limit whatever the poison queue holds: see poison.List
+// for what each backend shows.
 func (w *Worker) PoisonList(ctx context.Context, queueName, after string, limit int) (admin.PoisonPage, error) {
 	wq, err := w.poisonOf(queueName)
 	if err != nil {

@@ -17,14 +17,18 @@
 //     figures and poisoned messages, with a login (sessions) when the
 //     endpoint has a token.
 //
-// Every route but the probes needs the token when one is set (CheckToken
-// refuses one anyone could guess; wrong tokens are throttled per client
-// address and summarised in the log, auth.go); without one, a request must
-// name the endpoint by its address or a loopback name (DNS rebinding), and
-// cross-origin requests that change state are refused. Either way the
-// server bounds every read, write and body, and the connections it holds
-// (MaxConns, limits.go), so that it never takes the file descriptors the
-// handlers need.
+// Every route, the probes included, refuses a request a browser says
+// another site made (Sec-Fetch-Site cross-site or same-site), with or
+// without a token, before it runs: a web page cannot make its visitors
+// call the worker's backend. Every route but the probes needs the token
+// when one is set (CheckToken refuses one anyone could guess; wrong tokens
+// are throttled per client address and summarised in the log, auth.go);
+// without one, a request must name the endpoint by its address or a
+// loopback name (DNS rebinding), and cross-origin requests that change
+// state are refused. Either way the server bounds every read, write and
+// body, and the connections it holds (MaxConns, limits.go), so that it
+// never takes the file descriptors the handlers need. A poison listing
+// only peeks, with backend calls bounded by its page (poison.List).
 //
 // The endpoint talks to the worker through the small Worker interface it
 // defines; it never imports the worker host (package adaptq), which starts

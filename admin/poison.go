@@ -17,7 +17,8 @@ import (
 // Admin paths of the poison tools; {name} is the queue's name (not its
 // poison queue's), {id} a poison message's poison id or original id.
 const (
-	// PoisonPath lists the poison queue: GET, ?limit=N&after=CURSOR.
+	// PoisonPath lists the poison queue: GET, ?limit=N&after=CURSOR. A
+	// page only peeks, with backend calls bounded by N (poison.List).
 	PoisonPath = "/v1/queues/{name}/poison"
 	// PoisonMessagePath shows one poison message with its body: GET.
 	PoisonMessagePath = "/v1/queues/{name}/poison/{id}"
@@ -46,7 +47,8 @@ var ErrNoQueue = errors.New("adaptq: no such queue")
 // ErrNotRunning while it does not run.
 type PoisonWorker interface {
 	// PoisonList returns up to limit messages of the named queue's poison
-	// queue after the cursor after, oldest first, without bodies.
+	// queue after the cursor after, oldest first, without bodies, with
+	// backend calls bounded by limit (poison.List).
 	PoisonList(ctx context.Context, queueName, after string, limit int) (PoisonPage, error)
 	// PoisonMessage returns one message of the named queue's poison queue,
 	// by its poison id or original id, with its body.
@@ -147,6 +149,8 @@ func writePoison(rw http.ResponseWriter, v any, err error) {
 		http.Error(rw, err.Error(), http.StatusNotFound)
 	case errors.Is(err, queue.ErrInvalidArgument):
 		http.Error(rw, err.Error(), http.StatusBadRequest)
+	case errors.Is(err, queue.ErrUnsupported):
+		http.Error(rw, err.Error(), http.StatusNotImplemented)
 	case errors.Is(err, ErrNotRunning):
 		http.Error(rw, err.Error(), http.StatusServiceUnavailable)
 	default:

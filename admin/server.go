@@ -268,9 +268,10 @@ func Start(w Worker, o Options) (*Server, error) {
 	})
 	s.poisonRoutes(mux)
 	s.serveStatusPage(mux, ln.Addr().String())
-	// Outermost first: the body limit, the Host check (DNS rebinding), the
+	// Outermost first: the body limit, the cross-site refusal (a web page's
+	// request of any method), the Host check (DNS rebinding), the
 	// cross-origin check (a web page posting to loopback), the token.
-	h := limitBody(s.checkHost(ln.Addr().String(), http.NewCrossOriginProtection().Handler(s.authorize(mux))))
+	h := limitBody(refuseCrossSite(s.checkHost(ln.Addr().String(), http.NewCrossOriginProtection().Handler(s.authorize(mux)))))
 	s.srv = newAdminHTTPServer(h)
 	if o.ReadHeaderTimeout > 0 {
 		s.srv.ReadHeaderTimeout = o.ReadHeaderTimeout

@@ -47,7 +47,7 @@ func (s *Server) serveStatusPage(mux *http.ServeMux, listen string) {
 
 // statusPage renders the page.
 func (s *Server) statusPage(rw http.ResponseWriter, r *http.Request) {
-	v := s.statusView(r.Context())
+	v := s.statusView(r.Context(), r.URL.Query().Get(statuspage.PoisonQuery), r.URL.Query().Get(statuspage.AfterQuery))
 	v.Paused = r.URL.Query().Get("refresh") == "off" // statuspage.PauseQuery
 	v.Notice = requeueNotice(r.URL.Query(), v.Queues)
 	if ss := s.sessions; ss != nil {
@@ -72,8 +72,10 @@ func htmlHeaders(rw http.ResponseWriter) {
 	rw.Header().Set("X-Content-Type-Options", "nosniff")
 }
 
-// statusView gathers the page's figures.
-func (s *Server) statusView(ctx context.Context) statuspage.View {
+// statusView gathers the page's figures; the poison queue of the queue
+// named pageOf shows its page after the cursor after, the others their
+// first.
+func (s *Server) statusView(ctx context.Context, pageOf, after string) statuspage.View {
 	st := s.w.Stats(ctx)
 	v := statuspage.View{Uptime: time.Duration(st.Uptime), PricePer10k: st.PricePer10k, Generated: s.clock.Now()}
 	for _, q := range st.Queues {
@@ -89,7 +91,7 @@ func (s *Server) statusView(ctx context.Context) statuspage.View {
 			Rate:            statuspage.Figure{Text: statuspage.FormatRate(q.LastMinute.Rate)},
 			PickupLatency:   pickupFigure(q.LastMinute),
 			MonthlyCost:     statuspage.Figure{Missing: "the worker has run less than a minute: too short to scale to a month"},
-			Poison:          s.poisonView(ctx, q.Name),
+			Poison:          s.poisonView(ctx, q.Name, pageOf, after),
 		})
 		if c := q.MonthlyCost; c != nil {
 			v.Queues[len(v.Queues)-1].MonthlyCost = statuspage.Figure{Text: statuspage.FormatMoney(*c)}
@@ -176,26 +178,30 @@ func pickupFigure(w Window) statuspage.Figure {
 	return statuspage.Figure{Text: statuspage.FormatDuration(time.Duration(w.PickupLatency))}
 }
 
-// poisonView reads the poison queue of the named queue with one peek,
-// which hides nothing and counts no dequeue: the page reloads itself.
-func (s *Server) poisonView(ctx context.Context, name string) statuspage.Poison {
+// poisonView reads one page of the named queue's poison queue
+// (poison.ListBodies: it only peeks, one backend call for the page, and
+// hides nothing, so the page can reload itself): the page after the cursor
+// after if pageOf names the queue, else the first.
+func (s *Server) poisonView(ctx context.Context, name, pageOf, after string) statuspage.Poison {
 	pq, err := s.w.PoisonQueue(name)
 	if err != nil {
 		return statuspage.Poison{Name: "?", Error: err.Error()}
 	}
 	p := statuspage.Poison{Name: pq.Name()}
-	n := pq.Features().MaxPeek
-	if n == 0 {
-		p.Error = "this backend cannot show messages without taking them; list them with adaptq poison list"
+	if pq.Features().MaxPeek == 0 {
+		p.Error = "this backend cannot show messages without taking them; list them with adaptq poison list --scan"
 		return p
 	}
-	ms, err := poison.PeekBodies(ctx, pq, n)
+	if pageOf != name {
+		after = ""
+	}
+	page, err := poison.ListBodies(ctx, pq, after, statuspage.PoisonPageSize)
 	if err != nil {
 		p.Error = redactLine(err.Error())
 		return p
 	}
-	p.More = len(ms) == n
-	for _, m := range ms {
+	p.After, p.Next, p.Truncated = after, page.Next, page.Truncated
+	for _, m := range page.Messages {
 		failed := m.FailedAt
 		if failed.IsZero() {
 			failed = m.PoisonedAt

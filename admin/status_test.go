@@ -170,10 +170,11 @@ func TestStatusPageSessionRefusesOtherOriginsOfTheSite(t *testing.T) {
 		path, site string
 		want       int
 	}{
-		{StatsPath, "same-site", http.StatusUnauthorized},
-		{poisonMsg, "same-site", http.StatusUnauthorized},
-		{StatusPath, "same-site", http.StatusUnauthorized}, // the login form
-		{StatsPath, "cross-site", http.StatusUnauthorized},
+		// Refused before the session is read (refuseCrossSite).
+		{StatsPath, "same-site", http.StatusForbidden},
+		{poisonMsg, "same-site", http.StatusForbidden},
+		{StatusPath, "same-site", http.StatusForbidden}, // the login form
+		{StatsPath, "cross-site", http.StatusForbidden},
 		{StatsPath, "same-origin", http.StatusOK},
 		{StatusPath, "none", http.StatusOK}, // typed or bookmarked
 		{StatusPath, "", http.StatusOK},     // not a browser that says

@@ -420,12 +420,17 @@ func (b *batch) poison(i int, reason string, cause error) bool {
 	if cause != nil {
 		fields = append(fields, zap.Error(cause))
 	}
-	body, err := poison.Encode(l.poisonRecord(m, cause), l.o.Poison.MaxBodySize())
+	// A body too large for the envelope is compressed, or cut short and
+	// marked so; only where the limit leaves no room for any header is it
+	// put bare, and never one that starts like an envelope (its first line
+	// would be read as a header the producer wrote).
+	body, bare, err := poison.EncodeOrBare(l.poisonRecord(m, cause), l.o.Poison.MaxBodySize())
 	if err != nil {
-		// The body alone nearly fills the limit: keep the message, without
-		// its metadata, as before the envelope existed.
-		l.log.Warn("listener: the poison envelope does not fit; putting the bare body", append(fields, zap.NamedError("envelope_error", err))...)
-		body = m.Body
+		l.log.Error("listener: the message cannot be put to the poison queue; it stays in the queue", append(fields, zap.NamedError("envelope_error", err))...)
+		return false
+	}
+	if bare {
+		l.log.Warn("listener: the poison queue's limit leaves no room for the envelope; putting the bare body", fields...)
 	}
 	id, err := l.o.Poison.Put(l.opCtx, body, queue.PutOptions{TTL: queue.NoExpiry})
 	if err != nil {

@@ -336,8 +336,9 @@ func TestRetryAfterFromAHandlerHidesTheMessage(t *testing.T) {
 	}
 }
 
-// A body that leaves no room for the envelope within the backend's limit
-// is poisoned bare, as before the envelope: never lost, never refused.
+// A limit too small for any envelope header (64 bytes) poisons a body bare,
+// as before the envelope, when it cannot pass for an envelope (see
+// poison.EncodeOrBare): never lost, never refused.
 func TestPoisonOfABodyAtTheLimitFallsBackToTheBareBody(t *testing.T) {
 	c := clock.NewFake(clock.Epoch)
 	store := memory.NewStore(memory.WithClock(c), memory.WithMaxBodySize(64))
@@ -367,5 +368,47 @@ func TestPoisonOfABodyAtTheLimitFallsBackToTheBareBody(t *testing.T) {
 	}
 	if pm := poison.Decode(ms[0]); pm.Enveloped || !bytes.Equal(pm.Body, body) {
 		t.Fatalf("poisoned %+v: want the bare body", pm)
+	}
+}
+
+// Issue 26, item 4: at a limit too small for any envelope, a body that
+// starts like one was poisoned bare, and the poison tools then read its
+// first line as adaptq's header (the queue to requeue to, the body). Now
+// it is not poisoned: it stays in its queue and comes back.
+func TestPoisonNeverPutsAnImitationOfAnEnvelopeBare(t *testing.T) {
+	c := clock.NewFake(clock.Epoch)
+	store := memory.NewStore(memory.WithClock(c), memory.WithMaxBodySize(64))
+	q, err := store.Queue("work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pq, err := store.Queue("work-poison")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	h := func(context.Context, *queue.Message) error {
+		runs.Add(1)
+		return handler.Permanent(errors.New("bad"))
+	}
+	l, err := listener.New(q, h, listener.Options{Poison: pq, Clock: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, clock: c, store: store, raw: q, q: q, l: l}
+	body := []byte(poison.Magic + `{"id":"x","queue":"payments","size":1}` + "\nx")
+	if _, err := q.Put(context.Background(), body, queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.start()
+	eventually(t, "the message comes back after its failed poisoning", func() bool {
+		c.Advance(time.Minute)
+		return runs.Load() >= 2
+	})
+	if ms, err := pq.Peek(context.Background(), 32); err != nil || len(ms) != 0 {
+		t.Fatalf("the poison queue holds %d (%v), want nothing", len(ms), err)
+	}
+	if p := l.Stats().Poisoned; p != 0 {
+		t.Fatalf("poisoned %d", p)
 	}
 }

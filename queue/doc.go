@@ -24,8 +24,9 @@
 //   - UpdateVisibility hides a held message for a new duration (0 releases it
 //     at once) and returns a new receipt; the old one is then stale.
 //   - Peek shows visible messages without hiding them or touching receipts
-//     and dequeue counts; Count is the approximate depth (visible and
-//     invisible); Clear removes everything.
+//     and dequeue counts (the first Features().MaxPeek; PeekAfter pages
+//     beyond them where the backend can, PeekPages); Count is the
+//     approximate depth (visible and invisible); Clear removes everything.
 //   - A message past its time-to-live is never returned again.
 //
 // Delivery is therefore at least once: a consumer that crashes, or takes

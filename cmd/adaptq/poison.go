@@ -169,23 +169,32 @@ type poisonListCmd struct {
 	poisonTarget
 	limit int
 	after string
+	scan  bool
 }
 
 func newPoisonListCmd(e env) *cobra.Command {
 	o := &poisonListCmd{}
 	cmd := &cobra.Command{
-		Use:   "list [--queue NAME | --url URL] [--limit N] [--after CURSOR] [--json]",
+		Use:   "list [--queue NAME | --url URL] [--limit N] [--after CURSOR] [--scan] [--json]",
 		Short: "List poison messages, oldest first, a page at a time",
 		Long: `List the poison messages of a queue, oldest first: poison id, original id,
 dequeue count, when it failed, why. A page holds --limit messages; the last
 line gives the command for the next page (--after CURSOR). With --json the
-page is one JSON object, as GET /v1/queues/{name}/poison serves it.`,
+page is one JSON object, as GET /v1/queues/{name}/poison serves it.
+
+A listing only peeks, with backend calls bounded by the page (see
+poison.List): SQLite, PostgreSQL and memory page through every message;
+Azure and Redis show the first 32 and say the listing is incomplete; SQS
+cannot peek. --scan reads every message (up to 10,000) with gets on any
+backend, hiding each for the scan and raising its dequeue count in the
+poison queue, for every page: use it where a peek cannot show them.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd, e) },
 	}
 	o.addFlags(cmd)
 	cmd.Flags().IntVarP(&o.limit, "limit", "n", poison.DefaultLimit, fmt.Sprintf("list at most `N` messages (1..%d)", poison.MaxLimit))
 	cmd.Flags().StringVar(&o.after, "after", "", "start after `CURSOR`, as the previous page's last line gave it")
+	cmd.Flags().BoolVar(&o.scan, "scan", false, "read every message with gets (any backend; hides them during the scan and raises their dequeue counts)")
 	return cmd
 }
 
@@ -199,7 +208,11 @@ func (o *poisonListCmd) run(cmd *cobra.Command, e env) (err error) {
 		return err
 	}
 	defer p.close(&err)
-	page, err := poison.List(ctx, p.pq, o.after, o.limit)
+	list := poison.List
+	if o.scan {
+		list = poison.ListScan
+	}
+	page, err := list(ctx, p.pq, o.after, o.limit)
 	if errors.Is(err, poison.ErrBadCursor) {
 		return inputErrorf("--after: %w", err)
 	}
@@ -218,7 +231,7 @@ func (o *poisonListCmd) run(cmd *cobra.Command, e env) (err error) {
 	for _, m := range page.Messages {
 		id, failed, reason := m.ID, "-", reasonSummary(string(m.Rule), m.Reason, reasonWidth)
 		if !m.Enveloped {
-			id, reason = "-", "(bare body: poisoned by an older version)"
+			id, reason = "-", "(bare body: from an older version or another program)"
 		} else {
 			failed = m.FailedAt.UTC().Format(time.RFC3339)
 		}
@@ -227,11 +240,18 @@ func (o *poisonListCmd) run(cmd *cobra.Command, e env) (err error) {
 	if err := tw.Flush(); err != nil {
 		return failuref("write: %w", err)
 	}
-	if page.Truncated {
+	scan := ""
+	if o.scan {
+		scan = " --scan"
+	}
+	switch {
+	case page.Truncated && o.scan:
 		fmt.Fprintf(e.stdout, "(the listing may be incomplete: one scan reads at most %d messages, within %s)\n", poison.MaxScan, poison.ScanVisibility)
+	case page.Truncated:
+		fmt.Fprintf(e.stdout, "(the listing may be incomplete: %s shows only the first %d messages to a peek; --scan reads them all)\n", p.pq.Features().Name, p.pq.Features().MaxPeek)
 	}
 	if page.Next != "" {
-		fmt.Fprintf(e.stdout, "more: %s --after %s\n", cmd.CommandPath(), page.Next)
+		fmt.Fprintf(e.stdout, "more: %s%s --after %s\n", cmd.CommandPath(), scan, page.Next)
 	}
 	return nil
 }
@@ -284,7 +304,7 @@ func (o *poisonShowCmd) run(cmd *cobra.Command, e env, id string) (err error) {
 	w := e.stdout
 	fmt.Fprintf(w, "poison id      %s (poisoned %s)\n", m.PoisonID, stamp(m.PoisonedAt))
 	if !m.Enveloped {
-		fmt.Fprintln(w, "metadata       unknown: a bare body, poisoned by an older version")
+		fmt.Fprintln(w, "metadata       unknown: a bare body, poisoned by an older version or written by another program")
 	} else {
 		fmt.Fprintf(w, "id             %s\n", m.ID)
 		fmt.Fprintf(w, "queue          %s\n", m.Queue)
@@ -300,6 +320,9 @@ func (o *poisonShowCmd) run(cmd *cobra.Command, e env, id string) (err error) {
 		fmt.Fprintf(w, "expires        %s\n", expires)
 	}
 	fmt.Fprintf(w, "size           %d B\n", m.Size)
+	if m.Truncated {
+		fmt.Fprintf(w, "truncated      only the first %d B were kept (sha256 of the whole body %s); it cannot be requeued\n", len(m.Body), m.SHA256)
+	}
 	printBody(w, m.Body)
 	return nil
 }

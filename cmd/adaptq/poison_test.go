@@ -115,6 +115,16 @@ func TestPoisonCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &page); err != nil || len(page.Messages) != 41 || page.Queue != "orders" || page.Next != "" {
 		t.Fatalf("list --json: %v %s", err, r.stdout)
 	}
+	// --scan reads them with gets: the same 41, paged with its own cursor.
+	r = mustCLI(t, "", "poison", "list", "-c", cfg, "-q", "orders", "--scan", "--limit", "30")
+	if got := strings.Count(r.stdout, "orig-"); got != 30 || !strings.Contains(r.stdout, "--scan --after ") {
+		t.Fatalf("list --scan --limit 30: %d messages, no next page with --scan:\n%s", got, r.stdout)
+	}
+	cursor := r.stdout[strings.LastIndex(r.stdout, "--after ")+len("--after "):]
+	r = mustCLI(t, "", "poison", "list", "-c", cfg, "-q", "orders", "--scan", "--after", strings.TrimSpace(cursor))
+	if got := strings.Count(r.stdout, "(bare body") + strings.Count(r.stdout, "orig-"); got != 11 {
+		t.Fatalf("list --scan, second page: %d messages, want 11:\n%s", got, r.stdout)
+	}
 
 	// show, by original id and by poison id.
 	r = mustCLI(t, "", "poison", "show", "-c", cfg, "-q", "orders", "orig-7")

@@ -282,3 +282,92 @@ func TestStatusPageInABrowser(t *testing.T) {
 		t.Errorf("the poison section after the requeue reads %q", got)
 	}
 }
+
+// rowIDs returns the poison ids of the poisoned messages of jobs the page
+// shows now.
+func rowIDs(ctx context.Context) []string {
+	js := `Array.from(document.querySelectorAll('section[data-queue="jobs"] tr.poisoned-message')).map(e => e.dataset.id)`
+	ids, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](js))
+	if err != nil {
+		return nil
+	}
+	return ids
+}
+
+// Issue 26, item 3: the page showed the poisoned messages one peek shows
+// (the first 32) and no way to the others. It now shows a page of the
+// poison listing, one backend call, with a link to the next page after a
+// cursor; paging through them shows each message once and gets none of
+// them (their dequeue counts in the poison queue stay 0).
+func TestStatusPagePagesThePoisonQueue(t *testing.T) {
+	var broken atomic.Bool
+	broken.Store(true)
+	var handled testutil.SyncBuffer
+	w, page := statusWorker(t, &broken, &handled)
+	ctx := newBrowser(t)
+	bg := context.Background()
+	const n = statuspage.PoisonPageSize*2 + 5
+	for i := range n {
+		if _, err := w.Put(bg, "jobs", fmt.Appendf(nil, "poison %d", i), queue.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, ok := w.Listener("jobs")
+	if !ok {
+		t.Fatal("no listener for jobs")
+	}
+	waitFor(t, "every message is poisoned", func() bool { return l.Stats().Poisoned == n })
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(page+"?"+statuspage.PauseQuery),
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), browserToken),
+		chromedp.Submit(chromedp.CSS("#token")),
+		chromedp.WaitVisible(chromedp.CSS("#queues")),
+		chromedp.Navigate(page+"?"+statuspage.PauseQuery),
+		chromedp.WaitVisible(chromedp.CSS("#queues")),
+	); err != nil {
+		t.Fatalf("logging in: %v", err)
+	}
+	seen := map[string]bool{}
+	for pages := 1; ; pages++ {
+		ids := rowIDs(ctx)
+		if len(ids) == 0 || len(ids) > statuspage.PoisonPageSize {
+			t.Fatalf("page %d shows %d poisoned messages, want 1..%d", pages, len(ids), statuspage.PoisonPageSize)
+		}
+		for _, id := range ids {
+			if seen[id] {
+				t.Fatalf("page %d shows %s again", pages, id)
+			}
+			seen[id] = true
+		}
+		if pageText(ctx, `section[data-queue="jobs"] a.next-page`) == "" {
+			break
+		}
+		if pages > n {
+			t.Fatal("the pages do not end")
+		}
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`section[data-queue="jobs"] a.next-page`))); err != nil {
+			t.Fatalf("clicking next page: %v", err)
+		}
+		waitFor(t, "the next page shows", func() bool {
+			next := rowIDs(ctx)
+			return len(next) > 0 && next[0] != ids[0]
+		})
+	}
+	if len(seen) != n {
+		t.Fatalf("the pages showed %d of the %d poisoned messages", len(seen), n)
+	}
+	pq, err := w.PoisonQueue("jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := pq.Peek(bg, pq.Features().MaxPeek)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.DequeueCount != 0 {
+			t.Fatalf("poison message %s: dequeue count %d after paging, want 0 (the page gets nothing)", m.ID, m.DequeueCount)
+		}
+	}
+}

@@ -85,16 +85,33 @@ type Figure struct {
 	Missing string // why there is no value (shown instead, dimmed)
 }
 
+// PoisonPageSize is how many poisoned messages the page shows per queue:
+// one page of the poison listing (poison.ListBodies), one backend call.
+const PoisonPageSize = 20
+
+// PoisonQuery and AfterQuery are the page's URL query for another page of
+// a poison queue: ?poison=QUEUE&after=CURSOR shows the page of QUEUE's
+// poison queue after CURSOR (the others show their first).
+const (
+	PoisonQuery = "poison"
+	AfterQuery  = "after"
+)
+
 // Poison is a queue's poison queue as the page shows it.
 type Poison struct {
 	// Name of the poison queue.
 	Name string
 	// Error is set when the poison queue could not be read.
 	Error string
-	// Messages are the poisoned messages one peek shows, newest first;
-	// More is set when the peek was full, so there may be others.
-	Messages []PoisonMessage
-	More     bool
+	// Messages are one page of the poisoned messages, oldest first. After
+	// is the cursor the page starts after ("" for the first page), Next
+	// the cursor of the next page ("" on the last). Truncated is set when
+	// the backend shows only its first messages to a peek (Azure, Redis):
+	// there may be more than the pages show.
+	Messages  []PoisonMessage
+	After     string
+	Next      string
+	Truncated bool
 }
 
 // PoisonMessage is one poisoned message.

@@ -365,3 +365,19 @@ type Depth struct {
 	// an empty queue or a backend that cannot tell cheaply.
 	Oldest time.Time
 }
+
+// PeekPager is a capability a driver may have beyond Queue (found with a
+// type assertion, as VisibilityBatcher is): peeking page by page. PeekAfter
+// returns up to n (1..Features.MaxPeek) visible messages that come after
+// the message whose id is after ("" for the first), in an order that does
+// not change while they wait: the order they were put (the embedded
+// backends' ids grow). Like Peek, it hides nothing and changes no receipt
+// or dequeue count; a message that became visible again after a Get may
+// appear before after and so not on a later page. after is an id the
+// driver gave (an id it never gives is ErrInvalidArgument); it need not
+// exist any more. The poison tools page a listing with it, so that one
+// page costs calls bounded by its size. A wrapper that embeds the driver
+// hides it.
+type PeekPager interface {
+	PeekAfter(ctx context.Context, after string, n int) ([]*Message, error)
+}

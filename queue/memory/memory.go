@@ -18,11 +18,13 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
 	"net/url"
 	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -470,6 +472,46 @@ func (q *memQueue) Peek(_ context.Context, n int) ([]*driver.Message, error) {
 		if e.expires <= now {
 			continue
 		}
+		out = append(out, &driver.Message{
+			ID:            e.idStr,
+			Body:          append([]byte(nil), e.body...),
+			DequeueCount:  e.dequeues,
+			InsertedAt:    time.Unix(0, e.inserted),
+			ExpiresAt:     expiresTime(e.expires),
+			NextVisibleAt: time.Unix(0, e.visibleAt),
+		})
+	}
+	return out, nil
+}
+
+var _ driver.PeekPager = (*memQueue)(nil)
+
+// PeekAfter returns up to n visible messages put after the message whose
+// id is after ("" from the first), in the order they were put (by id),
+// changing nothing. It walks the queue under its lock: no backend call to
+// bill, and a store holds what fits in memory.
+func (q *memQueue) PeekAfter(_ context.Context, after string, n int) ([]*driver.Message, error) {
+	var from uint64
+	if after != "" {
+		var err error
+		if from, err = strconv.ParseUint(after, 10, 64); err != nil {
+			return nil, fmt.Errorf("%w: after %q is not an id of this queue", driver.ErrInvalidArgument, after)
+		}
+	}
+	now := q.now()
+	st := q.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var page []*entry
+	for _, e := range st.heap {
+		if e.id <= from || e.visibleAt > now || e.expires <= now {
+			continue
+		}
+		page = append(page, e)
+	}
+	slices.SortFunc(page, func(a, b *entry) int { return cmp.Compare(a.id, b.id) })
+	out := make([]*driver.Message, 0, min(n, len(page)))
+	for _, e := range page[:min(n, len(page))] {
 		out = append(out, &driver.Message{
 			ID:            e.idStr,
 			Body:          append([]byte(nil), e.body...),

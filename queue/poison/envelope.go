@@ -19,14 +19,40 @@
 // The first line is the magic prefix and a one-line JSON header (control
 // characters escaped); everything after the first newline is the original
 // body verbatim, its length recorded in the header as "size".
+//
+// # Nothing is poisoned bare
+//
+// The tools read a header only from the start of a poison message, and a
+// producer chooses every byte of a body: a body poisoned as it is could
+// imitate an envelope and name another queue and another body. So the
+// listener never puts a body bare. A body too large for the envelope
+// within the poison queue's limit is wrapped compressed
+// ("adaptq-poison/2", "encoding":"deflate-base64"), and if even that does not
+// fit, its first bytes are kept with its size and SHA-256
+// ("truncated":true): such a message can be read and purged, never
+// requeued. Whatever a body holds, the header the tools read is the one
+// adaptq wrote, and a requeue puts back the original bytes or nothing. (A
+// poison queue written by an adaptq before this rule, or by another
+// program, may hold bare bodies; Decode reads those as envelopes when they
+// look like one, and whoever can write to the poison queue directly can
+// write any envelope: see Requeue's Dest for what is still checked.)
+//
+// The listener's one exception: a limit too small for any header (under a
+// few hundred bytes) puts a body bare when it does not start with
+// MagicPrefix, which Decode never reads as an envelope; one that does
+// start with it stays in its queue (EncodeOrBare).
 package poison
 
 import (
 	"bytes"
+	"compress/flate"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 	"unicode"
@@ -35,9 +61,25 @@ import (
 	"github.com/adaptq/adaptq/queue"
 )
 
-// Magic starts every enveloped poison message: the format's name and
-// version, then a space and the JSON header.
+// Magic starts every enveloped poison message whose body follows its
+// header verbatim: the format's name and version, then a space and the JSON
+// header.
 const Magic = "adaptq-poison/1 "
+
+// Magic2 starts an envelope whose body is not verbatim: compressed
+// ("encoding":"deflate-base64") or cut short ("truncated":true). An older adaptq
+// reads it as a bare body rather than mistaking the compressed bytes for
+// the original.
+const Magic2 = "adaptq-poison/2 "
+
+// MagicPrefix is what every version's magic starts with. A body that
+// starts with it is never put to a poison queue bare (see EncodeOrBare).
+const MagicPrefix = "adaptq-poison/"
+
+// maxInflated bounds what Decode inflates: a compressed envelope is never
+// larger than a poison queue's body limit, and no backend takes a body
+// over a few MiB, so a header that claims more is not adaptq's.
+const maxInflated = 64 << 20
 
 // MaxReason is the most bytes of a failure's reason the envelope keeps: an
 // error's first kilobyte names what failed; a handler that returns a
@@ -99,6 +141,12 @@ type Message struct {
 	// a listing leaves the body out).
 	Body []byte
 	Size int
+	// Truncated is set when the original body did not fit in the poison
+	// queue even compressed: Body holds only its first bytes, Size is the
+	// whole body's length and SHA256 its digest (hex). Such a message
+	// cannot be requeued (its body would not be the original).
+	Truncated bool
+	SHA256    string
 
 	// Enveloped is false for a poison message without the envelope
 	// (written before it existed, or by another program): its body is the
@@ -118,18 +166,35 @@ type header struct {
 	InsertedAt   time.Time  `json:"inserted_at"`
 	ExpiresAt    *time.Time `json:"expires_at,omitempty"`
 	Size         int        `json:"size"`
+	// Version 2 only (Magic2): what follows the header is Stored bytes,
+	// the body compressed (Encoding "deflate-base64": raw DEFLATE in
+	// standard base64, so that the envelope of a text body stays text) or
+	// its first Stored bytes, cut between characters
+	// (Truncated, with SHA256 the whole body's digest).
+	Encoding  string `json:"encoding,omitempty"`
+	Truncated bool   `json:"truncated,omitempty"`
+	Stored    int    `json:"stored,omitempty"`
+	SHA256    string `json:"sha256,omitempty"`
 }
 
-// ErrTooLarge: the original body and the envelope's header together exceed
-// the poison queue's body limit even with no reason. The listener then
-// puts the bare body, as before the envelope existed, and logs why.
+// ErrTooLarge: not even the envelope's header, with no reason and no body,
+// fits in the poison queue's body limit (a limit of a few hundred bytes).
+// See EncodeOrBare for what the listener then does.
 var ErrTooLarge = fmt.Errorf("poison envelope: %w", queue.ErrTooLarge)
+
+// ErrImitation: EncodeOrBare was given a body that starts with MagicPrefix
+// and too large a body for any envelope: put bare it would read as an
+// envelope, so it is not poisoned.
+var ErrImitation = errors.New("poison envelope: the body starts like a poison envelope and no envelope fits the poison queue's limit; it is not put bare")
 
 // Encode wraps m's body and metadata in the envelope. The reason is
 // cleaned (invalid UTF-8 and control characters become U+FFFD, so the
 // header is text every backend carries) and cut to MaxReason bytes, and cut
-// further if the envelope would exceed maxBody bytes (0: no limit). If even
-// an empty reason does not fit, Encode returns ErrTooLarge.
+// further if the envelope would exceed maxBody bytes (0: no limit). A body
+// that does not fit verbatim is compressed (Magic2, "deflate-base64"), and one
+// that does not fit compressed either is cut short (Magic2, "truncated":
+// its first bytes, its size and SHA-256). If not even the header fits,
+// Encode returns ErrTooLarge.
 func Encode(m Message, maxBody int) ([]byte, error) {
 	h := header{
 		ID: m.ID, Queue: m.Queue, DequeueCount: m.DequeueCount, Rule: m.Rule,
@@ -140,15 +205,65 @@ func Encode(m Message, maxBody int) ([]byte, error) {
 		t := m.ExpiresAt.UTC()
 		h.ExpiresAt = &t
 	}
+	if out, err := envelope(Magic, h, m.Body, maxBody); !errors.Is(err, ErrTooLarge) {
+		return out, err
+	}
+	z := deflate(m.Body)
+	hz := h
+	hz.Encoding, hz.Stored = encDeflate, len(z)
+	if out, err := envelope(Magic2, hz, z, maxBody); !errors.Is(err, ErrTooLarge) {
+		return out, err
+	}
+	// Cut short: as much of the body as fits beside the header. The
+	// header is measured with stored at its largest, so it only shrinks.
+	sum := sha256.Sum256(m.Body)
+	ht := h
+	ht.Truncated, ht.Stored, ht.SHA256 = true, len(m.Body), hex.EncodeToString(sum[:])
+	line, err := fitHeader(&ht, maxBody)
+	if err != nil {
+		return nil, err
+	}
+	keep := max(min(maxBody-len(Magic2)-len(line), len(m.Body)-1), 0)
+	// Cut between characters: a text body's first bytes stay text.
+	for back := 0; back < utf8.UTFMax && keep > 0 && !utf8.RuneStart(m.Body[keep]); back++ {
+		keep--
+	}
+	ht.Stored = keep
+	return envelope(Magic2, ht, m.Body[:ht.Stored], maxBody)
+}
+
+// EncodeOrBare is what the listener puts to a poison queue: Encode's
+// envelope, or, where the limit leaves no room for any header (a few
+// hundred bytes), the bare body if it does not start with MagicPrefix
+// (Decode reads it as a bare body with unknown metadata). A body that
+// starts with it is refused (ErrImitation): put bare, its first line would
+// be read as a header a producer wrote.
+func EncodeOrBare(m Message, maxBody int) (body []byte, bare bool, err error) {
+	b, err := Encode(m, maxBody)
+	if err == nil {
+		return b, false, nil
+	}
+	if !errors.Is(err, ErrTooLarge) {
+		return nil, false, err
+	}
+	if bytes.HasPrefix(m.Body, []byte(MagicPrefix)) {
+		return nil, false, fmt.Errorf("%w (%v)", ErrImitation, err)
+	}
+	return m.Body, true, nil
+}
+
+// envelope writes magic, h and payload, cutting h's reason until it fits
+// in maxBody (0: no limit); ErrTooLarge if it does not fit without one.
+func envelope(magic string, h header, payload []byte, maxBody int) ([]byte, error) {
 	for {
 		line, err := marshalHeader(h)
 		if err != nil {
 			return nil, err
 		}
-		n := len(Magic) + len(line) + len(m.Body) // line ends with its newline
+		n := len(magic) + len(line) + len(payload) // line ends with its newline
 		if maxBody <= 0 || n <= maxBody {
 			out := make([]byte, 0, n)
-			out = append(append(append(out, Magic...), line...), m.Body...)
+			out = append(append(append(out, magic...), line...), payload...)
 			return out, nil
 		}
 		if h.Reason == "" {
@@ -158,6 +273,62 @@ func Encode(m Message, maxBody int) ([]byte, error) {
 		// the excess and measure again.
 		h.Reason = cutReason(h.Reason, max(len(h.Reason)-(n-maxBody)-len(truncated), 0))
 	}
+}
+
+// fitHeader cuts h's reason until Magic2 and h's line leave room for at
+// least one byte of body within maxBody, and returns the line.
+func fitHeader(h *header, maxBody int) ([]byte, error) {
+	for {
+		line, err := marshalHeader(*h)
+		if err != nil {
+			return nil, err
+		}
+		n := len(Magic2) + len(line) + 1
+		if maxBody <= 0 || n <= maxBody {
+			return line, nil
+		}
+		if h.Reason == "" {
+			return nil, fmt.Errorf("%w: a header of %d bytes, the limit is %d", ErrTooLarge, n-1, maxBody)
+		}
+		h.Reason = cutReason(h.Reason, max(len(h.Reason)-(n-maxBody)-len(truncated), 0))
+	}
+}
+
+// encDeflate is the Encoding of a compressed envelope's body.
+const encDeflate = "deflate-base64"
+
+// deflate compresses b (raw DEFLATE, best compression) and writes it in
+// standard base64: text, as every envelope is.
+func deflate(b []byte) []byte {
+	var buf bytes.Buffer
+	w, _ := flate.NewWriter(&buf, flate.BestCompression) // the level is valid
+	_, _ = w.Write(b)                                    // a bytes.Buffer does not fail
+	_ = w.Close()
+	out := make([]byte, base64.StdEncoding.EncodedLen(buf.Len()))
+	base64.StdEncoding.Encode(out, buf.Bytes())
+	return out
+}
+
+// inflate decompresses z, which must hold exactly size bytes.
+// The buffer grows with what the stream really holds, never to a size a
+// header merely claims.
+func inflate(z []byte, size int) ([]byte, bool) {
+	if size < 0 || size > maxInflated {
+		return nil, false
+	}
+	raw := make([]byte, base64.StdEncoding.DecodedLen(len(z)))
+	n, err := base64.StdEncoding.Decode(raw, z)
+	if err != nil {
+		return nil, false
+	}
+	r := flate.NewReader(bytes.NewReader(raw[:n]))
+	defer r.Close()
+	var buf bytes.Buffer
+	buf.Grow(min(size, 4*len(z)+512))
+	if _, err := io.Copy(&buf, io.LimitReader(r, int64(size)+1)); err != nil || buf.Len() != size {
+		return nil, false
+	}
+	return buf.Bytes(), true
 }
 
 // marshalHeader writes h as one JSON line ending in a newline, without
@@ -205,13 +376,19 @@ func cutReason(s string, n int) string {
 }
 
 // Decode reads a message of a poison queue. A body with the envelope gives
-// the original's metadata and body; any other body (written before the
-// envelope, or by another program, or an envelope whose header does not
-// parse or whose size does not match) is returned whole as a bare body with
-// Enveloped false. Decode never fails: no poison message is unreadable.
-func Decode(pm *queue.Message) Message {
+// the original's metadata and body (inflated, for a compressed one); any
+// other body (written before the envelope, or by another program, or an
+// envelope whose header does not parse or whose size does not match) is
+// returned whole as a bare body with Enveloped false. Decode never fails:
+// no poison message is unreadable.
+func Decode(pm *queue.Message) Message { return decode(pm, true) }
+
+// decode is Decode; without bodies, it does not inflate a compressed body
+// (a listing shows its size from the header and drops the body), so that
+// a listing's cost does not grow with what the bodies claim to hold.
+func decode(pm *queue.Message, bodies bool) Message {
 	m := Message{PoisonID: pm.ID, PoisonedAt: pm.InsertedAt, Body: pm.Body, Size: len(pm.Body)}
-	h, body, ok := parse(pm.Body)
+	h, body, ok := parse(pm.Body, bodies)
 	if !ok {
 		return m
 	}
@@ -220,14 +397,23 @@ func Decode(pm *queue.Message) Message {
 	if h.ExpiresAt != nil {
 		m.ExpiresAt = *h.ExpiresAt
 	}
-	m.Body, m.Size, m.Enveloped = body, len(body), true
+	m.Body, m.Size, m.Enveloped = body, h.Size, true
+	if h.Truncated {
+		m.Truncated, m.SHA256 = true, h.SHA256
+	}
 	return m
 }
 
-// parse splits an envelope into its header and the original body.
-func parse(b []byte) (header, []byte, bool) {
+// parse splits an envelope into its header and the original body (its
+// first bytes, for a truncated one). Without inflate, a compressed body is
+// returned as it is stored, unchecked.
+func parse(b []byte, inflating bool) (header, []byte, bool) {
 	var h header
+	v2 := bytes.HasPrefix(b, []byte(Magic2))
 	rest, ok := bytes.CutPrefix(b, []byte(Magic))
+	if v2 {
+		rest, ok = bytes.CutPrefix(b, []byte(Magic2))
+	}
 	if !ok {
 		return h, nil, false
 	}
@@ -235,10 +421,26 @@ func parse(b []byte) (header, []byte, bool) {
 	if !ok {
 		return h, nil, false
 	}
-	if err := json.Unmarshal(line, &h); err != nil || h.Size != len(body) || h.ID == "" {
+	if err := json.Unmarshal(line, &h); err != nil || h.ID == "" {
 		return h, nil, false
 	}
-	return h, body, true
+	switch {
+	case !v2:
+		// Version 1 is the body verbatim, whatever else the header says.
+		h.Encoding, h.Truncated, h.Stored, h.SHA256 = "", false, 0, ""
+		return h, body, h.Size == len(body)
+	case h.Stored != len(body):
+		return h, nil, false
+	case h.Truncated:
+		sum, err := hex.DecodeString(h.SHA256)
+		return h, body, h.Encoding == "" && h.Size > len(body) && err == nil && len(sum) == sha256.Size
+	case h.Encoding == encDeflate && !inflating:
+		return h, body, h.Size >= 0 && h.Size <= maxInflated
+	case h.Encoding == encDeflate:
+		out, ok := inflate(body, h.Size)
+		return h, out, ok
+	}
+	return h, nil, false
 }
 
 // messageJSON is a Message as the admin API and "adaptq poison --json"
@@ -257,6 +459,8 @@ type messageJSON struct {
 	ExpiresAt    *time.Time `json:"expires_at"`
 	Enveloped    bool       `json:"enveloped"`
 	Size         int        `json:"size"`
+	Truncated    bool       `json:"truncated,omitempty"`
+	SHA256       string     `json:"sha256,omitempty"`
 	Body         *string    `json:"body,omitempty"`
 	BodyBase64   *string    `json:"body_base64,omitempty"`
 }
@@ -283,7 +487,7 @@ func (m Message) MarshalJSON() ([]byte, error) {
 		PoisonID: m.PoisonID, PoisonedAt: timePtr(m.PoisonedAt), ID: m.ID, Queue: m.Queue,
 		DequeueCount: m.DequeueCount, Rule: m.Rule, Reason: m.Reason,
 		FailedAt: timePtr(m.FailedAt), InsertedAt: timePtr(m.InsertedAt), ExpiresAt: timePtr(m.ExpiresAt),
-		Enveloped: m.Enveloped, Size: m.Size,
+		Enveloped: m.Enveloped, Size: m.Size, Truncated: m.Truncated, SHA256: m.SHA256,
 	}
 	if m.Body != nil {
 		if utf8.Valid(m.Body) {
@@ -307,7 +511,7 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 		PoisonID: j.PoisonID, PoisonedAt: timeOf(j.PoisonedAt), ID: j.ID, Queue: j.Queue,
 		DequeueCount: j.DequeueCount, Rule: j.Rule, Reason: j.Reason,
 		FailedAt: timeOf(j.FailedAt), InsertedAt: timeOf(j.InsertedAt), ExpiresAt: timeOf(j.ExpiresAt),
-		Enveloped: j.Enveloped, Size: j.Size,
+		Enveloped: j.Enveloped, Size: j.Size, Truncated: j.Truncated, SHA256: j.SHA256,
 	}
 	switch {
 	case j.Body != nil:

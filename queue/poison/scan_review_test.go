@@ -66,7 +66,7 @@ func TestListOutlastingTheScanVisibilityShowsEveryMessage(t *testing.T) {
 	}
 	const n = 200
 	ids := poisonN(t, pq, n)
-	p, err := poison.List(context.Background(), pq, "", poison.MaxLimit)
+	p, err := poison.ListScan(context.Background(), pq, "", poison.MaxLimit)
 	if err != nil {
 		t.Fatal(err)
 	}

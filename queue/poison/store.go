@@ -51,69 +51,189 @@ var ErrBadCursor = fmt.Errorf("poison: %w: bad cursor", queue.ErrInvalidArgument
 
 // Page is one page of a poison queue's listing.
 type Page struct {
-	// Messages are the page's messages, oldest first (by when they were
-	// poisoned, then by poison id), without their bodies (Size says how
-	// large each is; Find gives one whole).
+	// Messages are the page's messages, without their bodies (Size says
+	// how large each is; Find gives one whole): in the order they were
+	// poisoned where the backend pages its peeks, else oldest first (by
+	// when they were poisoned, then by poison id).
 	Messages []Message `json:"messages"`
 	// Next is the cursor of the next page ("after"); empty on the last.
 	Next string `json:"next,omitempty"`
-	// Truncated is set when the poison queue held more than MaxScan
-	// visible messages (the listing saw MaxScan of them), or when the scan
-	// outlasted ScanVisibility and may have missed some.
+	// Truncated is set when the listing could not see every visible
+	// message: a backend that peeks but cannot page its peeks showed only
+	// its first MaxPeek (List); the poison queue held more than MaxScan,
+	// or the scan outlasted ScanVisibility (ListScan).
 	Truncated bool `json:"truncated,omitempty"`
 }
 
 // List returns up to limit messages (DefaultLimit if 0, at most MaxLimit)
 // of the poison queue pq that come after the cursor after ("" for the
-// first page), in a stable order: by when they were poisoned, then by
-// poison id. Every visible message appears on exactly one page while the
-// queue does not change, and a message poisoned later appears on a later
-// page.
+// first page), without their bodies. It only peeks: no message is hidden,
+// no dequeue count rises, and its backend calls are bounded by limit
+// whatever the poison queue holds, so the admin endpoint can serve it to
+// anyone who may read it:
 //
-// List is read-only in effect. A Peek shows at most 32 messages, so when it
-// finds a full 32 List reads the queue with Get instead: every message is
-// hidden for ScanVisibility while the scan runs (so that each is seen once)
-// and handed back with UpdateVisibility 0 at its end, visible again at
-// once. The messages' own dequeue counts in the poison queue rise by one
-// (the envelope's count, the original's, does not change); a consumer of
-// the poison queue running meanwhile does not see what the scan holds.
+//   - Where the backend pages its peeks (queue.PeekPages: memory, SQLite,
+//     PostgreSQL), one PeekAfter per 32 messages of the page (one call for
+//     a page of up to 31): every visible message appears on exactly one
+//     page, in the order they were poisoned, and a message poisoned later
+//     on a later page.
+//   - Where it can only peek at its first 32 (Azure, Redis), one Peek per
+//     page, paged within those 32, with Truncated set when the peek was
+//     full: the messages beyond it are not listed (ListScan reads them,
+//     "adaptq poison list --scan").
+//   - Where it cannot peek (SQS), queue.ErrUnsupported: use ListScan.
 func List(ctx context.Context, pq *queue.Queue, after string, limit int) (Page, error) {
-	switch {
-	case limit == 0:
-		limit = DefaultLimit
-	case limit < 0 || limit > MaxLimit:
-		return Page{}, fmt.Errorf("poison: %w: limit %d is outside 1..%d", queue.ErrInvalidArgument, limit, MaxLimit)
+	return list(ctx, pq, after, limit, false)
+}
+
+// ListBodies is List with each message's original body: for a page that
+// previews them.
+func ListBodies(ctx context.Context, pq *queue.Queue, after string, limit int) (Page, error) {
+	return list(ctx, pq, after, limit, true)
+}
+
+func list(ctx context.Context, pq *queue.Queue, after string, limit int, bodies bool) (Page, error) {
+	limit, err := checkLimit(limit)
+	if err != nil {
+		return Page{}, err
 	}
-	var from *key
+	var c cursor
 	if after != "" {
-		k, err := parseCursor(after)
-		if err != nil {
+		if c, err = parseCursor(after); err != nil {
 			return Page{}, err
 		}
-		from = &k
+	}
+	peek := pq.Features().MaxPeek
+	switch {
+	case pq.PeekPages():
+		if after != "" && !c.paged {
+			return Page{}, fmt.Errorf("%w: after %q", ErrBadCursor, after)
+		}
+		// limit+1, to know whether a next page exists.
+		var out []Message
+		from := c.id
+		for len(out) <= limit {
+			n := min(peek, limit+1-len(out))
+			ms, err := pq.PeekAfter(ctx, from, n)
+			if err != nil {
+				return Page{}, fmt.Errorf("poison: peek %s: %w", pq.Name(), err)
+			}
+			for _, pm := range ms {
+				out = append(out, decode(pm, bodies))
+			}
+			if len(ms) < n {
+				break
+			}
+			from = ms[len(ms)-1].ID
+		}
+		var page Page
+		if len(out) > limit {
+			out = out[:limit]
+			page.Next = cursor{paged: true, id: out[limit-1].PoisonID}.String()
+		}
+		page.Messages = strip(out, bodies)
+		return page, nil
+	case peek > 0:
+		if after != "" && c.paged {
+			return Page{}, fmt.Errorf("%w: after %q", ErrBadCursor, after)
+		}
+		ms, err := pq.Peek(ctx, peek)
+		if err != nil {
+			return Page{}, fmt.Errorf("poison: peek %s: %w", pq.Name(), err)
+		}
+		all := make([]Message, len(ms))
+		for i, m := range ms {
+			all[i] = decode(m, bodies)
+		}
+		page := paginate(all, c, after != "", limit)
+		page.Truncated = len(ms) == peek
+		page.Messages = strip(page.Messages, bodies)
+		return page, nil
+	}
+	return Page{}, fmt.Errorf("poison: %w: %s cannot show its messages without receiving them (which hides them and raises their dequeue counts); adaptq poison list --scan reads it that way",
+		queue.ErrUnsupported, pq.Name())
+}
+
+// ListScan is the listing that sees every visible message on any backend,
+// up to MaxScan, at the cost of reading all of them for every page. A
+// Peek shows at most 32 messages, so when it finds a full 32 ListScan
+// reads the queue with Get: every message is hidden for ScanVisibility
+// while the scan runs (so that each is seen once) and handed back with
+// UpdateVisibility 0 at its end, visible again at once. The messages' own
+// dequeue counts in the poison queue rise by one (the envelope's count,
+// the original's, does not change); a consumer of the poison queue running
+// meanwhile does not see what the scan holds. Pages are oldest first (by
+// when they were poisoned, then by poison id); its cursors are its own.
+// For an operator's command ("adaptq poison list --scan"), never for a
+// request anyone can repeat.
+func ListScan(ctx context.Context, pq *queue.Queue, after string, limit int) (Page, error) {
+	limit, err := checkLimit(limit)
+	if err != nil {
+		return Page{}, err
+	}
+	var c cursor
+	if after != "" {
+		if c, err = parseCursor(after); err != nil {
+			return Page{}, err
+		}
+		if c.paged {
+			return Page{}, fmt.Errorf("%w: after %q", ErrBadCursor, after)
+		}
 	}
 	all, truncated, err := readAll(ctx, pq)
 	if err != nil {
 		return Page{}, err
 	}
+	page := paginate(all, c, after != "", limit)
+	page.Truncated = truncated
+	page.Messages = strip(page.Messages, false)
+	return page, nil
+}
+
+func checkLimit(limit int) (int, error) {
+	switch {
+	case limit == 0:
+		return DefaultLimit, nil
+	case limit < 0 || limit > MaxLimit:
+		return 0, fmt.Errorf("poison: %w: limit %d is outside 1..%d", queue.ErrInvalidArgument, limit, MaxLimit)
+	}
+	return limit, nil
+}
+
+// paginate sorts all by key and returns the page of up to limit after c
+// (if has), with Next set when more follow.
+func paginate(all []Message, c cursor, has bool, limit int) Page {
 	slices.SortFunc(all, func(a, b Message) int { return keyOf(a).compare(keyOf(b)) })
 	i := 0
-	if from != nil {
-		i, _ = slices.BinarySearchFunc(all, *from, func(m Message, k key) int { return keyOf(m).compare(k) })
-		for i < len(all) && keyOf(all[i]).compare(*from) <= 0 {
+	if has {
+		from := c.key
+		i, _ = slices.BinarySearchFunc(all, from, func(m Message, k key) int { return keyOf(m).compare(k) })
+		for i < len(all) && keyOf(all[i]).compare(from) <= 0 {
 			i++
 		}
 	}
-	page := Page{Truncated: truncated}
+	var page Page
 	end := min(i+limit, len(all))
-	for _, m := range all[i:end] {
-		m.Body = nil
-		page.Messages = append(page.Messages, m)
-	}
+	page.Messages = all[i:end]
 	if end < len(all) {
-		page.Next = keyOf(all[end-1]).cursor()
+		page.Next = cursor{key: keyOf(all[end-1])}.String()
 	}
-	return page, nil
+	return page
+}
+
+// strip drops the bodies of ms unless bodies is set (a listing carries
+// sizes).
+func strip(ms []Message, bodies bool) []Message {
+	if len(ms) == 0 {
+		return nil
+	}
+	out := slices.Clone(ms)
+	if !bodies {
+		for i := range out {
+			out[i].Body = nil
+		}
+	}
+	return out
 }
 
 // Peek returns up to n (1..pq's peek limit, at most 32) visible messages of
@@ -121,7 +241,7 @@ func List(ctx context.Context, pq *queue.Queue, after string, limit int) (Page, 
 // message is hidden or counted, so a page that refreshes itself can call
 // it as often as it likes. On a queue of more than n messages they are the
 // ones the backend shows first (the oldest visible), not the newest; List
-// reads them all. A backend that cannot peek returns queue.ErrUnsupported.
+// pages through them. A backend that cannot peek returns queue.ErrUnsupported.
 func Peek(ctx context.Context, pq *queue.Queue, n int) ([]Message, error) {
 	out, err := PeekBodies(ctx, pq, n)
 	for i := range out {
@@ -156,14 +276,16 @@ func readAll(ctx context.Context, pq *queue.Queue) ([]Message, bool, error) {
 		if len(ms) < n {
 			out := make([]Message, len(ms))
 			for i, m := range ms {
-				out[i] = Decode(m)
+				out[i] = decode(m, false)
 			}
 			return out, false, nil
 		}
 	}
 	var out []Message
 	truncated, err := scan(ctx, pq, func(pm *queue.Message) (bool, bool) {
-		out = append(out, Decode(pm))
+		m := decode(pm, false)
+		m.Body = nil // a listing drops the bodies: hold none
+		out = append(out, m)
 		return false, false
 	})
 	return out, truncated, err
@@ -171,10 +293,15 @@ func readAll(ctx context.Context, pq *queue.Queue) ([]Message, bool, error) {
 
 // Find returns the message of the poison queue whose poison id, or else
 // whose original id, is id, with its body (ErrNotFound if none is
-// visible). It reads as List does.
+// visible). Where the backend pages its peeks it peeks page by page (up to
+// MaxScan messages), hiding nothing; else it peeks, and if the message is
+// not among the first MaxPeek it reads as ListScan does.
 func Find(ctx context.Context, pq *queue.Queue, id string) (Message, error) {
 	if id == "" {
 		return Message{}, fmt.Errorf("poison: %w: empty id", queue.ErrInvalidArgument)
+	}
+	if pq.PeekPages() {
+		return findPaged(ctx, pq, id)
 	}
 	if n := pq.Features().MaxPeek; n > 0 {
 		ms, err := pq.Peek(ctx, n)
@@ -203,6 +330,36 @@ func Find(ctx context.Context, pq *queue.Queue, id string) (Message, error) {
 		return Message{}, fmt.Errorf("%w: %q in %s", ErrNotFound, id, pq.Name())
 	}
 	return *found, nil
+}
+
+// findPaged is Find with PeekAfter.
+func findPaged(ctx context.Context, pq *queue.Queue, id string) (Message, error) {
+	var byOriginal *Message
+	n, from := pq.Features().MaxPeek, ""
+	for seen := 0; seen < MaxScan; {
+		ms, err := pq.PeekAfter(ctx, from, n)
+		if err != nil {
+			return Message{}, fmt.Errorf("poison: peek %s: %w", pq.Name(), err)
+		}
+		for _, pm := range ms {
+			if pm.ID == id {
+				return Decode(pm), nil
+			}
+			if byOriginal == nil {
+				if m := Decode(pm); m.Enveloped && m.ID == id {
+					byOriginal = &m
+				}
+			}
+		}
+		if seen += len(ms); len(ms) < n {
+			break
+		}
+		from = ms[len(ms)-1].ID
+	}
+	if byOriginal != nil {
+		return *byOriginal, nil
+	}
+	return Message{}, fmt.Errorf("%w: %q in %s", ErrNotFound, id, pq.Name())
 }
 
 // match finds the message whose poison id is id, or else the first whose
@@ -290,7 +447,9 @@ type Dest func(name string) (*queue.Queue, error)
 // (with the original's time-to-live, counted afresh; a bare message lives
 // queue.DefaultTTL), and only then deletes it from the poison queue, so a
 // crash between the two leaves a duplicate, never a loss. The message gets
-// a new id and starts at dequeue count 0 there. A second poison copy of a
+// a new id and starts at dequeue count 0 there; its body is the original's,
+// byte for byte. A message whose body was cut short (Message.Truncated)
+// stays, listed in Failed. A second poison copy of a
 // message already put back by this call (same original id and body) is
 // deleted without a second put. A message this call put back and a
 // handler poisoned again before the scan ended stays in the poison queue
@@ -311,6 +470,11 @@ func Requeue(ctx context.Context, pq *queue.Queue, dest Dest, sel Selection) (Re
 			return false
 		}
 		d := Done{PoisonID: m.PoisonID, ID: m.ID, Queue: m.Queue}
+		if m.Truncated {
+			res.Failed = append(res.Failed, Failure{PoisonID: m.PoisonID, ID: m.ID, Error: fmt.Sprintf(
+				"only the first %d of its %d bytes were kept (it did not fit in the poison queue even compressed): it cannot be requeued; read it and purge it", len(m.Body), m.Size)})
+			return false
+		}
 		if body, ok := put[m.ID]; ok && m.Enveloped && string(body) == string(m.Body) {
 			d.Duplicate = true
 		} else {
@@ -523,20 +687,36 @@ func (k key) compare(o key) int {
 	return cmp.Compare(k.id, o.id)
 }
 
-// cursor encodes k for a listing's "after".
-func (k key) cursor() string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(k.at.UnixNano(), 10) + "/" + k.id))
+// cursor is a listing's "after": the poison id of the last message of a
+// page where the backend pages its peeks (List), else the last message's
+// key (List on a backend that only peeks, ListScan). Both are base64 of
+// text: "p/ID", or "NANOS/ID".
+type cursor struct {
+	paged bool
+	id    string // paged
+	key   key    // not paged
 }
 
-func parseCursor(s string) (key, error) {
+func (c cursor) String() string {
+	s := "p/" + c.id
+	if !c.paged {
+		s = strconv.FormatInt(c.key.at.UnixNano(), 10) + "/" + c.key.id
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(s))
+}
+
+func parseCursor(s string) (cursor, error) {
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
-		return key{}, fmt.Errorf("%w: after %q", ErrBadCursor, s)
+		return cursor{}, fmt.Errorf("%w: after %q", ErrBadCursor, s)
 	}
-	ns, id, ok := strings.Cut(string(b), "/")
-	n, err := strconv.ParseInt(ns, 10, 64)
+	head, id, ok := strings.Cut(string(b), "/")
+	if ok && head == "p" && id != "" {
+		return cursor{paged: true, id: id}, nil
+	}
+	n, err := strconv.ParseInt(head, 10, 64)
 	if !ok || err != nil {
-		return key{}, fmt.Errorf("%w: after %q", ErrBadCursor, s)
+		return cursor{}, fmt.Errorf("%w: after %q", ErrBadCursor, s)
 	}
-	return key{time.Unix(0, n), id}, nil
+	return cursor{key: key{time.Unix(0, n), id}}, nil
 }

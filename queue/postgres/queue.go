@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/driver"
 )
@@ -397,6 +399,32 @@ func (q *pgQueue) Peek(ctx context.Context, n int) (_ []*driver.Message, rerr er
 	}
 	q.kickSweep()
 	rows, err := q.db.pool.Query(ctx, q.db.sql.peek, q.db.nowArg(), q.st.id, n)
+	return q.peekRows(rows, err)
+}
+
+var _ driver.PeekPager = (*pgQueue)(nil)
+
+// PeekAfter returns up to n visible messages whose id is above after (""
+// from the first), in id order, without changing them: one statement.
+func (q *pgQueue) PeekAfter(ctx context.Context, after string, n int) (_ []*driver.Message, rerr error) {
+	defer func() { rerr = ended(ctx, rerr) }()
+	if err := q.check(); err != nil {
+		return nil, err
+	}
+	var from int64
+	if after != "" {
+		var err error
+		if from, err = strconv.ParseInt(after, 10, 64); err != nil {
+			return nil, fmt.Errorf("%w: after %q is not an id of this queue", driver.ErrInvalidArgument, after)
+		}
+	}
+	q.kickSweep()
+	rows, err := q.db.pool.Query(ctx, q.db.sql.peekAfter, q.db.nowArg(), q.st.id, n, from)
+	return q.peekRows(rows, err)
+}
+
+// peekRows reads the rows of a peek or a PeekAfter.
+func (q *pgQueue) peekRows(rows pgx.Rows, err error) ([]*driver.Message, error) {
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,7 @@ import (
 type statements struct {
 	register, lookup       string
 	put, putNotify, notify string
-	get, peek              string
+	get, peek, peekAfter   string
 	del, delBatch, update  string
 	count, clear, sweep    string
 }
@@ -112,6 +112,15 @@ SELECT m.id, m.dequeue_count, m.inserted_at, nullif(m.expires_at, 'infinity'), m
 FROM {s}.messages m JOIN {s}.bodies b ON b.id = m.id
 WHERE m.queue_id = $2 AND m.visible_at <= {now} AND m.expires_at > {now}
 ORDER BY m.visible_at, m.id
+LIMIT $3`),
+
+		// PeekAfter: a page of the visible messages whose id is above $4,
+		// in id order (the order they were put).
+		peekAfter: f(`
+SELECT m.id, m.dequeue_count, m.inserted_at, nullif(m.expires_at, 'infinity'), m.visible_at, b.body
+FROM {s}.messages m JOIN {s}.bodies b ON b.id = m.id
+WHERE m.queue_id = $2 AND m.id > $4 AND m.visible_at <= {now} AND m.expires_at > {now}
+ORDER BY m.id
 LIMIT $3`),
 
 		// Delete: the first column is set if the message was deleted (false

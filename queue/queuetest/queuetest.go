@@ -75,6 +75,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"NoExpiry", testNoExpiry},
 		{"InitialVisibilityDelay", testInitialDelay},
 		{"PeekChangesNothing", testPeek},
+		{"PeekAfterPagesInPutOrder", testPeekAfter},
 		{"Count", testCount},
 		{"Depth", testDepth},
 		{"Clear", testClear},
@@ -650,6 +651,59 @@ func testPeek(t *testing.T, e *env) {
 	}
 	if err := q.Delete(e.ctx, m.ID, m.PopReceipt); err != nil {
 		t.Fatalf("Delete after peek: %v (peek must not change receipts)", err)
+	}
+}
+
+// testPeekAfter checks Queue.PeekAfter where the driver pages its peeks
+// (driver.PeekPager): every visible message once, in the order put, page
+// after page beyond one peek, changing nothing; a hidden message is
+// skipped; an after the driver never gave is ErrInvalidArgument.
+func testPeekAfter(t *testing.T, e *env) {
+	q := e.open(t, "peek-after")
+	if !q.PeekPages() {
+		if _, err := q.PeekAfter(e.ctx, "", 1); !errors.Is(err, queue.ErrUnsupported) {
+			t.Fatalf("PeekAfter without the capability = %v, want ErrUnsupported", err)
+		}
+		t.Skip("the driver does not page its peeks")
+	}
+	n := e.peek() + 5
+	for i := range n {
+		e.put(t, q, fmt.Sprint(i), queue.PutOptions{})
+	}
+	held := e.getOne(t, q, 30*unit) // "0": hidden, not peeked
+	var got []string
+	for after := ""; ; {
+		ps, err := q.PeekAfter(e.ctx, after, 3)
+		if err != nil {
+			t.Fatalf("PeekAfter(%q, 3): %v", after, err)
+		}
+		if len(ps) == 0 {
+			break
+		}
+		for _, p := range ps {
+			got = append(got, string(p.Body))
+			if p.DequeueCount != 0 || p.PopReceipt != "" {
+				t.Errorf("PeekAfter: %q with dequeue count %d, receipt %q; want 0 and none", p.Body, p.DequeueCount, p.PopReceipt)
+			}
+		}
+		after = ps[len(ps)-1].ID
+		if len(got) > n {
+			t.Fatalf("PeekAfter does not end: %v", got)
+		}
+	}
+	if len(got) != n-1 {
+		t.Fatalf("PeekAfter pages showed %v, want the %d visible ones", got, n-1)
+	}
+	for i, b := range got {
+		if b != fmt.Sprint(i+1) {
+			t.Fatalf("PeekAfter pages showed %v, want 1..%d in the order put", got, n-1)
+		}
+	}
+	if err := q.Delete(e.ctx, held.ID, held.PopReceipt); err != nil {
+		t.Fatalf("Delete after PeekAfter: %v", err)
+	}
+	if _, err := q.PeekAfter(e.ctx, "not an id!", 1); !errors.Is(err, queue.ErrInvalidArgument) {
+		t.Errorf("PeekAfter with a foreign cursor = %v, want ErrInvalidArgument", err)
 	}
 }
 

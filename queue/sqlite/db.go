@@ -135,7 +135,7 @@ type DB struct {
 type statements struct {
 	put, putBody, depth, get, del, exists, existsBatch, update *sql.Stmt // write pool
 	purgeBodies, purge, clearBodies, clear, clearDepth         *sql.Stmt // write pool
-	peek, count                                                *sql.Stmt // read pool
+	peek, peekAfter, count                                     *sql.Stmt // read pool
 
 	// bodies[k] is sqlBodies(1<<k), on the read pool.
 	bodies [deleteBatchClasses]*sql.Stmt
@@ -282,6 +282,7 @@ func (db *DB) prepare() error {
 		sql string
 	}{
 		{&db.st.peek, sqlPeek},
+		{&db.st.peekAfter, sqlPeekAfter},
 		{&db.st.count, sqlCount},
 	}
 	for _, s := range r {

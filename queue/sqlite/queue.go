@@ -93,6 +93,13 @@ const (
 		WHERE m.queue_id = ?1 AND m.visible_at <= ?2 AND m.expires_at > ?2
 		ORDER BY m.visible_at, m.id LIMIT ?3`
 
+	// sqlPeekAfter is a page of PeekAfter: the visible, unexpired messages
+	// whose id is above ?4, in id order (the order they were put).
+	sqlPeekAfter = `SELECT m.id, b.body, m.dequeue_count, m.inserted_at, m.expires_at, m.visible_at
+		FROM messages AS m JOIN bodies AS b ON b.id = m.id
+		WHERE m.queue_id = ?1 AND m.id > ?4 AND m.visible_at <= ?2 AND m.expires_at > ?2
+		ORDER BY m.id LIMIT ?3`
+
 	// sqlCount is the queue's depth, kept by sqlDepth, less the
 	// expired messages not yet purged: O(1) plus one index probe (the
 	// purge keeps the expired ones few).
@@ -534,7 +541,26 @@ func (q *driverQueue) UpdateVisibility(ctx context.Context, id, popReceipt strin
 
 // Peek returns up to n visible messages in FIFO order without changing them.
 func (q *driverQueue) Peek(ctx context.Context, n int) ([]*driver.Message, error) {
-	rows, err := q.db.st.peek.QueryContext(ctx, q.qid, q.now(), n)
+	return q.peekRows(q.db.st.peek.QueryContext(ctx, q.qid, q.now(), n))
+}
+
+var _ driver.PeekPager = (*driverQueue)(nil)
+
+// PeekAfter returns up to n visible messages whose id is above after (""
+// from the first), in id order, without changing them: one statement.
+func (q *driverQueue) PeekAfter(ctx context.Context, after string, n int) ([]*driver.Message, error) {
+	var from int64
+	if after != "" {
+		var err error
+		if from, err = strconv.ParseInt(after, 10, 64); err != nil {
+			return nil, fmt.Errorf("%w: after %q is not an id of this queue", driver.ErrInvalidArgument, after)
+		}
+	}
+	return q.peekRows(q.db.st.peekAfter.QueryContext(ctx, q.qid, q.now(), n, from))
+}
+
+// peekRows reads the rows of sqlPeek or sqlPeekAfter.
+func (q *driverQueue) peekRows(rows *sql.Rows, err error) ([]*driver.Message, error) {
 	if err != nil {
 		return nil, q.fail(err)
 	}
