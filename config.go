@@ -66,6 +66,19 @@ type LogConfig struct {
 	Format string `yaml:"format"` // console or json
 	// Failures rate-limits the lines logged for handler failures, per queue.
 	Failures FailureLogConfig `yaml:"failures"`
+	// ExecOutput rate-limits the lines of exec: handlers' output logged,
+	// per queue.
+	ExecOutput ExecOutputLogConfig `yaml:"exec_output"`
+}
+
+// ExecOutputLogConfig bounds the info lines a queue's exec: handlers log
+// for their programs' output (handler.LogLimit): at most Lines per
+// Interval; the lines left out are counted, and one warn line at the end
+// of each window says how many. Lines 0 logs every line (a config built
+// in code without DefaultConfig gets that).
+type ExecOutputLogConfig struct {
+	Lines    int           `yaml:"lines"`
+	Interval time.Duration `yaml:"interval"`
 }
 
 // FailureLogConfig bounds the warn lines a queue's listener writes for
@@ -199,7 +212,8 @@ const (
 func DefaultConfig() Config {
 	return Config{
 		Log: LogConfig{Level: DefaultLogLevel, Format: DefaultLogFormat,
-			Failures: FailureLogConfig{Lines: listener.DefaultFailureLogLines, Interval: listener.DefaultFailureLogInterval}},
+			Failures:   FailureLogConfig{Lines: listener.DefaultFailureLogLines, Interval: listener.DefaultFailureLogInterval},
+			ExecOutput: ExecOutputLogConfig{Lines: handler.DefaultExecOutputLogLines, Interval: handler.DefaultExecOutputLogInterval}},
 		Admin:       AdminConfig{Address: DefaultAdminAddress},
 		PricePer10k: meter.DefaultPricePer10k,
 	}
@@ -803,6 +817,11 @@ func (c *Config) validate() []string {
 		add("log.failures.lines: %d is negative (0 logs every failure)", f.Lines)
 	} else if f.Interval < 0 || (f.Lines > 0 && f.Interval == 0) {
 		add("log.failures.interval: %s is not positive", f.Interval)
+	}
+	if f := c.Log.ExecOutput; f.Lines < 0 {
+		add("log.exec_output.lines: %d is negative (0 logs every line)", f.Lines)
+	} else if f.Interval < 0 || (f.Lines > 0 && f.Interval == 0) {
+		add("log.exec_output.interval: %s is not positive", f.Interval)
 	}
 	if a := c.Admin.Address; a != "" {
 		host, port, err := net.SplitHostPort(a)

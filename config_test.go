@@ -44,6 +44,9 @@ func TestConfigDefaults(t *testing.T) {
 	if f := cfg.Log.Failures; f.Lines != 10 || f.Interval != 10*time.Second {
 		t.Errorf("log.failures defaults: %+v, want 10 lines per 10s", f)
 	}
+	if f := cfg.Log.ExecOutput; f.Lines != 10_000 || f.Interval != 10*time.Second {
+		t.Errorf("log.exec_output defaults: %+v, want 10000 lines per 10s", f)
+	}
 	if cfg.Log.Level != "info" || cfg.Admin.Address != DefaultAdminAddress || cfg.PricePer10k != 0.01 {
 		t.Errorf("top-level defaults: %+v", cfg)
 	}
@@ -145,6 +148,8 @@ func TestBadConfigsNameTheField(t *testing.T) {
 		{"env instances max", goodQueue, []string{"ADAPTQ_QUEUES_0_INSTANCES_MAX=-2"}, "ADAPTQ_QUEUES_0_INSTANCES_MAX (queues[0].instances.max): -2 is negative"},
 		{"failure lines", "log: {failures: {lines: -1}}\n" + goodQueue, nil, "log.failures.lines: -1 is negative (0 logs every failure)"},
 		{"failure interval", "log: {failures: {interval: 0s}}\n" + goodQueue, nil, "log.failures.interval: 0s is not positive"},
+		{"exec output lines", "log: {exec_output: {lines: -1}}\n" + goodQueue, nil, "log.exec_output.lines: -1 is negative (0 logs every line)"},
+		{"exec output interval", "log: {exec_output: {interval: 0s}}\n" + goodQueue, nil, "log.exec_output.interval: 0s is not positive"},
 		{"env failure interval", goodQueue, []string{"ADAPTQ_LOG_FAILURES_INTERVAL=-1m"}, "ADAPTQ_LOG_FAILURES_INTERVAL (log.failures.interval): -1m0s is not positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

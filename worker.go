@@ -55,6 +55,10 @@ type Worker struct {
 	running  bool
 	admin    string        // address the admin endpoint listens on, once up
 	ready    chan struct{} // closed once Run has started everything
+
+	// execLimits are the log.exec_output limits of the exec: handlers
+	// made, flushed when Run ends; under mu.
+	execLimits []*handler.LogLimit
 	// draining is set when Run's context ends: readiness then fails.
 	draining atomic.Bool
 
@@ -305,6 +309,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	close(w.ready)
 	w.mu.Unlock()
 	runErr := listeners.Wait()
+	w.flushExecLimits()
 	stopAgents()
 	_ = agents.Wait()
 	stopAdmin()
@@ -491,6 +496,7 @@ func (w *Worker) handlerFor(qc QueueConfig) (handler.Func, error) {
 		o := handler.ExecOptions{Queue: qc.Name, PassEnv: qc.PassEnv, Timeout: qc.HandlerTimeout, Stdout: w.execOut, Stderr: w.execErr}
 		if w.execOut == nil && w.execErr == nil {
 			o.Log = w.log
+			o.LogLimit = w.execLogLimit(qc.Name)
 		}
 		return handler.Exec(argv, o)
 	case strings.HasPrefix(spec, HTTPPrefix):
@@ -575,6 +581,35 @@ func (w *Worker) assemble(wq *workerQueue, h handler.Func) error {
 	})
 	wq.l, wq.agent = l, agent
 	return nil
+}
+
+// execLogLimit makes the log.exec_output limit of a queue's exec:
+// handler; nil when the config sets none (lines 0).
+func (w *Worker) execLogLimit(queueName string) *handler.LogLimit {
+	c := w.cfg.Log.ExecOutput
+	if c.Lines <= 0 {
+		return nil
+	}
+	lim, err := handler.NewLogLimit(c.Lines, c.Interval, w.log.With(zap.String("queue", queueName)), w.clock)
+	if err != nil {
+		return nil // the config check refuses such values first
+	}
+	w.mu.Lock()
+	w.execLimits = append(w.execLimits, lim)
+	w.mu.Unlock()
+	return lim
+}
+
+// flushExecLimits sums up the exec output lines left out of the log and
+// not summed up yet: the window's end comes after the worker's.
+func (w *Worker) flushExecLimits() {
+	w.mu.Lock()
+	lims := w.execLimits
+	w.execLimits = nil
+	w.mu.Unlock()
+	for _, l := range lims {
+		l.Flush()
+	}
 }
 
 // failureLogLines maps log.failures.lines to the listener's option: 0,
