@@ -21,6 +21,7 @@ import (
 	"github.com/adaptq/adaptq/internal/durationhint"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 	"github.com/adaptq/adaptq/queue/meter"
 	"github.com/adaptq/adaptq/scaling"
 )
@@ -163,9 +164,32 @@ type InstancesConfig struct {
 // can POST /v1/queues/NAME/trigger to the admin address — and sleeping
 // tasks get at once. Idle tasks then stop down to one, which polls only
 // every safety_interval.
+//
+// It is on by default (DefaultQueueConfig): listening costs nothing, and
+// with safety_interval unset the idle polling is what it would be without
+// a trigger (see QueueConfig.TriggerSafetyInterval), so a producer that
+// does not signal waits no longer than before.
 type TriggerConfig struct {
-	Enabled        bool          `yaml:"enabled"`
+	Enabled bool `yaml:"enabled"`
+	// SafetyInterval is the longest idle sleep with a trigger; 0 (unset)
+	// picks it by the backend (QueueConfig.TriggerSafetyInterval).
 	SafetyInterval time.Duration `yaml:"safety_interval"`
+}
+
+// TriggerSafetyInterval is the queue's trigger.safety_interval in effect
+// on a backend with features f: the configured one, or, unset, idle.max,
+// so that polling is what it would be without a trigger; where every put
+// notifies the worker by itself (f.NativeNotify: PostgreSQL, Redis,
+// memory), listener.DefaultSafetyInterval (5 min; idle.max if longer),
+// since only a lost notification waits for it.
+func (qc QueueConfig) TriggerSafetyInterval(f driver.Features) time.Duration {
+	switch {
+	case qc.Trigger.SafetyInterval > 0:
+		return qc.Trigger.SafetyInterval
+	case qc.Trigger.Enabled && f.NativeNotify:
+		return max(listener.DefaultSafetyInterval, qc.Idle.Max)
+	}
+	return qc.Idle.Max
 }
 
 // IdleConfig is the Best Practices article's idle backoff. Min and Delta unset (0) are
@@ -242,7 +266,7 @@ func DefaultQueueConfig() QueueConfig {
 			ShrinkAfter:     scaling.DefaultShrinkAfter,
 		},
 		MaxDequeueCount: DefaultMaxDequeueCount,
-		Trigger:         TriggerConfig{SafetyInterval: listener.DefaultSafetyInterval},
+		Trigger:         TriggerConfig{Enabled: true}, // safety_interval: by the backend
 		Instances:       InstancesConfig{TargetDrainTime: scaling.DefaultTargetDrainTime, Min: scaling.DefaultMinInstances},
 	}
 }
@@ -953,8 +977,10 @@ func (q *QueueConfig) validate(at string) []string {
 	if pl.ShrinkAfter < 1 {
 		add("pool.shrink_after", "%d is below 1", pl.ShrinkAfter)
 	}
-	if q.Trigger.SafetyInterval < q.Idle.Max {
-		add("trigger.safety_interval", "%s is below idle.max %s", q.Trigger.SafetyInterval, q.Idle.Max)
+	if s := q.Trigger.SafetyInterval; s < 0 {
+		add("trigger.safety_interval", "%s is negative (0: picked by the backend)", s)
+	} else if s > 0 && s < q.Idle.Max {
+		add("trigger.safety_interval", "%s is below idle.max %s", s, q.Idle.Max)
 	}
 	if q.MaxDequeueCount < 1 {
 		add("max_dequeue_count", "%d is below 1", q.MaxDequeueCount)

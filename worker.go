@@ -272,7 +272,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.queues = qs
 	w.mu.Unlock()
 	for _, wq := range qs {
-		if wq.cfg.Trigger.Enabled && w.cfg.Admin.Address == "" && !wq.q.Features().NativeNotify {
+		// Said only when the trigger trades latency for calls: with the
+		// default safety_interval, idle.max, polling is as without one.
+		if wq.cfg.Trigger.Enabled && w.cfg.Admin.Address == "" && !wq.q.Features().NativeNotify &&
+			wq.cfg.Trigger.SafetyInterval > wq.cfg.Idle.Max {
 			w.log.Warn("adaptq: trigger.enabled, but admin.address is empty: only Worker.Put in this process can pull the trigger; messages other producers put (adaptq enqueue) wait for the next poll, up to trigger.safety_interval",
 				zap.String("queue", wq.name), zap.Duration("safety_interval", wq.cfg.Trigger.SafetyInterval))
 		}
@@ -370,6 +373,7 @@ func (w *Worker) build(ctx context.Context) (qs []*workerQueue, err error) {
 			problems = append(problems, fmt.Sprintf("%s (%s).poison_queue: %q is the queue itself", at, qc.Name, qc.PoisonQueue))
 			continue
 		}
+		qc.Trigger.SafetyInterval = qc.TriggerSafetyInterval(raw.Features())
 		wq := &workerQueue{cfg: qc, name: qc.Name, q: raw, meter: m, depth: newDepthCache(raw, w.clock)}
 		qs = append(qs, wq)
 		if wq.poison, err = raw.Sibling(ctx, qc.PoisonQueue); err != nil {
