@@ -40,6 +40,21 @@ queues:
 	}
 	l, _ := w.Listener(name)
 	waitUntil(t, "the message was handled", func() bool { return l.Stats().Processed == 1 })
+	mfs, err := w.Metrics().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var notLogged float64 = -1
+	for _, mf := range mfs {
+		if mf.GetName() == "adaptq_exec_output_lines_not_logged_total" {
+			for _, m := range mf.GetMetric() {
+				notLogged = m.GetCounter().GetValue()
+			}
+		}
+	}
+	if notLogged != 1 {
+		t.Errorf("adaptq_exec_output_lines_not_logged_total = %v, want 1", notLogged)
+	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

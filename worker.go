@@ -57,8 +57,8 @@ type Worker struct {
 	ready    chan struct{} // closed once Run has started everything
 
 	// execLimits are the log.exec_output limits of the exec: handlers
-	// made, flushed when Run ends; under mu.
-	execLimits []*handler.LogLimit
+	// made, by queue name, flushed when Run ends; under mu.
+	execLimits map[string]*handler.LogLimit
 	// draining is set when Run's context ends: readiness then fails.
 	draining atomic.Bool
 
@@ -599,17 +599,30 @@ func (w *Worker) execLogLimit(queueName string) *handler.LogLimit {
 		return nil // the config check refuses such values first
 	}
 	w.mu.Lock()
-	w.execLimits = append(w.execLimits, lim)
+	if w.execLimits == nil {
+		w.execLimits = map[string]*handler.LogLimit{}
+	}
+	w.execLimits[queueName] = lim // the handler made last is the one that runs
 	w.mu.Unlock()
 	return lim
+}
+
+// execLimit is the log.exec_output limit of a queue's exec: handler, nil
+// if it has none.
+func (w *Worker) execLimit(queueName string) *handler.LogLimit {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.execLimits[queueName]
 }
 
 // flushExecLimits sums up the exec output lines left out of the log and
 // not summed up yet: the window's end comes after the worker's.
 func (w *Worker) flushExecLimits() {
 	w.mu.Lock()
-	lims := w.execLimits
-	w.execLimits = nil
+	lims := make([]*handler.LogLimit, 0, len(w.execLimits))
+	for _, l := range w.execLimits {
+		lims = append(lims, l)
+	}
 	w.mu.Unlock()
 	for _, l := range lims {
 		l.Flush()
