@@ -24,6 +24,7 @@ import (
 	"github.com/adaptq/adaptq/internal/durationhint"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 	"github.com/adaptq/adaptq/queue/meter"
 	"github.com/adaptq/adaptq/scaling"
 )
@@ -69,6 +70,19 @@ type LogConfig struct {
 	Format string `yaml:"format"` // console or json
 	// Failures rate-limits the lines logged for handler failures, per queue.
 	Failures FailureLogConfig `yaml:"failures"`
+	// ExecOutput rate-limits the lines of exec: handlers' output logged,
+	// per queue.
+	ExecOutput ExecOutputLogConfig `yaml:"exec_output"`
+}
+
+// ExecOutputLogConfig bounds the info lines a queue's exec: handlers log
+// for their programs' output (handler.LogLimit): at most Lines per
+// Interval; the lines left out are counted, and one warn line at the end
+// of each window says how many. Lines 0 logs every line (a config built
+// in code without DefaultConfig gets that).
+type ExecOutputLogConfig struct {
+	Lines    int           `yaml:"lines"`
+	Interval time.Duration `yaml:"interval"`
 }
 
 // FailureLogConfig bounds the warn lines a queue's listener writes for
@@ -160,9 +174,32 @@ type InstancesConfig struct {
 // can POST /v1/queues/NAME/trigger to the admin address — and sleeping
 // tasks get at once. Idle tasks then stop down to one, which polls only
 // every safety_interval.
+//
+// It is on by default (DefaultQueueConfig): listening costs nothing, and
+// with safety_interval unset the idle polling is what it would be without
+// a trigger (see QueueConfig.TriggerSafetyInterval), so a producer that
+// does not signal waits no longer than before.
 type TriggerConfig struct {
-	Enabled        bool          `yaml:"enabled"`
+	Enabled bool `yaml:"enabled"`
+	// SafetyInterval is the longest idle sleep with a trigger; 0 (unset)
+	// picks it by the backend (QueueConfig.TriggerSafetyInterval).
 	SafetyInterval time.Duration `yaml:"safety_interval"`
+}
+
+// TriggerSafetyInterval is the queue's trigger.safety_interval in effect
+// on a backend with features f: the configured one, or, unset, idle.max,
+// so that polling is what it would be without a trigger; where every put
+// notifies the worker by itself (f.NativeNotify: PostgreSQL, Redis,
+// memory), listener.DefaultSafetyInterval (5 min; idle.max if longer),
+// since only a lost notification waits for it.
+func (qc QueueConfig) TriggerSafetyInterval(f driver.Features) time.Duration {
+	switch {
+	case qc.Trigger.SafetyInterval > 0:
+		return qc.Trigger.SafetyInterval
+	case qc.Trigger.Enabled && f.NativeNotify:
+		return max(listener.DefaultSafetyInterval, qc.Idle.Max)
+	}
+	return qc.Idle.Max
 }
 
 // IdleConfig is the Best Practices article's idle backoff. Min and Delta unset (0) are
@@ -209,7 +246,8 @@ const (
 func DefaultConfig() Config {
 	return Config{
 		Log: LogConfig{Level: DefaultLogLevel, Format: DefaultLogFormat,
-			Failures: FailureLogConfig{Lines: listener.DefaultFailureLogLines, Interval: listener.DefaultFailureLogInterval}},
+			Failures:   FailureLogConfig{Lines: listener.DefaultFailureLogLines, Interval: listener.DefaultFailureLogInterval},
+			ExecOutput: ExecOutputLogConfig{Lines: handler.DefaultExecOutputLogLines, Interval: handler.DefaultExecOutputLogInterval}},
 		Admin:       AdminConfig{Address: DefaultAdminAddress, MaxConnections: admin.DefaultMaxConns},
 		PricePer10k: meter.DefaultPricePer10k,
 	}
@@ -238,7 +276,7 @@ func DefaultQueueConfig() QueueConfig {
 			ShrinkAfter:     scaling.DefaultShrinkAfter,
 		},
 		MaxDequeueCount: DefaultMaxDequeueCount,
-		Trigger:         TriggerConfig{SafetyInterval: listener.DefaultSafetyInterval},
+		Trigger:         TriggerConfig{Enabled: true}, // safety_interval: by the backend
 		Instances:       InstancesConfig{TargetDrainTime: scaling.DefaultTargetDrainTime, Min: scaling.DefaultMinInstances},
 	}
 }
@@ -863,6 +901,11 @@ func (c *Config) validate() []string {
 	} else if f.Interval < 0 || (f.Lines > 0 && f.Interval == 0) {
 		add("log.failures.interval: %s is not positive", f.Interval)
 	}
+	if f := c.Log.ExecOutput; f.Lines < 0 {
+		add("log.exec_output.lines: %d is negative (0 logs every line)", f.Lines)
+	} else if f.Interval < 0 || (f.Lines > 0 && f.Interval == 0) {
+		add("log.exec_output.interval: %s is not positive", f.Interval)
+	}
 	if a := c.Admin.Address; a != "" {
 		host, port, err := net.SplitHostPort(a)
 		if err != nil {
@@ -1001,8 +1044,10 @@ func (q *QueueConfig) validate(at string) []string {
 	if pl.ShrinkAfter < 1 {
 		add("pool.shrink_after", "%d is below 1", pl.ShrinkAfter)
 	}
-	if q.Trigger.SafetyInterval < q.Idle.Max {
-		add("trigger.safety_interval", "%s is below idle.max %s", q.Trigger.SafetyInterval, q.Idle.Max)
+	if s := q.Trigger.SafetyInterval; s < 0 {
+		add("trigger.safety_interval", "%s is negative (0: picked by the backend)", s)
+	} else if s > 0 && s < q.Idle.Max {
+		add("trigger.safety_interval", "%s is below idle.max %s", s, q.Idle.Max)
 	}
 	if q.MaxDequeueCount < 1 {
 		add("max_dequeue_count", "%d is below 1", q.MaxDequeueCount)

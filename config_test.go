@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/adaptq/adaptq/listener"
+	"github.com/adaptq/adaptq/queue/driver"
 )
 
 const goodQueue = `
@@ -43,6 +46,9 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if f := cfg.Log.Failures; f.Lines != 10 || f.Interval != 10*time.Second {
 		t.Errorf("log.failures defaults: %+v, want 10 lines per 10s", f)
+	}
+	if f := cfg.Log.ExecOutput; f.Lines != 10_000 || f.Interval != 10*time.Second {
+		t.Errorf("log.exec_output defaults: %+v, want 10000 lines per 10s", f)
 	}
 	if cfg.Log.Level != "info" || cfg.Admin.Address != DefaultAdminAddress || cfg.PricePer10k != 0.01 {
 		t.Errorf("top-level defaults: %+v", cfg)
@@ -150,6 +156,9 @@ func TestBadConfigsNameTheField(t *testing.T) {
 		{"env instances max", goodQueue, []string{"ADAPTQ_QUEUES_0_INSTANCES_MAX=-2"}, "ADAPTQ_QUEUES_0_INSTANCES_MAX (queues[0].instances.max): -2 is negative"},
 		{"failure lines", "log: {failures: {lines: -1}}\n" + goodQueue, nil, "log.failures.lines: -1 is negative (0 logs every failure)"},
 		{"failure interval", "log: {failures: {interval: 0s}}\n" + goodQueue, nil, "log.failures.interval: 0s is not positive"},
+		{"negative safety interval", "queues: [{url: 'memory://a1b', trigger: {safety_interval: -1m}}]", nil, "queues[0].trigger.safety_interval: -1m0s is negative (0: picked by the backend)"},
+		{"exec output lines", "log: {exec_output: {lines: -1}}\n" + goodQueue, nil, "log.exec_output.lines: -1 is negative (0 logs every line)"},
+		{"exec output interval", "log: {exec_output: {interval: 0s}}\n" + goodQueue, nil, "log.exec_output.interval: 0s is not positive"},
 		{"env failure interval", goodQueue, []string{"ADAPTQ_LOG_FAILURES_INTERVAL=-1m"}, "ADAPTQ_LOG_FAILURES_INTERVAL (log.failures.interval): -1m0s is not positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -290,5 +299,33 @@ func TestConfigNamesTheMissingDriverImport(t *testing.T) {
 	// A driver the program imports passes.
 	if _, err := ParseConfig("test.yaml", []byte("queues: [{url: 'memory://orders'}]")); err != nil {
 		t.Errorf("a memory:// URL with its driver imported: %v", err)
+	}
+}
+
+// The trigger is on by default, and its safety interval, unset, is
+// idle.max unless every put notifies the worker by itself (issue 27).
+func TestTriggerDefaults(t *testing.T) {
+	t.Parallel()
+	qc := DefaultQueueConfig()
+	if !qc.Trigger.Enabled || qc.Trigger.SafetyInterval != 0 {
+		t.Fatalf("trigger defaults %+v, want enabled with safety_interval unset", qc.Trigger)
+	}
+	for _, tc := range []struct {
+		name   string
+		mod    func(*QueueConfig)
+		native bool
+		want   time.Duration
+	}{
+		{"polled backend", func(*QueueConfig) {}, false, qc.Idle.Max},
+		{"native notify", func(*QueueConfig) {}, true, listener.DefaultSafetyInterval},
+		{"native notify, long idle.max", func(q *QueueConfig) { q.Idle.Max = time.Hour }, true, time.Hour},
+		{"native notify, no trigger", func(q *QueueConfig) { q.Trigger.Enabled = false }, true, qc.Idle.Max},
+		{"configured", func(q *QueueConfig) { q.Trigger.SafetyInterval = 7 * time.Minute }, false, 7 * time.Minute},
+	} {
+		q := DefaultQueueConfig()
+		tc.mod(&q)
+		if got := q.TriggerSafetyInterval(driver.Features{NativeNotify: tc.native}); got != tc.want {
+			t.Errorf("%s: safety interval %s, want %s", tc.name, got, tc.want)
+		}
 	}
 }

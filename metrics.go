@@ -183,6 +183,9 @@ var (
 		"When a get last succeeded, empty or not (Unix time); absent before the first.", labelQueue, nil)
 	descReady = prometheus.NewDesc("adaptq_queue_ready",
 		"1 if the queue counts as ready (see /readyz), else 0.", labelQueue, nil)
+
+	descExecNotLogged = prometheus.NewDesc("adaptq_exec_output_lines_not_logged_total",
+		"Lines of an exec: handler's output left out of the log by its rate limit (log.exec_output); only for queues with such a handler and limit.", labelQueue, nil)
 )
 
 var workerDescs = []*prometheus.Desc{
@@ -190,7 +193,7 @@ var workerDescs = []*prometheus.Desc{
 	descDepth, descVisible, descInFlight, descOldest, descDepthRead,
 	descActive, descIdle, descStarted,
 	descCalls, descCallErrors, descCost,
-	descLastGet, descReady,
+	descLastGet, descReady, descExecNotLogged,
 }
 
 // Describe sends every metric's description (prometheus.Collector).
@@ -233,6 +236,9 @@ func (c *workerCollector) Collect(ch chan<- prometheus.Metric) {
 			ready = 1
 		}
 		gauge(descReady, ready)
+		if lim := w.execLimit(name); lim != nil {
+			counter(descExecNotLogged, float64(lim.NotLogged()))
+		}
 
 		m := wq.meter.Snapshot()
 		for _, k := range meter.Kinds() {

@@ -57,6 +57,10 @@ type Worker struct {
 	running  bool
 	admin    string        // address the admin endpoint listens on, once up
 	ready    chan struct{} // closed once Run has started everything
+
+	// execLimits are the log.exec_output limits of the exec: handlers
+	// made, by queue name, flushed when Run ends; under mu.
+	execLimits map[string]*handler.LogLimit
 	// draining is set when Run's context ends: readiness then fails.
 	draining atomic.Bool
 
@@ -276,7 +280,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.queues = qs
 	w.mu.Unlock()
 	for _, wq := range qs {
-		if wq.cfg.Trigger.Enabled && w.cfg.Admin.Address == "" && !wq.q.Features().NativeNotify {
+		// Said only when the trigger trades latency for calls: with the
+		// default safety_interval, idle.max, polling is as without one.
+		if wq.cfg.Trigger.Enabled && w.cfg.Admin.Address == "" && !wq.q.Features().NativeNotify &&
+			wq.cfg.Trigger.SafetyInterval > wq.cfg.Idle.Max {
 			w.log.Warn("adaptq: trigger.enabled, but admin.address is empty: only Worker.Put in this process can pull the trigger; messages other producers put (adaptq enqueue) wait for the next poll, up to trigger.safety_interval",
 				zap.String("queue", wq.name), zap.Duration("safety_interval", wq.cfg.Trigger.SafetyInterval))
 		}
@@ -313,6 +320,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	close(w.ready)
 	w.mu.Unlock()
 	runErr := listeners.Wait()
+	w.flushExecLimits()
 	stopAgents()
 	_ = agents.Wait()
 	stopAdmin()
@@ -373,6 +381,7 @@ func (w *Worker) build(ctx context.Context) (qs []*workerQueue, err error) {
 			problems = append(problems, fmt.Sprintf("%s (%s).poison_queue: %q is the queue itself", at, qc.Name, qc.PoisonQueue))
 			continue
 		}
+		qc.Trigger.SafetyInterval = qc.TriggerSafetyInterval(raw.Features())
 		wq := &workerQueue{cfg: qc, name: qc.Name, q: raw, meter: m, depth: newDepthCache(raw, w.clock)}
 		qs = append(qs, wq)
 		if wq.poison, err = raw.Sibling(ctx, qc.PoisonQueue); err != nil {
@@ -499,6 +508,7 @@ func (w *Worker) handlerFor(qc QueueConfig) (handler.Func, error) {
 		o := handler.ExecOptions{Queue: qc.Name, PassEnv: qc.PassEnv, Timeout: qc.HandlerTimeout, Stdout: w.execOut, Stderr: w.execErr}
 		if w.execOut == nil && w.execErr == nil {
 			o.Log = w.log
+			o.LogLimit = w.execLogLimit(qc.Name)
 		}
 		return handler.Exec(argv, o)
 	case strings.HasPrefix(spec, HTTPPrefix):
@@ -583,6 +593,48 @@ func (w *Worker) assemble(wq *workerQueue, h handler.Func) error {
 	})
 	wq.l, wq.agent = l, agent
 	return nil
+}
+
+// execLogLimit makes the log.exec_output limit of a queue's exec:
+// handler; nil when the config sets none (lines 0).
+func (w *Worker) execLogLimit(queueName string) *handler.LogLimit {
+	c := w.cfg.Log.ExecOutput
+	if c.Lines <= 0 {
+		return nil
+	}
+	lim, err := handler.NewLogLimit(c.Lines, c.Interval, w.log.With(zap.String("queue", queueName)), w.clock)
+	if err != nil {
+		return nil // the config check refuses such values first
+	}
+	w.mu.Lock()
+	if w.execLimits == nil {
+		w.execLimits = map[string]*handler.LogLimit{}
+	}
+	w.execLimits[queueName] = lim // the handler made last is the one that runs
+	w.mu.Unlock()
+	return lim
+}
+
+// execLimit is the log.exec_output limit of a queue's exec: handler, nil
+// if it has none.
+func (w *Worker) execLimit(queueName string) *handler.LogLimit {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.execLimits[queueName]
+}
+
+// flushExecLimits sums up the exec output lines left out of the log and
+// not summed up yet: the window's end comes after the worker's.
+func (w *Worker) flushExecLimits() {
+	w.mu.Lock()
+	lims := make([]*handler.LogLimit, 0, len(w.execLimits))
+	for _, l := range w.execLimits {
+		lims = append(lims, l)
+	}
+	w.mu.Unlock()
+	for _, l := range lims {
+		l.Flush()
+	}
 }
 
 // failureLogLines maps log.failures.lines to the listener's option: 0,

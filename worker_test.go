@@ -422,26 +422,36 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 }
 
 // A trigger with no admin endpoint and no native notify can be pulled only
-// from the worker's own process: the worker says so at start-up.
+// from the worker's own process: the worker says so at start-up when the
+// trigger makes idle polling slower (safety_interval above idle.max), and
+// keeps quiet with the default trigger, whose polling is as without one.
 func TestTriggerWithoutAdminAddressWarns(t *testing.T) {
 	t.Parallel()
-	cfg := testConfig(t, `
+	for _, tc := range []struct {
+		trigger string
+		warns   int
+	}{
+		{"{enabled: true, safety_interval: 5m}", 1},
+		{"{}", 0}, // the default: on, safety_interval idle.max
+	} {
+		cfg := testConfig(t, `
 admin: {address: ""}
-queues: [{url: 'sqlite://$DIR/w.db?queue=warn-q', handler: 'exec: cat', trigger: {enabled: true}}]
+queues: [{url: 'sqlite://$DIR/w.db?queue=warn-q', handler: 'exec: cat', trigger: `+tc.trigger+`}]
 `)
-	core, logs := observer.New(zap.WarnLevel)
-	w, err := New(cfg, WithLogger(zap.New(core)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := runWorker(t, w)
-	<-w.Ready()
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	found := logs.FilterMessageSnippet("admin.address is empty").FilterField(zap.String("queue", "warn-q"))
-	if found.Len() != 1 {
-		t.Errorf("want one warning naming the queue, got %v", logs.All())
+		core, logs := observer.New(zap.WarnLevel)
+		w, err := New(cfg, WithLogger(zap.New(core)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := runWorker(t, w)
+		<-w.Ready()
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		found := logs.FilterMessageSnippet("admin.address is empty").FilterField(zap.String("queue", "warn-q"))
+		if found.Len() != tc.warns {
+			t.Errorf("trigger: %s: want %d warnings naming the queue, got %v", tc.trigger, tc.warns, logs.All())
+		}
 	}
 }
 

@@ -100,8 +100,9 @@ const (
 	// execWaitDelay bounds how long Exec waits, once the command has exited
 	// or been killed, for its stdout and stderr to reach EOF. A background
 	// process the command left behind may hold them open; after this delay
-	// they are closed and the process is abandoned. Half a second is ample
-	// for a killed process group's pipes to drain.
+	// Exec reads what the pipes hold without waiting for more (on unix:
+	// every line the command wrote), closes them and abandons the process.
+	// Half a second is ample for a killed process group's pipes to close.
 	execWaitDelay = 500 * time.Millisecond
 
 	// execLineMax is how much of an unterminated line Exec buffers before
@@ -161,7 +162,15 @@ type ExecOptions struct {
 	// A line longer than MaxLogLine is cut there, and the field
 	// truncated_bytes counts what was cut; a last line without a newline
 	// is logged too. Log may be set together with Stdout and Stderr.
+	//
+	// Every line the command writes before it exits is logged, however
+	// late the worker gets to read it, unless LogLimit leaves it out.
 	Log *zap.Logger
+
+	// LogLimit, if not nil, bounds the lines logged to Log (see LogLimit):
+	// those past it are counted and summed up in one warn line per window.
+	// Handlers of one queue share one. nil logs every line.
+	LogLimit *LogLimit
 
 	// PermanentExitCodes are exit codes that mean "retrying cannot help":
 	// the handler marks such a failure Permanent (see there for what the
@@ -249,6 +258,11 @@ func (e *ExitError) Unwrap() error {
 // (or prefixes ending in "*", not "*" alone), o.Timeout must not be
 // negative and PermanentExitCodes must be positive.
 func Exec(argv []string, o ExecOptions) (Func, error) {
+	return execHandler(argv, o, execWaitDelay)
+}
+
+// execHandler is Exec with the wait delay (execWaitDelay) as a parameter.
+func execHandler(argv []string, o ExecOptions, waitDelay time.Duration) (Func, error) {
 	if len(argv) == 0 || argv[0] == "" {
 		return nil, errors.New("handler: exec: empty command")
 	}
@@ -319,28 +333,39 @@ func Exec(argv []string, o ExecOptions) (Func, error) {
 		cmd.Env = messageEnv(passedEnv(os.Environ(), pass), extraEnv, o.Queue, m)
 		cmd.Stdin = bytes.NewReader(m.Body)
 		stderr := &tailBuffer{max: MaxStderrTail}
-		cmd.Stderr = stderr
+		var stdoutW, stderrW io.Writer = nil, stderr
 		var stdoutLines, stderrLines *lineWriter
 		if o.Stdout != nil {
 			stdoutLines = &lineWriter{w: o.Stdout}
-			cmd.Stdout = stdoutLines
+			stdoutW = stdoutLines
 		}
 		if o.Stderr != nil {
 			stderrLines = &lineWriter{w: o.Stderr}
-			cmd.Stderr = io.MultiWriter(stderr, stderrLines)
+			stderrW = io.MultiWriter(stderrW, stderrLines)
 		}
 		var stdoutLog, stderrLog *lineLogger
 		if o.Log != nil && o.Log.Core().Enabled(zapcore.InfoLevel) {
 			log := o.Log.With(messageFields(o.Queue, m)...)
-			stdoutLog = &lineLogger{log: log.With(zap.String("stream", "stdout"))}
-			stderrLog = &lineLogger{log: log.With(zap.String("stream", "stderr"))}
-			cmd.Stdout = teeTo(cmd.Stdout, stdoutLog)
-			cmd.Stderr = io.MultiWriter(cmd.Stderr, stderrLog)
+			stdoutLog = &lineLogger{log: log.With(zap.String("stream", "stdout")), limit: o.LogLimit}
+			stderrLog = &lineLogger{log: log.With(zap.String("stream", "stderr")), limit: o.LogLimit}
+			stdoutW = teeTo(stdoutW, stdoutLog)
+			stderrW = io.MultiWriter(stderrW, stderrLog)
 		}
-		cmd.WaitDelay = execWaitDelay
+		out, err := newExecOutput(cmd, stdoutW, stderrW, waitDelay)
+		if err != nil {
+			// No pipe: the worker is out of file descriptors, not the
+			// message at fault.
+			return WorkerFault(fmt.Errorf("handler: exec %q: output pipes: %w", name, err))
+		}
+		cmd.WaitDelay = waitDelay // for standard input
 		killProcessGroupOnCancel(cmd)
 
-		err := cmd.Run()
+		err = cmd.Start()
+		out.started()
+		if err == nil {
+			err = cmd.Wait()
+		}
+		out.finish(waitDelay)
 		stdoutLines.flush()
 		stderrLines.flush()
 		stdoutLog.flush()
@@ -596,8 +621,9 @@ func messageFields(queueName string, m *queue.Message) []zap.Field {
 // finished.
 type lineLogger struct {
 	log     *zap.Logger
-	buf     []byte // the current line, up to MaxLogLine bytes
-	dropped int    // bytes of the current line past MaxLogLine
+	limit   *LogLimit // nil: no limit
+	buf     []byte    // the current line, up to MaxLogLine bytes
+	dropped int       // bytes of the current line past MaxLogLine
 }
 
 func (l *lineLogger) Write(p []byte) (int, error) {
@@ -624,6 +650,10 @@ func (l *lineLogger) flush() {
 }
 
 func (l *lineLogger) emit() {
+	if !l.limit.Allow() {
+		l.buf, l.dropped = l.buf[:0], 0
+		return
+	}
 	line := bytes.TrimSuffix(l.buf, []byte{'\r'})
 	if l.dropped > 0 {
 		// Do not end on half a character.

@@ -526,15 +526,21 @@ const (
 // sleep waits d, ending early for shutdown, for a Resize that asks this
 // task to stop, and, if wakeable, for a Wake.
 func (l *Listener) sleep(ctx context.Context, d time.Duration, wakeable bool) sleepReason {
+	var wake <-chan struct{}
+	if wakeable {
+		wake = l.wakeChan()
+	}
+	return l.sleepWake(ctx, d, wake)
+}
+
+// sleepWake is sleep woken by wake, a wakeChan taken earlier: a Wake since
+// then ends the sleep at once.
+func (l *Listener) sleepWake(ctx context.Context, d time.Duration, wake <-chan struct{}) sleepReason {
 	if d <= 0 {
 		return sleptFull
 	}
 	fired, unpark := l.park(d)
 	defer unpark()
-	var wake <-chan struct{}
-	if wakeable {
-		wake = l.wakeChan()
-	}
 	for {
 		resize := l.resizeChan()
 		select {

@@ -118,6 +118,10 @@ func (t *task) loop() error {
 		// may have hidden messages on the backend that it never returns,
 		// which nobody would then hold until their visibility timeout.
 		// Whatever it brings back after shutdown began is released below.
+		// A trigger from now on wakes the sleep after an empty get: a
+		// producer's put that this get missed comes with a Wake that
+		// lands before the task sleeps.
+		wake := l.wakeChan()
 		var ms []*queue.Message
 		var err error
 		if wait := t.longPoll; wait > 0 {
@@ -195,7 +199,7 @@ func (t *task) loop() error {
 			}
 			emptyAt := l.o.Clock.Now()
 			l.idleTasks.Add(1)
-			r := l.sleep(ctx, delay, true)
+			r := l.sleepWake(ctx, delay, wake)
 			if r == sleepWoken {
 				// A trigger: get again, but no sooner than the trigger floor
 				// after the empty get, so that a trickle of triggered puts

@@ -159,16 +159,17 @@ func trigger(ctx context.Context, from *configured, q *queue.Queue) string {
 		return "" // a poison queue: no worker listens to it
 	}
 	qc, ac := from.qc, from.cfg.Admin
+	safety := qc.TriggerSafetyInterval(q.Features())
 	switch {
 	case !qc.Trigger.Enabled:
 		return fmt.Sprintf("; no trigger configured (trigger.enabled is false): the worker finds the messages at its next poll, within idle.max (%s)", qc.Idle.Max)
 	case ac.Address == "" && q.Features().NativeNotify:
 		return "; the queue's backend wakes the worker itself (native notify)"
 	case ac.Address == "":
-		return fmt.Sprintf("; worker not triggered: admin.address is empty, so the worker listens for no trigger (it finds the messages within trigger.safety_interval, %s)", qc.Trigger.SafetyInterval)
+		return fmt.Sprintf("; worker not triggered: admin.address is empty, so no other process can signal it (it finds the messages within trigger.safety_interval, %s)", safety)
 	}
 	if err := admin.SendTrigger(ctx, admin.DialAddress(ac.Address), ac.Token, q.Name()); err != nil {
-		return fmt.Sprintf("; worker at %s not triggered (it finds the messages within trigger.safety_interval, %s)", ac.Address, qc.Trigger.SafetyInterval)
+		return fmt.Sprintf("; worker at %s not triggered (it finds the messages within trigger.safety_interval, %s)", ac.Address, safety)
 	}
 	return "; worker triggered"
 }

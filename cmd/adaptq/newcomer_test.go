@@ -152,8 +152,8 @@ func TestMemoryQueuesAreRefused(t *testing.T) {
 func TestEnqueueSaysWhatItsTriggerDid(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ name, extra, want string }{
-		{"no trigger", "", "no trigger configured (trigger.enabled is false): the worker finds the messages at its next poll, within idle.max (1m0s)"},
-		{"no admin address", "    trigger: {enabled: true}\n", "worker not triggered: admin.address is empty"},
+		{"no trigger", "    trigger: {enabled: false}\n", "no trigger configured (trigger.enabled is false): the worker finds the messages at its next poll, within idle.max (1m0s)"},
+		{"no admin address", "", "worker not triggered: admin.address is empty, so no other process can signal it (it finds the messages within trigger.safety_interval, 1m0s)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -48,7 +48,8 @@ type Result struct {
 	// queue when the workload ended.
 	Processed, Left int64
 	// P50, P99 and MaxLatency are the pickup latency, from a message's put
-	// to its handler's start, over every message handled.
+	// to its handler's start, over every message handled (P50 and P99 but
+	// those put in Options.WarmUp).
 	P50, P99, MaxLatency time.Duration
 	// MaxBacklog is the most messages in the queue at once, waiting or
 	// being handled (what Count reports).

@@ -55,6 +55,11 @@ type Options struct {
 	// OnResize, if set, is told of every change of a pool's size by its
 	// agent: the policy, the virtual time since the start, the sizes.
 	OnResize func(policy string, at time.Duration, from, to int)
+	// WarmUp leaves the messages put in the run's first WarmUp out of P50
+	// and P99 (MaxLatency still counts them): the pool starts at one task
+	// and grows, and at a high rate the backlog of its first seconds would
+	// otherwise be the p99 of a whole run (RunSweep sets it).
+	WarmUp time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -326,7 +331,8 @@ type engine struct {
 	agentPending bool
 
 	latencies   []time.Duration
-	inFlight    int // handlers running
+	warmMax     time.Duration // the longest pickup of a message put in the warm-up
+	inFlight    int           // handlers running
 	maxInFlight int
 	inQueue     int64 // put and not yet deleted
 	maxBacklog  int64
@@ -605,6 +611,10 @@ func (e *engine) fetch(t *task) (bool, error) {
 	}
 	now := e.clk.now
 	for _, m := range ms {
+		if m.InsertedAt.Sub(clock.Epoch) < e.o.WarmUp {
+			e.warmMax = max(e.warmMax, now.Sub(m.InsertedAt))
+			continue
+		}
 		e.latencies = append(e.latencies, now.Sub(m.InsertedAt))
 	}
 	t.inFlight += len(ms)
@@ -825,6 +835,7 @@ func (e *engine) result(w Workload) Result {
 		r.P99 = percentile(e.latencies, 99)
 		r.MaxLatency = e.latencies[n-1]
 	}
+	r.MaxLatency = max(r.MaxLatency, e.warmMax)
 	e.latencies = nil
 	return r
 }
