@@ -1,0 +1,140 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/queuetest"
+)
+
+// Adversarial review of the driver's resend and tombstone rules: each test
+// tries to make a message come back, be stored twice, or be misreported.
+
+// TestClearedMessageStaysGoneAfterALatePutSend: a put whose first send is
+// late in the network, sent again and stored, then cleared by Clear, must
+// not come back when the late send arrives: Clear returned with the queue
+// empty, and the put had returned before Clear began.
+func TestClearedMessageStaysGoneAfterALatePutSend(t *testing.T) {
+	e := newResendEnv(t, "clearlate")
+	ctx := context.Background()
+	release, err := e.p.HoldRequests(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if _, err := e.q.Put(ctx, []byte("once"), queue.PutOptions{}); err != nil {
+		t.Fatalf("Put, sent again after its first send was held: %v", err)
+	}
+	if n := e.p.Counts().HeldRequests; n != 1 {
+		t.Fatalf("%d requests held, want the put's first send", n)
+	}
+	if err := e.direct.Clear(ctx); err != nil {
+		t.Fatal(err)
+	}
+	release() // the first send reaches the server now
+	e.wantGone(t, "after Clear and the put's late first send")
+}
+
+// TestPutErrorAfterAnUnknownOutcomeIsTransient: once a send of a put failed
+// in a way that leaves its outcome unknown (its connection failed after
+// the request was written), Put must not answer with an error that says
+// nothing was stored (a non-transient one): the first send may still act.
+// Here the first send is held in the network, the send again meets a full
+// server (OOM, not transient), and the first send then arrives.
+func TestPutErrorAfterAnUnknownOutcomeIsTransient(t *testing.T) {
+	s := startServer(t)
+	p := queuetest.NewFaultProxy(t, s.Addr())
+	prefix := testPrefix()
+	ctx := context.Background()
+	q, err := queue.Open(ctx, "redis://"+p.Addr()+"/0?queue=oom&prefix="+prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	direct, err := queue.Open(ctx, s.URL("oom", prefix, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	// Load the put script and leave a pooled connection behind the proxy.
+	id := mustPut(t, q, "warm", queue.PutOptions{})
+	ms, err := direct.Get(ctx, 1, time.Hour)
+	if err != nil || len(ms) != 1 || ms[0].ID != id {
+		t.Fatalf("warm-up Get = %v, %v", ms, err)
+	}
+	if err := direct.Delete(ctx, ms[0].ID, ms[0].PopReceipt); err != nil {
+		t.Fatal(err)
+	}
+
+	release, err := p.HoldRequests(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if err := s.rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, perr := q.Put(ctx, []byte("once"), queue.PutOptions{})
+	if err := s.rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.Counts().HeldRequests; n != 1 {
+		t.Fatalf("%d requests held, want the put's first send", n)
+	}
+	if perr == nil {
+		t.Fatal("Put succeeded on a server over its maxmemory")
+	}
+	release() // the first send reaches the server now, and stores the message
+	n, err := direct.Count(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n > 0 && !queue.IsTransient(perr) {
+		t.Errorf("Put = %v, not transient (nothing stored), but the queue holds %d message(s)", perr, n)
+	}
+}
+
+// TestResentPutKeepsItsTTL: a put whose reply was lost and that is sent
+// again after its message's TTL passed must not store the message again
+// with a fresh TTL: the message would be returned past the TTL its put
+// asked for and, as here where a consumer held it until it expired (its
+// delete then finds it gone and leaves no tombstone), handled twice. The
+// TTL passes on the server's clock (the scripts read it): a real wait of
+// about a second.
+func TestResentPutKeepsItsTTL(t *testing.T) {
+	e := newResendEnv(t, "ttl")
+	ctx := context.Background()
+	release, err := e.p.HoldReplies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	type result struct {
+		id  string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		id, err := e.q.Put(ctx, []byte("short-lived"), queue.PutOptions{TTL: time.Second})
+		done <- result{id, err}
+	}()
+	eventually(t, time.Minute, "the first send's reply is held", func() bool { return e.p.Counts().Held > 0 })
+	m := e.getOne(t, "") // the first send stored it
+	eventually(t, time.Minute, "the message's TTL passes", func() bool {
+		n, err := e.direct.Count(ctx)
+		return err == nil && n == 0
+	})
+	if err := e.direct.Delete(ctx, m.ID, m.PopReceipt); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("Delete of a message past its TTL: %v, want ErrNotFound", err)
+	}
+	e.p.DropAll() // the reply is lost: the driver sends the put again
+	release()
+	r := <-done
+	if r.err != nil && !queue.IsTransient(r.err) {
+		t.Fatalf("Put = %v, want success or a transient error", r.err)
+	}
+	e.wantGone(t, "after the put was sent again past its message's TTL")
+}
