@@ -83,14 +83,21 @@
 // or deleted the message changes nothing), a visibility update (its new
 // receipt, chosen by the client, marks it done), and reads. Put starts no
 // send more than 10 s after its first, and a delete keeps the id until
-// 30 s after the put stored it: only a send that takes more than 20 s from
-// its start to reach the server, arriving after the delete, could store
-// the message again (with go-redis's default timeouts a send is written
-// within 12 s of its start), as could a send arriving after a message with
-// a TTL shorter than that expired, unhandled or while held. A get, delete or batch delete whose reply was lost fails with a
-// transient error: the get's messages come back after their visibility
-// timeout, and the retried delete finds ErrNotFound. Give a client passed
-// to New MaxRetries -1 too.
+// 30 s after the put stored it (Clear keeps it too): only a send that
+// takes more than 20 s from its start to reach the server, arriving after
+// the delete, could store the message again (with go-redis's default
+// timeouts a send is written within 12 s of its start), as could a first
+// send late in the network arriving after a message with a TTL shorter
+// than that expired, unhandled or while held. A put sent again asks for
+// its TTL less the time since its first send started, and is not sent
+// once that is over, so a message it stores expires no later than the
+// first send's would have. Once a send failed so that it may have acted,
+// the call's error is transient whatever a later send met (a full server,
+// a closed Client). A get, delete or batch delete whose reply was lost
+// fails with a transient error: the get's messages come back after their
+// visibility timeout, with their dequeue counts raised by the get, and the
+// retried delete finds ErrNotFound. Give a client passed to New MaxRetries
+// -1 too.
 //
 // # As
 //
