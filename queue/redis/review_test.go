@@ -8,6 +8,7 @@ import (
 
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/queuetest"
+	"github.com/adaptq/adaptq/queue/redis"
 )
 
 // Adversarial review of the driver's resend and tombstone rules: each test
@@ -137,4 +138,31 @@ func TestResentPutKeepsItsTTL(t *testing.T) {
 		t.Fatalf("Put = %v, want success or a transient error", r.err)
 	}
 	e.wantGone(t, "after the put was sent again past its message's TTL")
+}
+
+// TestDelayedPutSignalsWhenVisibleWhateverTheClientsClock: a put with an
+// initial visibility delay signals again when the message becomes visible
+// on the server's clock (the scripts decide visibility by it), whether the
+// subscriber's clock runs ahead of it (the waker took the delayed marker
+// for one already due, set no timer, and the message waited for the block
+// timeout, 5 min by default) or behind it (the timer fired a minute late).
+func TestDelayedPutSignalsWhenVisibleWhateverTheClientsClock(t *testing.T) {
+	for _, skew := range []time.Duration{time.Minute, -time.Minute} {
+		t.Run(skew.String(), func(t *testing.T) {
+			redis.SetSkew(skew)
+			defer redis.SetSkew(0)
+			c, prefix := newClient(t)
+			q := mustQueue(t, c, "skewed")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			s, err := q.Subscribe(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			producer := mustQueue(t, otherProcess(t, prefix), "skewed")
+			mustPut(t, producer, "later", queue.PutOptions{InitialVisibilityDelay: 1500 * time.Millisecond})
+			wait(t, s, "the put")
+			wait(t, s, "the end of the delay")
+		})
+	}
 }
