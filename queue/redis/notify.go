@@ -33,7 +33,9 @@ import (
 // script sets it again when it leaves visible messages behind, so a backlog
 // wakes the other processes one after another. A marker whose score lies in
 // the future (a put with an initial visibility delay) signals at once and
-// again, by a timer, when the message becomes visible; puts that merged
+// again, by a timer, when the message becomes visible on the server's clock
+// (whose offset from the process's the waker measures on each new
+// connection, so a skewed process is woken on time); puts that merged
 // into one marker keep the earliest time, and the listener's safety
 // interval covers the later ones.
 
@@ -52,6 +54,13 @@ type waker struct {
 	run  *wakeRun                              // nil when no loop runs
 
 	onPause func(time.Duration) // tests: called with each reconnection's pause
+
+	// offset is the server's clock less the process's, as the waker's
+	// connection last measured it (TIME, on each new connection): a
+	// delayed marker's time is the server's, and the timer that signals
+	// its message visible runs on the process's clock. Zero with an
+	// injected clock, which both read.
+	offset time.Duration
 }
 
 // wakeRun is one life of the waker's loop: started by the first
@@ -268,6 +277,9 @@ func (w *waker) loop(r *wakeRun) {
 			w.mu.Lock()
 			r.id = id
 			w.mu.Unlock()
+			if err == nil {
+				err = w.measure(ctx, conn)
+			}
 			if err != nil {
 				_ = conn.Close()
 				conn = nil
@@ -302,12 +314,41 @@ func (w *waker) loop(r *wakeRun) {
 		default:
 			retry = 0
 			w.signal(z.Key)
-			if at := time.UnixMicro(int64(z.Score)); at.After(w.c.localNow().Add(time.Millisecond)) {
-				w.later(r, z.Key, at.Sub(w.c.localNow()))
+			now := w.serverNow()
+			if at := time.UnixMicro(int64(z.Score)); at.After(now.Add(time.Millisecond)) {
+				w.later(r, z.Key, at.Sub(now))
 			}
 			time.Sleep(wakeCoalesce)
 		}
 	}
+}
+
+// measure reads the server's clock on conn and keeps its offset from the
+// process's (the middle of the round trip), unless the scripts read an
+// injected clock.
+func (w *waker) measure(ctx context.Context, conn *goredis.Conn) error {
+	if w.c.o.clock != nil {
+		return nil
+	}
+	t0 := wallNow()
+	st, err := conn.Time(ctx).Result()
+	if err != nil {
+		return err
+	}
+	t1 := wallNow()
+	w.mu.Lock()
+	w.offset = st.Sub(t0.Add(t1.Sub(t0) / 2))
+	w.mu.Unlock()
+	return nil
+}
+
+// serverNow is the best guess of the scripts' clock: the process's plus
+// the measured offset.
+func (w *waker) serverNow() time.Time {
+	w.mu.Lock()
+	d := w.offset
+	w.mu.Unlock()
+	return w.c.localNow().Add(d)
 }
 
 // later signals key's subscribers again after d: a delayed message becomes
