@@ -1,10 +1,13 @@
 package redis_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/queuetest"
@@ -163,6 +166,74 @@ func TestDelayedPutSignalsWhenVisibleWhateverTheClientsClock(t *testing.T) {
 			mustPut(t, producer, "later", queue.PutOptions{InitialVisibilityDelay: 1500 * time.Millisecond})
 			wait(t, s, "the put")
 			wait(t, s, "the end of the delay")
+		})
+	}
+}
+
+// TestBodiesComeBackByteForByte: bodies of every byte value, empty ones,
+// ones that look like the protocol (CRLF, a RESP reply) and the largest
+// the client accepts (here 2 MiB: WithMaxBodySize) come back unchanged from
+// Get and Peek, through a proxy that loses the put's first reply (the put
+// is sent again, body and all) and the get's (the get is not).
+func TestBodiesComeBackByteForByte(t *testing.T) {
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	big := make([]byte, 2<<20)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	bodies := map[string][]byte{
+		"empty": {},
+		"bytes": all,
+		"resp":  []byte("*2\r\n$1\r\na\r\n-ERR x\r\n\x00"),
+		"big":   big,
+	}
+	c, prefix := newClient(t, redis.WithMaxBodySize(len(big)))
+	opt, err := goredis.ParseURL(serverURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := queuetest.NewFaultProxy(t, opt.Addr)
+	popt := *opt
+	popt.Addr, popt.MaxRetries = p.Addr(), -1
+	rdb := goredis.NewClient(&popt)
+	defer rdb.Close()
+	pc := redis.New(rdb, redis.WithKeyPrefix(prefix), redis.WithMaxBodySize(len(big)))
+	defer pc.Close()
+	ctx := context.Background()
+	for name, body := range bodies {
+		t.Run(name, func(t *testing.T) {
+			q := mustQueue(t, pc, "body-"+name)
+			direct := mustQueue(t, c, "body-"+name)
+			if _, err := q.Count(ctx); err != nil { // a pooled connection, the scripts loaded
+				t.Fatal(err)
+			}
+			lost := p.Counts().Lost
+			p.LoseReplies(1)
+			id, err := q.Put(ctx, body, queue.PutOptions{})
+			p.LoseReplies(0)
+			if p.Counts().Lost != lost+1 {
+				t.Fatalf("the proxy lost %d replies, want the put's first", p.Counts().Lost-lost)
+			}
+			if err != nil {
+				t.Fatalf("Put with its first reply lost: %v", err)
+			}
+			if n, err := direct.Count(ctx); err != nil || n != 1 {
+				t.Fatalf("Count = %d, %v; want 1", n, err)
+			}
+			pk, err := q.Peek(ctx, 1)
+			if err != nil || len(pk) != 1 || pk[0].ID != id || !bytes.Equal(pk[0].Body, body) {
+				t.Fatalf("Peek = %d messages, %v; body changed: %v", len(pk), err, len(pk) == 1 && !bytes.Equal(pk[0].Body, body))
+			}
+			ms, err := q.Get(ctx, 1, time.Hour)
+			if err != nil || len(ms) != 1 || !bytes.Equal(ms[0].Body, body) || ms[0].DequeueCount != 1 {
+				t.Fatalf("Get = %d messages, %v", len(ms), err)
+			}
+			if err := q.Delete(ctx, ms[0].ID, ms[0].PopReceipt); err != nil {
+				t.Fatal(err)
+			}
 		})
 	}
 }
