@@ -63,7 +63,8 @@
 // Features().Durability is ServerMemory: an acknowledged put is in the
 // server's memory and survives any worker crash, but what survives a Redis
 // restart is Redis's persistence setting. Without AOF (or with RDB
-// snapshots only) a restart loses every message since the last snapshot;
+// snapshots only) a restart loses every message put since the last
+// snapshot and brings back those deleted since, to be handled again;
 // with appendonly yes and appendfsync everysec it loses up to the last
 // second; with appendfsync always nothing acknowledged is lost, as with
 // driver.PowerLoss. Replicas are asynchronous: a failover may lose the
