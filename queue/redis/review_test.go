@@ -292,3 +292,31 @@ func TestRestartWithoutPersistence(t *testing.T) {
 		t.Fatalf("Get after the restart = %v, %v; want the one message %s", ms, err, id)
 	}
 }
+
+// TestDelayedPutsKeepBoundedTimers: every delayed put that the waker pops
+// on its own left a timer to signal its message visible, so a stream of
+// delayed puts (retries with backoff) held one timer per put until its
+// delay ended: 500 puts a second with a one-hour delay, 1.8 million timers.
+// The waker keeps at most MaxWakeTimers per queue, the earliest, and the
+// later messages are left to the listener's safety interval, as are
+// delayed puts whose markers merged.
+func TestDelayedPutsKeepBoundedTimers(t *testing.T) {
+	c, prefix := newClient(t)
+	q := mustQueue(t, c, "timers")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub, err := q.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	producer := mustQueue(t, otherProcess(t, prefix), "timers")
+	n := redis.MaxWakeTimers + 20
+	for i := range n {
+		// Each put waits for its signal, so the waker pops each marker.
+		mustPut(t, producer, "later", queue.PutOptions{InitialVisibilityDelay: time.Hour - time.Duration(i)*time.Second})
+		wait(t, sub, "a delayed put")
+	}
+	if got := redis.WakeTimers(c); got > redis.MaxWakeTimers {
+		t.Fatalf("the waker keeps %d timers for %d delayed puts to one queue, want at most %d", got, n, redis.MaxWakeTimers)
+	}
+}
