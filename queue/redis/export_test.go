@@ -32,8 +32,12 @@ func WakeTimers(c *Client) int {
 	if c.wake.run == nil {
 		return 0
 	}
-	return len(c.wake.run.timers)
+	n := 0
+	for _, ts := range c.wake.run.timers {
+		n += len(ts)
+	}
+	return n
 }
 
-// MaxWakeTimers is the most timers the waker should keep per queue.
-const MaxWakeTimers = 64
+// MaxWakeTimers is the most timers the waker keeps per queue.
+const MaxWakeTimers = maxWakeTimers

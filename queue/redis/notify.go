@@ -69,10 +69,10 @@ type wakeRun struct {
 	done    chan struct{}
 	stop    bool
 	ended   bool
-	id      int64  // CLIENT ID of the blocking connection, 0 until known
-	gen     uint64 // the key set the loop blocks on
-	kicking bool   // an unblock goroutine runs
-	timers  map[*time.Timer]struct{}
+	id      int64                                // CLIENT ID of the blocking connection, 0 until known
+	gen     uint64                               // the key set the loop blocks on
+	kicking bool                                 // an unblock goroutine runs
+	timers  map[string]map[*time.Timer]time.Time // by marker key: when each is due
 }
 
 // Subscribe returns a channel that receives soon after a message is put to
@@ -128,7 +128,7 @@ func (w *waker) changed() {
 	case w.run != nil:
 		w.kick(w.run)
 	case len(w.subs) > 0 && !w.c.closed.Load():
-		r := &wakeRun{done: make(chan struct{}), timers: map[*time.Timer]struct{}{}}
+		r := &wakeRun{done: make(chan struct{}), timers: map[string]map[*time.Timer]time.Time{}}
 		w.run = r
 		go w.loop(r)
 	}
@@ -215,8 +215,10 @@ func (w *waker) keys(r *wakeRun) []string {
 			w.run = nil
 		}
 		r.ended = true
-		for t := range r.timers {
-			t.Stop()
+		for _, ts := range r.timers {
+			for t := range ts {
+				t.Stop()
+			}
 		}
 		clear(r.timers)
 		return nil
@@ -351,22 +353,57 @@ func (w *waker) serverNow() time.Time {
 	return w.c.localNow().Add(d)
 }
 
+// maxWakeTimers is the most timers the waker keeps per queue to signal
+// delayed messages visible: the earliest. Each delayed put it pops on its
+// own leaves one until the put's delay ends, so a stream of delayed puts
+// (retries with backoff) held one timer per put, without bound (review of
+// issue 25: 500 puts a second with a one-hour delay, 1.8 million). A later
+// message's signal is then the listener's safety interval, as for delayed
+// puts whose markers merged.
+const maxWakeTimers = 64
+
 // later signals key's subscribers again after d: a delayed message becomes
-// visible.
+// visible. Called with the queue's maxWakeTimers kept, it keeps the
+// earliest.
 func (w *waker) later(r *wakeRun, key string, d time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if r.ended || r.stop {
 		return
 	}
+	at := time.Now().Add(d)
+	ts := r.timers[key]
+	if ts == nil {
+		ts = map[*time.Timer]time.Time{}
+		r.timers[key] = ts
+	}
+	if len(ts) >= maxWakeTimers {
+		var last *time.Timer
+		var lastAt time.Time
+		for t, a := range ts {
+			if last == nil || a.After(lastAt) {
+				last, lastAt = t, a
+			}
+		}
+		if !at.Before(lastAt) {
+			return
+		}
+		last.Stop()
+		delete(ts, last)
+	}
 	var t *time.Timer
 	t = time.AfterFunc(d, func() {
 		w.signal(key)
 		w.mu.Lock()
-		delete(r.timers, t)
+		if ts := r.timers[key]; ts != nil {
+			delete(ts, t)
+			if len(ts) == 0 {
+				delete(r.timers, key)
+			}
+		}
 		w.mu.Unlock()
 	})
-	r.timers[t] = struct{}{}
+	ts[t] = at
 }
 
 // pause waits before the retry'th reconnection (100 ms doubling to 10 s),
