@@ -280,7 +280,13 @@ func (w *waker) loop(r *wakeRun) {
 			r.id = id
 			w.mu.Unlock()
 			if err == nil {
-				err = w.measure(ctx, conn)
+				// A server that refuses TIME (an ACL) leaves the offset
+				// as it was: the timers then run on the process's clock.
+				if merr := w.measure(ctx, conn); merr != nil {
+					if t, _ := Classify(merr); t {
+						err = merr
+					}
+				}
 			}
 			if err != nil {
 				_ = conn.Close()

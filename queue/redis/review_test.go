@@ -320,3 +320,48 @@ func TestDelayedPutsKeepBoundedTimers(t *testing.T) {
 		t.Fatalf("the waker keeps %d timers for %d delayed puts to one queue, want at most %d", got, n, redis.MaxWakeTimers)
 	}
 }
+
+// TestWakerServesAUserWithoutTIME: a user whose ACL refuses TIME (the
+// waker's measure of the server's clock) is still woken by a put, its waker
+// blocking (no reconnections): it then times delayed signals on the
+// process's clock.
+func TestWakerServesAUserWithoutTIME(t *testing.T) {
+	s := startServer(t)
+	ctx := context.Background()
+	if err := s.rdb.Do(ctx, "ACL", "SETUSER", "notime", "on", ">notime-pw", "~*", "&*", "+@all", "-time").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(redis.PasswordEnv, "notime-pw")
+	prefix := testPrefix()
+	q, err := queue.Open(ctx, "redis://notime@"+s.Addr()+"/0?queue=notime&prefix="+prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	var rc *redis.Client
+	if !q.As(&rc) {
+		t.Fatal("no *redis.Client")
+	}
+	if err := rc.Redis().Time(ctx).Err(); err == nil {
+		t.Fatal("the user may run TIME")
+	}
+	pauses := make(chan time.Duration, 100)
+	redis.OnWakerPause(rc, func(d time.Duration) {
+		select {
+		case pauses <- d:
+		default:
+		}
+	})
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sub, err := q.Subscribe(sctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := mustQueue(t, redis.New(s.rdb, redis.WithKeyPrefix(prefix)), "notime")
+	mustPut(t, other, "x", queue.PutOptions{})
+	wait(t, sub, "a put")
+	if len(pauses) > 0 {
+		t.Errorf("the waker reconnected %d times: it cannot block", len(pauses))
+	}
+}
