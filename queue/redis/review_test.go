@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -363,5 +364,29 @@ func TestWakerServesAUserWithoutTIME(t *testing.T) {
 	wait(t, sub, "a put")
 	if len(pauses) > 0 {
 		t.Errorf("the waker reconnected %d times: it cannot block", len(pauses))
+	}
+}
+
+// TestURLUserWithoutAPasswordIsRefused: a URL that names a user, with no
+// password in the environment, must not connect as another user: go-redis
+// authenticates only with a password, so the connection was the default
+// user's, with the default user's rights.
+func TestURLUserWithoutAPasswordIsRefused(t *testing.T) {
+	t.Setenv(redis.PasswordEnv, "")
+	opt, err := goredis.ParseURL(serverURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server(t, testPrefix()) // skips without a server
+	q, err := queue.Open(context.Background(), "redis://worker@"+opt.Addr+"/0?queue=users&prefix="+testPrefix())
+	if err == nil {
+		var rc *redis.Client
+		q.As(&rc)
+		who, _ := rc.Redis().Do(context.Background(), "ACL", "WHOAMI").Result()
+		_ = q.Close()
+		t.Fatalf("Open of a URL naming user worker, with no password, connected (as %v)", who)
+	}
+	if !errors.Is(err, queue.ErrInvalidURL) || !strings.Contains(err.Error(), `"worker"`) || !strings.Contains(err.Error(), redis.PasswordEnv) {
+		t.Fatalf("Open = %v, want ErrInvalidURL naming the user and %s", err, redis.PasswordEnv)
 	}
 }
