@@ -7,7 +7,9 @@
 //	rediss://worker@cache.example.com:6380/2?queue=orders&prefix=app1:&block_timeout=5m&pool_size=32
 //
 // The password comes from the environment variable ADAPTQ_REDIS_PASSWORD
-// (PasswordEnv), never from the URL; rediss:// connects with TLS.
+// (PasswordEnv), never from the URL, and a URL that names a user needs it
+// (go-redis would otherwise connect as the default user); rediss://
+// connects with TLS.
 //
 // # Data model
 //
