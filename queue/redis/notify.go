@@ -34,8 +34,9 @@ import (
 // wakes the other processes one after another. A marker whose score lies in
 // the future (a put with an initial visibility delay) signals at once and
 // again, by a timer, when the message becomes visible on the server's clock
-// (whose offset from the process's the waker measures on each new
-// connection, so a skewed process is woken on time); puts that merged
+// (which the waker reads on each new connection and counts on from with
+// the process's monotonic clock, so that a process whose clock is skewed,
+// or stepped later, is woken on time); puts that merged
 // into one marker keep the earliest time, and the listener's safety
 // interval covers the later ones.
 
@@ -55,12 +56,14 @@ type waker struct {
 
 	onPause func(time.Duration) // tests: called with each reconnection's pause
 
-	// offset is the server's clock less the process's, as the waker's
-	// connection last measured it (TIME, on each new connection): a
+	// srvTime is the server's clock as the waker's connection last read it
+	// (TIME, on each new connection), and srvAt the process's time.Now
+	// then (the middle of the round trip, with its monotonic reading): a
 	// delayed marker's time is the server's, and the timer that signals
-	// its message visible runs on the process's clock. Zero with an
-	// injected clock, which both read.
-	offset time.Duration
+	// its message visible counts from srvTime on the process's monotonic
+	// clock, so neither a skewed process clock nor one stepped later moves
+	// it. Zero until read, and with an injected clock, which both read.
+	srvTime, srvAt time.Time
 }
 
 // wakeRun is one life of the waker's loop: started by the first
@@ -280,8 +283,9 @@ func (w *waker) loop(r *wakeRun) {
 			r.id = id
 			w.mu.Unlock()
 			if err == nil {
-				// A server that refuses TIME (an ACL) leaves the offset
-				// as it was: the timers then run on the process's clock.
+				// A server that refuses TIME (an ACL) leaves the last
+				// reading, or none: the timers then run on the process's
+				// clock.
 				if merr := w.measure(ctx, conn); merr != nil {
 					if t, _ := Classify(merr); t {
 						err = merr
@@ -331,32 +335,35 @@ func (w *waker) loop(r *wakeRun) {
 	}
 }
 
-// measure reads the server's clock on conn and keeps its offset from the
-// process's (the middle of the round trip), unless the scripts read an
-// injected clock.
+// measure reads the server's clock on conn (srvTime), unless the scripts
+// read an injected clock.
 func (w *waker) measure(ctx context.Context, conn *goredis.Conn) error {
 	if w.c.o.clock != nil {
 		return nil
 	}
-	t0 := wallNow()
+	t0 := time.Now()
 	st, err := conn.Time(ctx).Result()
 	if err != nil {
 		return err
 	}
-	t1 := wallNow()
+	at := t0.Add(time.Since(t0) / 2)
 	w.mu.Lock()
-	w.offset = st.Sub(t0.Add(t1.Sub(t0) / 2))
+	w.srvTime, w.srvAt = st, at
 	w.mu.Unlock()
 	return nil
 }
 
-// serverNow is the best guess of the scripts' clock: the process's plus
-// the measured offset.
+// serverNow is the best guess of the scripts' clock: the server's last
+// reading plus the monotonic time since, or the process's clock before
+// any.
 func (w *waker) serverNow() time.Time {
 	w.mu.Lock()
-	d := w.offset
+	st, at := w.srvTime, w.srvAt
 	w.mu.Unlock()
-	return w.c.localNow().Add(d)
+	if st.IsZero() {
+		return w.c.localNow()
+	}
+	return st.Add(time.Since(at))
 }
 
 // maxWakeTimers is the most timers the waker keeps per queue to signal

@@ -151,9 +151,19 @@ func TestResentPutKeepsItsTTL(t *testing.T) {
 // for one already due, set no timer, and the message waited for the block
 // timeout, 5 min by default) or behind it (the timer fired a minute late).
 func TestDelayedPutSignalsWhenVisibleWhateverTheClientsClock(t *testing.T) {
-	for _, skew := range []time.Duration{time.Minute, -time.Minute} {
-		t.Run(skew.String(), func(t *testing.T) {
-			redis.SetSkew(skew)
+	for _, tc := range []struct {
+		skew    time.Duration
+		stepped bool // the clock steps after the waker connected
+	}{{time.Minute, false}, {-time.Minute, false}, {time.Minute, true}, {-time.Minute, true}} {
+		name := tc.skew.String()
+		if tc.stepped {
+			name = "stepped" + name
+		}
+		t.Run(name, func(t *testing.T) {
+			skew := tc.skew
+			if !tc.stepped {
+				redis.SetSkew(skew)
+			}
 			defer redis.SetSkew(0)
 			c, prefix := newClient(t)
 			q := mustQueue(t, c, "skewed")
@@ -164,6 +174,11 @@ func TestDelayedPutSignalsWhenVisibleWhateverTheClientsClock(t *testing.T) {
 				t.Fatal(err)
 			}
 			producer := mustQueue(t, otherProcess(t, prefix), "skewed")
+			if tc.stepped {
+				mustPut(t, producer, "now", queue.PutOptions{}) // the waker connected and blocks
+				wait(t, s, "the first put")
+				redis.SetSkew(skew)
+			}
 			mustPut(t, producer, "later", queue.PutOptions{InitialVisibilityDelay: 1500 * time.Millisecond})
 			wait(t, s, "the put")
 			wait(t, s, "the end of the delay")
