@@ -7,7 +7,9 @@
 //	rediss://worker@cache.example.com:6380/2?queue=orders&prefix=app1:&block_timeout=5m&pool_size=32
 //
 // The password comes from the environment variable ADAPTQ_REDIS_PASSWORD
-// (PasswordEnv), never from the URL; rediss:// connects with TLS.
+// (PasswordEnv), never from the URL, and a URL that names a user needs it
+// (go-redis would otherwise connect as the default user); rediss://
+// connects with TLS.
 //
 // # Data model
 //
@@ -63,7 +65,8 @@
 // Features().Durability is ServerMemory: an acknowledged put is in the
 // server's memory and survives any worker crash, but what survives a Redis
 // restart is Redis's persistence setting. Without AOF (or with RDB
-// snapshots only) a restart loses every message since the last snapshot;
+// snapshots only) a restart loses every message put since the last
+// snapshot and brings back those deleted since, to be handled again;
 // with appendonly yes and appendfsync everysec it loses up to the last
 // second; with appendfsync always nothing acknowledged is lost, as with
 // driver.PowerLoss. Replicas are asynchronous: a failover may lose the
@@ -83,14 +86,21 @@
 // or deleted the message changes nothing), a visibility update (its new
 // receipt, chosen by the client, marks it done), and reads. Put starts no
 // send more than 10 s after its first, and a delete keeps the id until
-// 30 s after the put stored it: only a send that takes more than 20 s from
-// its start to reach the server, arriving after the delete, could store
-// the message again (with go-redis's default timeouts a send is written
-// within 12 s of its start), as could a send arriving after a message with
-// a TTL shorter than that expired, unhandled or while held. A get, delete or batch delete whose reply was lost fails with a
-// transient error: the get's messages come back after their visibility
-// timeout, and the retried delete finds ErrNotFound. Give a client passed
-// to New MaxRetries -1 too.
+// 30 s after the put stored it (Clear keeps it too): only a send that
+// takes more than 20 s from its start to reach the server, arriving after
+// the delete, could store the message again (with go-redis's default
+// timeouts a send is written within 12 s of its start), as could a first
+// send late in the network arriving after a message with a TTL shorter
+// than that expired, unhandled or while held. A put sent again asks for
+// its TTL less the time since its first send started, and is not sent
+// once that is over, so a message it stores expires no later than the
+// first send's would have. Once a send failed so that it may have acted,
+// the call's error is transient whatever a later send met (a full server,
+// a closed Client). A get, delete or batch delete whose reply was lost
+// fails with a transient error: the get's messages come back after their
+// visibility timeout, with their dequeue counts raised by the get, and the
+// retried delete finds ErrNotFound. Give a client passed to New MaxRetries
+// -1 too.
 //
 // # As
 //

@@ -23,3 +23,21 @@ func SetMonoNow(c *Client, f func() time.Time) { c.mono = f }
 // OnWakerPause makes c's waker call f with the pause before each of its
 // reconnections. Set it before the first subscriber.
 func OnWakerPause(c *Client, f func(time.Duration)) { c.wake.onPause = f }
+
+// WakeTimers is how many timers c's waker keeps to signal delayed messages
+// visible.
+func WakeTimers(c *Client) int {
+	c.wake.mu.Lock()
+	defer c.wake.mu.Unlock()
+	if c.wake.run == nil {
+		return 0
+	}
+	n := 0
+	for _, ts := range c.wake.run.timers {
+		n += len(ts)
+	}
+	return n
+}
+
+// MaxWakeTimers is the most timers the waker keeps per queue.
+const MaxWakeTimers = maxWakeTimers

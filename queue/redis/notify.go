@@ -33,7 +33,10 @@ import (
 // script sets it again when it leaves visible messages behind, so a backlog
 // wakes the other processes one after another. A marker whose score lies in
 // the future (a put with an initial visibility delay) signals at once and
-// again, by a timer, when the message becomes visible; puts that merged
+// again, by a timer, when the message becomes visible on the server's clock
+// (which the waker reads on each new connection and counts on from with
+// the process's monotonic clock, so that a process whose clock is skewed,
+// or stepped later, is woken on time); puts that merged
 // into one marker keep the earliest time, and the listener's safety
 // interval covers the later ones.
 
@@ -52,6 +55,15 @@ type waker struct {
 	run  *wakeRun                              // nil when no loop runs
 
 	onPause func(time.Duration) // tests: called with each reconnection's pause
+
+	// srvTime is the server's clock as the waker's connection last read it
+	// (TIME, on each new connection), and srvAt the process's time.Now
+	// then (the middle of the round trip, with its monotonic reading): a
+	// delayed marker's time is the server's, and the timer that signals
+	// its message visible counts from srvTime on the process's monotonic
+	// clock, so neither a skewed process clock nor one stepped later moves
+	// it. Zero until read, and with an injected clock, which both read.
+	srvTime, srvAt time.Time
 }
 
 // wakeRun is one life of the waker's loop: started by the first
@@ -60,10 +72,10 @@ type wakeRun struct {
 	done    chan struct{}
 	stop    bool
 	ended   bool
-	id      int64  // CLIENT ID of the blocking connection, 0 until known
-	gen     uint64 // the key set the loop blocks on
-	kicking bool   // an unblock goroutine runs
-	timers  map[*time.Timer]struct{}
+	id      int64                                // CLIENT ID of the blocking connection, 0 until known
+	gen     uint64                               // the key set the loop blocks on
+	kicking bool                                 // an unblock goroutine runs
+	timers  map[string]map[*time.Timer]time.Time // by marker key: when each is due
 }
 
 // Subscribe returns a channel that receives soon after a message is put to
@@ -119,7 +131,7 @@ func (w *waker) changed() {
 	case w.run != nil:
 		w.kick(w.run)
 	case len(w.subs) > 0 && !w.c.closed.Load():
-		r := &wakeRun{done: make(chan struct{}), timers: map[*time.Timer]struct{}{}}
+		r := &wakeRun{done: make(chan struct{}), timers: map[string]map[*time.Timer]time.Time{}}
 		w.run = r
 		go w.loop(r)
 	}
@@ -206,8 +218,10 @@ func (w *waker) keys(r *wakeRun) []string {
 			w.run = nil
 		}
 		r.ended = true
-		for t := range r.timers {
-			t.Stop()
+		for _, ts := range r.timers {
+			for t := range ts {
+				t.Stop()
+			}
 		}
 		clear(r.timers)
 		return nil
@@ -268,6 +282,16 @@ func (w *waker) loop(r *wakeRun) {
 			w.mu.Lock()
 			r.id = id
 			w.mu.Unlock()
+			if err == nil {
+				// A server that refuses TIME (an ACL) leaves the last
+				// reading, or none: the timers then run on the process's
+				// clock.
+				if merr := w.measure(ctx, conn); merr != nil {
+					if t, _ := Classify(merr); t {
+						err = merr
+					}
+				}
+			}
 			if err != nil {
 				_ = conn.Close()
 				conn = nil
@@ -302,30 +326,97 @@ func (w *waker) loop(r *wakeRun) {
 		default:
 			retry = 0
 			w.signal(z.Key)
-			if at := time.UnixMicro(int64(z.Score)); at.After(w.c.localNow().Add(time.Millisecond)) {
-				w.later(r, z.Key, at.Sub(w.c.localNow()))
+			now := w.serverNow()
+			if at := time.UnixMicro(int64(z.Score)); at.After(now.Add(time.Millisecond)) {
+				w.later(r, z.Key, at.Sub(now))
 			}
 			time.Sleep(wakeCoalesce)
 		}
 	}
 }
 
+// measure reads the server's clock on conn (srvTime), unless the scripts
+// read an injected clock.
+func (w *waker) measure(ctx context.Context, conn *goredis.Conn) error {
+	if w.c.o.clock != nil {
+		return nil
+	}
+	t0 := time.Now()
+	st, err := conn.Time(ctx).Result()
+	if err != nil {
+		return err
+	}
+	at := t0.Add(time.Since(t0) / 2)
+	w.mu.Lock()
+	w.srvTime, w.srvAt = st, at
+	w.mu.Unlock()
+	return nil
+}
+
+// serverNow is the best guess of the scripts' clock: the server's last
+// reading plus the monotonic time since, or the process's clock before
+// any.
+func (w *waker) serverNow() time.Time {
+	w.mu.Lock()
+	st, at := w.srvTime, w.srvAt
+	w.mu.Unlock()
+	if st.IsZero() {
+		return w.c.localNow()
+	}
+	return st.Add(time.Since(at))
+}
+
+// maxWakeTimers is the most timers the waker keeps per queue to signal
+// delayed messages visible: the earliest. Each delayed put it pops on its
+// own leaves one until the put's delay ends, so a stream of delayed puts
+// (retries with backoff) held one timer per put, without bound (review of
+// issue 25: 500 puts a second with a one-hour delay, 1.8 million). A later
+// message's signal is then the listener's safety interval, as for delayed
+// puts whose markers merged.
+const maxWakeTimers = 64
+
 // later signals key's subscribers again after d: a delayed message becomes
-// visible.
+// visible. Called with the queue's maxWakeTimers kept, it keeps the
+// earliest.
 func (w *waker) later(r *wakeRun, key string, d time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if r.ended || r.stop {
 		return
 	}
+	at := time.Now().Add(d)
+	ts := r.timers[key]
+	if ts == nil {
+		ts = map[*time.Timer]time.Time{}
+		r.timers[key] = ts
+	}
+	if len(ts) >= maxWakeTimers {
+		var last *time.Timer
+		var lastAt time.Time
+		for t, a := range ts {
+			if last == nil || a.After(lastAt) {
+				last, lastAt = t, a
+			}
+		}
+		if !at.Before(lastAt) {
+			return
+		}
+		last.Stop()
+		delete(ts, last)
+	}
 	var t *time.Timer
 	t = time.AfterFunc(d, func() {
 		w.signal(key)
 		w.mu.Lock()
-		delete(r.timers, t)
+		if ts := r.timers[key]; ts != nil {
+			delete(ts, t)
+			if len(ts) == 0 {
+				delete(r.timers, key)
+			}
+		}
 		w.mu.Unlock()
 	})
-	r.timers[t] = struct{}{}
+	ts[t] = at
 }
 
 // pause waits before the retry'th reconnection (100 ms doubling to 10 s),

@@ -110,23 +110,52 @@ func (q *redisQueue) run(ctx context.Context, s *goredis.Script, keys []string, 
 // after until (the zero time: no bound), read on the process's monotonic
 // clock.
 func (q *redisQueue) again(ctx context.Context, s *goredis.Script, keys []string, until time.Time, args ...any) (any, error) {
+	return q.againWith(ctx, s, keys, until, func() []any { return args })
+}
+
+// againWith is again with the arguments of each attempt after the first
+// from next, which returns nil to send no more. Once an attempt failed
+// transiently (its request may have reached the server, and may still, late
+// in the network), the call's outcome is unknown: a later attempt's error
+// that is not transient (a full server, a closed Client, an ended context)
+// is then returned as the first transient one, which it names, so that no
+// caller takes the call for one that did nothing.
+func (q *redisQueue) againWith(ctx context.Context, s *goredis.Script, keys []string, until time.Time, next func() []any) (any, error) {
+	var unsure error // the first transient failure
+	fail := func(err error) error {
+		if unsure == nil || err == unsure {
+			return err
+		}
+		if t, _ := Classify(err); t {
+			return err
+		}
+		return fmt.Errorf("%w (its outcome unknown; sent again: %v)", unsure, err)
+	}
+	args := next()
 	for attempt := 1; ; attempt++ {
 		v, err := q.run(ctx, s, keys, args...)
-		if err == nil || attempt >= DefaultAttempts || ctx.Err() != nil {
-			return v, err
+		if err == nil {
+			return v, nil
 		}
-		if t, _ := Classify(err); !t {
-			return nil, err
+		t, _ := Classify(err)
+		if t && unsure == nil {
+			unsure = err
 		}
-		t := time.NewTimer(min(retryMinBackoff<<(attempt-1), retryMaxBackoff))
+		if !t || attempt >= DefaultAttempts || ctx.Err() != nil {
+			return nil, fail(err)
+		}
+		timer := time.NewTimer(min(retryMinBackoff<<(attempt-1), retryMaxBackoff))
 		select {
 		case <-ctx.Done():
-			t.Stop()
-			return nil, err
-		case <-t.C:
+			timer.Stop()
+			return nil, fail(err)
+		case <-timer.C:
 		}
 		if !until.IsZero() && q.c.monoNow().After(until) {
-			return nil, err
+			return nil, fail(err)
+		}
+		if args = next(); args == nil {
+			return nil, fail(err)
 		}
 	}
 }
@@ -147,21 +176,46 @@ func us(d time.Duration) int64 {
 // putResendWindow after the first): the message is stored once, under the
 // id Put returns, and a send that arrives after a consumer got the message
 // or deleted it (a send again, or a first send late in the network) changes
-// nothing. An error after every attempt is transient and means the message
-// may or may not be stored; a retry by the caller is a new put with a new
-// id.
+// nothing. A send again on the server's clock asks for the TTL and the
+// initial visibility delay less the time since the first send started, so
+// that a message it stores expires no later than the first send's would
+// have (and no send goes once the TTL is over): a send again after the
+// message expired, and a consumer's delete of it found it gone and left no
+// tombstone, would otherwise store it again for a whole new TTL, to be
+// handled twice. An error after every attempt is transient and means the
+// message may or may not be stored; a retry by the caller is a new put with
+// a new id.
 func (q *redisQueue) Put(ctx context.Context, body []byte, opts driver.PutOptions) (string, error) {
-	ttl := int64(-1)
-	if opts.TTL != driver.NoExpiry {
-		ttl = us(opts.TTL)
-	}
+	expires := opts.TTL != driver.NoExpiry
 	sweep := 0
 	if q.c.puts.Add(1)%putSweepEvery == 0 {
 		sweep = putSweep
 	}
-	until := q.c.monoNow().Add(putResendWindow)
+	start := q.c.monoNow()
+	until := start.Add(putResendWindow)
 	id := ids.newID(wallNow())
-	v, err := q.again(ctx, putScript, q.keys3, until, id, body, ttl, us(opts.InitialVisibilityDelay), sweep, q.c.now())
+	now := q.c.now()
+	args := func(ttl, delay time.Duration) []any {
+		t := int64(-1)
+		if expires {
+			t = us(ttl)
+		}
+		return []any{id, body, t, us(delay), sweep, now}
+	}
+	first := true
+	v, err := q.againWith(ctx, putScript, q.keys3, until, func() []any {
+		if first || now != "" {
+			// The first send, or an injected clock: every send carries the
+			// first one's time, so the script reckons from it.
+			first = false
+			return args(opts.TTL, opts.InitialVisibilityDelay)
+		}
+		spent := q.c.monoNow().Sub(start)
+		if expires && opts.TTL <= spent {
+			return nil // the message would be past its TTL: send no more
+		}
+		return args(opts.TTL-spent, opts.InitialVisibilityDelay-spent)
+	})
 	if err != nil {
 		return "", err
 	}
@@ -373,10 +427,11 @@ func (q *redisQueue) Count(ctx context.Context) (int, error) {
 	return int(toInt(v)), nil
 }
 
-// Clear deletes every message, clearChunk per script.
+// Clear deletes every message, clearChunk per script, leaving the
+// tombstones a delete would.
 func (q *redisQueue) Clear(ctx context.Context) error {
 	for {
-		v, err := q.run(ctx, clearScript, q.keys3, clearChunk)
+		v, err := q.run(ctx, clearScript, q.keys3, clearChunk, q.c.now())
 		if err != nil {
 			return err
 		}

@@ -164,7 +164,13 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 }
 
 func open(ctx context.Context, cfg *config, opts ...Option) (*Client, error) {
-	rdb := goredis.NewClient(cfg.redisOptions())
+	ro := cfg.redisOptions()
+	if ro.Username != "" && ro.Password == "" {
+		// go-redis authenticates only with a password: without one the
+		// connection would be the default user's, with its rights.
+		return nil, fmt.Errorf("redis: %w %q: user %q needs its password in the environment variable %s", queue.ErrInvalidURL, cfg.redacted, ro.Username, PasswordEnv)
+	}
+	rdb := goredis.NewClient(ro)
 	c := New(rdb, append(cfg.options(), opts...)...)
 	c.owns = true
 	if err := rdb.Ping(ctx).Err(); err != nil {

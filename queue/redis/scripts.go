@@ -415,20 +415,28 @@ local now = clock(ARGV[1])
 return redis.call('ZCARD', z) - redis.call('ZCOUNT', x, '-inf', now)
 `, luaKeys, luaClock)
 
-// clearScript: KEYS z, x, w; ARGV limit. Deletes up to limit messages and
-// returns how many remain; the caller repeats until none do. With the last
-// message it deletes the marker, and PREFIX{NAME}:seq, the id counter that
-// earlier versions kept.
+// clearScript: KEYS z, x, w; ARGV limit, now. Deletes up to limit
+// messages and returns how many remain; the caller repeats until none do.
+// Each deleted message leaves its tombstone, as a delete's does, so that a
+// send of its put that arrives after the Clear (sent again, or late in the
+// network) does not bring it back. With the last message it deletes the
+// marker, and PREFIX{NAME}:seq, the id counter that earlier versions kept.
 var clearScript = script(`
+local now = clock(ARGV[2])
 local ids = redis.call('ZRANGE', z, 0, tonumber(ARGV[1]) - 1)
 if #ids > 0 then
-  local keys = {}
-  for i, id in ipairs(ids) do keys[i] = mkey(id) end
+  local keys, dead = {}, {}
+  for i, id in ipairs(ids) do
+    keys[i] = mkey(id)
+    local ins = redis.call('HGET', keys[i], 'i')
+    if ins then dead[#dead + 1] = {id, ins} end
+  end
   redis.call('DEL', unpack(keys))
+  tombs(dead, now, ARGV[2] == '')
   redis.call('ZREM', z, unpack(ids))
   redis.call('ZREM', x, unpack(ids))
 end
 local left = redis.call('ZCARD', z)
 if left == 0 then redis.call('DEL', x, KEYS[3], base .. 'seq') end
 return left
-`, luaKeys)
+`, luaKeys, luaClock, luaTombs)
