@@ -10,6 +10,17 @@ import (
 	"github.com/adaptq/adaptq/queue"
 )
 
+// MinRetryHide is the shortest a failed message is hidden to run again
+// before it expires. A retry delay (or visibility timeout) that would end
+// too close to the expiry is cut to fit, but never below this: a message
+// with too little left for it is poisoned (poison.RuleExpiring), or with
+// no poison queue left to expire, rather than retried again and again at
+// ever shorter intervals as its expiry nears. A second is the least the
+// listener waits before it retries anything that failed (a failed get
+// backs off from DefaultErrorBackoffInitial, Azure's storage SDK's first
+// retry), and well above any idle sleep a task starts its backoff with.
+const MinRetryHide = time.Second
+
 // fate is what becomes of a failed message that stays in its queue.
 type fate int
 
