@@ -48,8 +48,9 @@ type retry struct {
 	delay, wanted time.Duration
 	hide          bool
 	// poison: the message cannot be retried as asked before it expires (a
-	// server's Retry-After outlasts it, or it has expired): it belongs in
-	// the poison queue, with why, rather than lost.
+	// server's Retry-After outlasts it, too little is left for a retry of
+	// at least MinRetryHide, or it has expired): it belongs in the poison
+	// queue, with why, rather than lost.
 	poison bool
 	// reason is the poisoning's reason in short, why the whole of it.
 	reason, why string
@@ -90,7 +91,7 @@ func (l *Listener) planRetry(m *queue.Message, err error, want time.Duration) re
 	r.poison = true
 	hint, hinted := queue.RetryAfter(err)
 	switch {
-	case hinted && want >= hint:
+	case hinted && want >= hint && want > limit:
 		r.reason = "the retry delay outlasts the message's time-to-live"
 		r.why = fmt.Sprintf("the server asked to retry after %s (Retry-After), but the message expires in %s: poisoned rather than lost",
 			want, r.left.Round(time.Millisecond))
