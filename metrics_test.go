@@ -129,10 +129,28 @@ queues:
 	}
 	addr := w.AdminAddress()
 	var fams map[string]*dto.MetricFamily
-	waitUntil(t, "every message is processed or poisoned", func() bool {
+	// Wait for every outcome asserted below, not only the runs: processed
+	// counts a message when its handler returns and its delete comes
+	// after; and one scrape is no snapshot, since the registry collects the
+	// histograms and the worker's counters concurrently, so a scrape may
+	// show a histogram older than the counters beside it. Waiting for at
+	// least the counts wanted lets the checks below catch a count too high.
+	count := func(h string) uint64 {
+		m, ok := sample(fams, h, "queue", name)
+		if !ok || m.Histogram == nil {
+			return 0
+		}
+		return m.Histogram.GetSampleCount()
+	}
+	waitUntil(t, "every message is processed and deleted, or poisoned, and every run observed", func() bool {
 		fams = scrape(t, addr, "")
 		return value(fams, "adaptq_messages_processed_total", "queue", name) == good &&
-			value(fams, "adaptq_messages_poisoned_total", "queue", name) == 1
+			value(fams, "adaptq_messages_deleted_total", "queue", name) >= good &&
+			value(fams, "adaptq_messages_poisoned_total", "queue", name) == 1 &&
+			value(fams, "adaptq_messages_failed_total", "queue", name) >= 1 &&
+			value(fams, "adaptq_backend_calls_total", "queue", name, "kind", "put") >= good+2 &&
+			count("adaptq_handler_duration_seconds") >= good+1 &&
+			count("adaptq_handler_dequeue_count") >= good+1
 	})
 	if got := value(fams, "adaptq_messages_failed_total", "queue", name); got != 1 {
 		t.Errorf("adaptq_messages_failed_total = %v, want 1", got)

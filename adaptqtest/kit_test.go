@@ -88,8 +88,9 @@ type retryAfter time.Duration
 func (r retryAfter) Error() string             { return "503 busy" }
 func (r retryAfter) RetryAfter() time.Duration { return time.Duration(r) }
 
-// A message that fails for as long as it lives expires after its 7-day
-// time-to-live, each retry a day apart: a week of virtual time.
+// A message that fails for as long as it lives, each retry a day apart,
+// is poisoned as its 7-day time-to-live ends (rule expiring: too little
+// is left for another retry): a week of virtual time.
 func TestSevenDayTTLInVirtualTime(t *testing.T) {
 	t.Parallel()
 	k, err := adaptqtest.NewListener("work", failing, listener.Options{MaxDequeueCount: 1000, VisibilityTimeout: 24 * time.Hour})
@@ -110,12 +111,17 @@ func TestSevenDayTTLInVirtualTime(t *testing.T) {
 	}
 	m := k.Message(id)
 	expiry := adaptqtest.Epoch.Add(7 * 24 * time.Hour)
-	if m.State != adaptqtest.Expired || k.Now().Before(expiry) || len(m.Runs) < 7 {
-		t.Fatalf("%v at %v, runs %+v, stats %+v; want expired after 7 runs, at or after %v", m, k.Now(), m.Runs, k.Listener("work").Stats(), expiry)
+	if m.State != adaptqtest.Poisoned || m.Rule != poison.RuleExpiring || len(m.Runs) < 7 {
+		t.Fatalf("%v at %v, runs %+v, stats %+v; want poisoned (expiring) after at least 7 runs, before %v", m, k.Now(), m.Runs, k.Listener("work").Stats(), expiry)
 	}
 	for day := 1; day < 7; day++ {
 		if d := m.Runs[day].At.Sub(m.Runs[day-1].At); d != 24*time.Hour {
 			t.Errorf("run %d came %s after the one before, want the 24h visibility timeout", day+1, d)
+		}
+	}
+	for i := 7; i < len(m.Runs); i++ {
+		if d := m.Runs[i].At.Sub(m.Runs[i-1].At); d < listener.MinRetryHide {
+			t.Errorf("run %d came %s after the one before, below listener.MinRetryHide", i+1, d)
 		}
 	}
 	if last := m.Runs[len(m.Runs)-1].At; !last.Before(expiry) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -171,5 +172,46 @@ func TestMessageThatExpiredWhileItsHandlerRanIsPoisoned(t *testing.T) {
 				t.Fatalf("poisoned %+v", pm)
 			}
 		})
+	}
+}
+
+// Without a poison queue, a message that keeps failing as its expiry nears
+// runs again only while a retry hidden at least MinRetryHide can still be
+// got before the expiry; its last failure line says it will not run again,
+// rather than the message being retried at ever shorter intervals.
+func TestFailingNearExpiryWithoutPoisonQueueStopsAtTheFloor(t *testing.T) {
+	var mu sync.Mutex
+	var runs []time.Time
+	var f *fixture
+	h := func(context.Context, *queue.Message) error {
+		mu.Lock()
+		runs = append(runs, f.clock.Now())
+		mu.Unlock()
+		return errors.New("downstream unavailable")
+	}
+	o, logs := observed(listener.Options{VisibilityTimeout: 30 * time.Second, Idle: poisonIdle, MaxDequeueCount: 1000, FailureLogLines: -1})
+	f = newFixture(t, h, o)
+	f.putTTL(time.Minute)
+	expiry := f.clock.Now().Add(time.Minute)
+	f.start()
+	eventually(t, "the first run", func() bool { mu.Lock(); defer mu.Unlock(); return len(runs) == 1 })
+	for f.clock.Now().Before(expiry.Add(time.Second)) {
+		f.settle()
+		f.clock.AdvanceToNext()
+	}
+	f.settle()
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(runs); i++ {
+		if d := runs[i].Sub(runs[i-1]); d < listener.MinRetryHide {
+			t.Errorf("run %d of %d came %s after the one before, below the %s floor", i+1, len(runs), d, listener.MinRetryHide)
+		}
+	}
+	lines := logs.FilterMessage(tooLateMsg).All()
+	if len(lines) != 1 {
+		t.Fatalf("%d lines say the message will not run again, want 1 (after %d runs): %v", len(lines), len(runs), logs.All())
+	}
+	if fields := lines[0].ContextMap(); fields["dequeue_count"] != int64(len(runs)) {
+		t.Errorf("the line %v is not about the last run (%d)", fields, len(runs))
 	}
 }

@@ -106,6 +106,8 @@ func (l *Listener) logFailure(m *queue.Message, err error, r retry) {
 	switch {
 	case r.fate == expired:
 		lvl, msg = zapcore.ErrorLevel, "listener: handler failed after the message expired; it will not run again"
+	case r.fate == tooLate:
+		lvl, msg = zapcore.ErrorLevel, "listener: handler failed too close to the message's expiry to be retried; it will not run again"
 	case handler.IsPermanent(err):
 		lvl, msg = zapcore.ErrorLevel, "listener: handler failed permanently"
 	case r.fate == runsSooner:

@@ -20,6 +20,7 @@ import (
 const (
 	failedMsg    = "listener: handler failed; the message will run again"
 	permanentMsg = "listener: handler failed permanently"
+	tooLateMsg   = "listener: handler failed too close to the message's expiry to be retried; it will not run again"
 	summaryMsg   = "listener: more handler failures than the log's rate limit; these were not logged"
 )
 

@@ -122,10 +122,12 @@ type Options struct {
 	// server's hint for errors carrying one (queue.RetryAfter), else 0.
 	// No hide outlives the message: a delay (or a visibility timeout) that
 	// would end too close to the message's expiry for a get to find it
-	// again is cut short; a server's hint that cannot be honoured before
+	// again is cut short, but not below MinRetryHide; a message with too
+	// little left for that, a server's hint that cannot be honoured before
 	// the expiry, or a message that expired while its handler ran, is
 	// poisoned instead (poison.RuleExpiring), where there is a poison
-	// queue. A failure for want of the worker's own resources
+	// queue (without one, a message with too little left is hidden until
+	// it expires). A failure for want of the worker's own resources
 	// (handler.IsWorkerFault) is not hidden: the message stays held and
 	// runs again here when the gets' pause ends (handed back at once if
 	// the listener shuts down first), and does not count towards its

@@ -104,7 +104,8 @@ const (
 	// ended without a verdict: a crash, a lost lease, a failed move).
 	RuleOverMaxDequeue Rule = "over_max_dequeue_count"
 	// RuleExpiring: the message could not be retried before its
-	// time-to-live ended (a server's Retry-After outlasted it, or it expired
+	// time-to-live ended (a server's Retry-After outlasted it, too little
+	// was left for a retry of at least listener.MinRetryHide, or it expired
 	// while its handler ran), so it was poisoned rather than lost; the
 	// reason says which.
 	RuleExpiring Rule = "expiring"
