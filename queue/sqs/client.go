@@ -154,6 +154,12 @@ type Client struct {
 // listener's) is the only retry policy, and the cost meter sees every
 // attempt.
 func NewClient(ctx context.Context, cfg Config) (*Client, error) {
+	return newClient(ctx, cfg, DefaultIdleConnTimeout)
+}
+
+// newClient is NewClient with the idle timeout of the driver's own
+// transport (tests set a long one).
+func newClient(ctx context.Context, cfg Config, idle time.Duration) (*Client, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, fmt.Errorf("sqs: %w", err)
@@ -169,7 +175,7 @@ func NewClient(ctx context.Context, cfg Config) (*Client, error) {
 		opts = append(opts, config.WithHTTPClient(awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
 			t.MaxIdleConns = DefaultMaxIdleConns
 			t.MaxIdleConnsPerHost = DefaultMaxIdleConns
-			t.IdleConnTimeout = DefaultIdleConnTimeout
+			t.IdleConnTimeout = idle
 		})))
 	}
 	if cfg.Profile != "" {
@@ -186,17 +192,33 @@ func NewClient(ctx context.Context, cfg Config) (*Client, error) {
 		// The SDK's text names files and profiles, never a secret.
 		return nil, fmt.Errorf("sqs: %w: loading the AWS configuration: %v", queue.ErrInvalidArgument, err)
 	}
-	switch hc := awsCfg.HTTPClient.(type) {
-	case *awshttp.BuildableClient:
-		c.closeIdle = hc.GetTransport().CloseIdleConnections
-	case interface{ CloseIdleConnections() }:
-		c.closeIdle = hc.CloseIdleConnections
+	// The SDK's BuildableClient hands out copies of its transport and
+	// builds another, its own, when it first sends; SQS's client clones it
+	// again. Closing the idle connections of any copy closes none of the
+	// connections in use. So the driver takes the transport as the chain
+	// configured it (AWS_CA_BUNDLE …) and sends on it itself: the one
+	// Close closes.
+	var own *http.Client
+	if cfg.HTTPClient == nil {
+		b, ok := awsCfg.HTTPClient.(*awshttp.BuildableClient)
+		if !ok {
+			return nil, fmt.Errorf("sqs: the AWS configuration's HTTP client is a %T, not the SDK's buildable client the driver set", awsCfg.HTTPClient)
+		}
+		tr := b.GetTransport()
+		own = &http.Client{
+			Transport: tr,
+			// SQS answers no request with a redirect; one is an answer,
+			// never followed (a credential must not go elsewhere).
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+		c.closeIdle = tr.CloseIdleConnections
 	}
 	c.api = awssqs.NewFromConfig(awsCfg, func(o *awssqs.Options) {
 		o.Retryer = aws.NopRetryer{}
-		if cfg.HTTPClient != nil {
-			o.HTTPClient = cfg.HTTPClient
-			c.closeIdle = nil // the caller's to close
+		if own != nil {
+			o.HTTPClient = own
+		} else {
+			o.HTTPClient = cfg.HTTPClient // the caller's to close
 		}
 		if cfg.Endpoint != "" {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
