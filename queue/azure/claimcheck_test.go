@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"math/rand/v2"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/azure"
 	"github.com/adaptq/adaptq/queue/azure/azuritetest"
+	"github.com/adaptq/adaptq/queue/queuetest"
 )
 
 func randomBody(n int) []byte {
@@ -224,10 +226,12 @@ func TestClaimCheckSweep(t *testing.T) {
 }
 
 // TestClaimCheckClear: Clear deletes the payloads of the cleared messages
-// and no other queue's.
+// and no other queue's. ClearGrace is set to a second: the payloads are
+// older than that when the Clear comes.
 func TestClaimCheckClear(t *testing.T) {
 	srv := azuritetest.Shared(t)
 	acct := newAccount(t, srv, azure.Config{})
+	azure.SetClearGrace(acct, time.Second)
 	q := openQueue(t, acct, uniq(t, "clear-payloads"))
 	other := openQueue(t, acct, uniq(t, "clear-payloads-other"))
 	for range 2 {
@@ -238,7 +242,7 @@ func TestClaimCheckClear(t *testing.T) {
 	if _, err := other.Put(ctx, randomBody(70_000), queue.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1100 * time.Millisecond) // creation times are in whole seconds
+	time.Sleep(2100 * time.Millisecond) // creation times are in whole seconds: past the grace
 	if err := q.Clear(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -401,5 +405,65 @@ func TestVisibilityRounding(t *testing.T) {
 	got, _ := q.Get(ctx, 1, time.Second)
 	if len(got) != 0 && time.Since(gotAt) < time.Second {
 		t.Error("a 200ms visibility did not hide the message at once")
+	}
+}
+
+// TestClearSparesPayloadsOnTheirWay: a claim-check Put writes its payload
+// before it puts its message, so a Clear between the two must not delete
+// the payload: the message arrives after the Clear and must come with its
+// body. The put's request is held at a proxy in front of the queue
+// service while the Clear runs, a second later by the servers' clocks
+// (creation times are whole seconds). Before the fix the Clear deleted
+// every payload created before it, and the Get that followed found the
+// message without its payload and deleted it: lost.
+func TestClearSparesPayloadsOnTheirWay(t *testing.T) {
+	t.Parallel()
+	srv := azuritetest.Shared(t)
+	proxy := newFaultProxy(t, srv.QueueEndpoint)
+	acct := newAccount(t, srv, azure.Config{QueueEndpoint: proxyEndpoint(proxy)})
+	name := uniq(t, "clear-on-the-way")
+	q := openQueue(t, acct, name)
+	direct := openQueue(t, newAccount(t, srv, azure.Config{}), name)
+
+	arrived, release := make(chan struct{}), make(chan struct{})
+	proxy.Arm(1, queuetest.HTTPFault{Name: "hold_put", Do: func(w http.ResponseWriter, _ *http.Request, forward func(http.ResponseWriter)) {
+		close(arrived)
+		<-release
+		forward(w)
+	}})
+	body := randomBody(100_000)
+	type result struct {
+		id  string
+		err error
+	}
+	put := make(chan result, 1)
+	go func() {
+		id, err := q.Put(ctx, body, queue.PutOptions{})
+		put <- result{id, err}
+	}()
+	<-arrived // the payload is stored; its message is on its way
+	if bs := blobs(t, srv, azure.DefaultContainer, name+"/"); len(bs) != 1 {
+		close(release)
+		t.Fatalf("payload blobs while the put is held: %v, want one", bs)
+	}
+	time.Sleep(1100 * time.Millisecond) // the Clear's Date a second past the payload's creation
+	if err := direct.Clear(ctx); err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	close(release)
+	r := <-put
+	if r.err != nil {
+		t.Fatalf("the held Put: %v", r.err)
+	}
+	ms, err := direct.Get(ctx, 32, time.Minute)
+	if err != nil || len(ms) != 1 || ms[0].ID != r.id || !bytes.Equal(ms[0].Body, body) {
+		t.Fatalf("Get after the Clear: %d messages, %v; want the one put after it, with its body", len(ms), err)
+	}
+	if err := direct.Delete(ctx, ms[0].ID, ms[0].PopReceipt); err != nil {
+		t.Fatal(err)
+	}
+	if bs := blobs(t, srv, azure.DefaultContainer, name+"/"); len(bs) != 0 {
+		t.Fatalf("payload %v left after its message was deleted", bs)
 	}
 }

@@ -122,8 +122,11 @@
 // Config.PayloadGrace (1 h) past it. A queue handle that has put or got a
 // claim-check message sweeps by itself every Config.SweepInterval (1 h;
 // sweep_interval=0 turns it off). Payloads of messages put with
-// queue.NoExpiry are never swept. Clear deletes the payloads created before
-// it began. A message whose payload is gone for good (deleted by hand) can
+// queue.NoExpiry are never swept. Clear deletes the payloads created more
+// than ClearGrace (10 min) before it began: a younger one may belong to a
+// message still on its way (Put stores the payload before the message),
+// which must find its body after the Clear; a spared payload whose message
+// was cleared is the sweep's. A message whose payload is gone for good (deleted by hand) can
 // never be handled: Get deletes it, logs a warning and leaves it out. A
 // payload that cannot be read now (a transient error) has its message
 // released and left out of the batch.

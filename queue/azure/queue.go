@@ -538,8 +538,11 @@ func (q *Queue) Count(ctx context.Context) (int, error) {
 }
 
 // Clear deletes every message of the queue (Azure's Clear Messages) and the
-// claim-check payloads stored before it began. Payloads of messages put
-// while it ran are left to the sweep.
+// claim-check payloads created more than ClearGrace before it began (by
+// the servers' clocks). A younger payload may be that of a message still
+// on its way (a Put stores the payload before it puts the message), which
+// arrives after the Clear and must find its body: it is spared, and left
+// to the sweep if its message was cleared.
 func (q *Queue) Clear(ctx context.Context) error {
 	var resp azqueue.ClearMessagesResponse
 	err := q.call(ctx, "clear", func() error {
@@ -553,9 +556,9 @@ func (q *Queue) Clear(ctx context.Context) error {
 	if q.a.payloads == nil || resp.Date == nil {
 		return nil
 	}
-	cleared := *resp.Date
+	cutoff := resp.Date.Add(-q.a.clearGrace)
 	if _, err := q.deletePayloads(ctx, "clear", func(it *container.BlobItem) bool {
-		return it.Properties != nil && it.Properties.CreationTime != nil && it.Properties.CreationTime.Before(cleared)
+		return it.Properties != nil && it.Properties.CreationTime != nil && it.Properties.CreationTime.Before(cutoff)
 	}); err != nil {
 		q.log.Warn("azure: deleting the payloads of cleared messages failed; the sweep will delete them after their expiry", zap.Error(err))
 	}
