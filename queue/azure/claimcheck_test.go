@@ -467,3 +467,75 @@ func TestClearSparesPayloadsOnTheirWay(t *testing.T) {
 		t.Fatalf("payload %v left after its message was deleted", bs)
 	}
 }
+
+// TestMissingContainerIsAConfigError: a claim-check message whose payload
+// container does not exist (an operator deleted it, or the consumer's
+// blob_endpoint is not the producer's account) is a configuration error
+// the consumer must hear of, never a message whose payload is gone: Get
+// keeps it, releases it, and the Gets that follow fail with
+// ErrContainerNotFound, naming the container, without taking any message
+// (which would raise its dequeue count until the listener poisoned it
+// unrun), until the container exists again. Before the fix the first Get
+// deleted the message and the next ones returned nothing.
+func TestMissingContainerIsAConfigError(t *testing.T) {
+	t.Parallel()
+	srv := azuritetest.Shared(t)
+	cname := uniq(t, "missing-container")
+	name := uniq(t, "missing-container-q")
+	acct := newAccount(t, srv, azure.Config{Container: cname})
+	q := openQueue(t, acct, name)
+	big := randomBody(100_000)
+	if _, err := q.Put(ctx, big, queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Put(ctx, []byte("small"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rawContainer(t, srv, cname).Delete(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := q.Get(ctx, 32, time.Minute)
+	if err != nil || len(ms) != 1 || string(ms[0].Body) != "small" {
+		t.Fatalf("the first Get: %d messages, %v; want the small one", len(ms), err)
+	}
+	for i := range 2 {
+		ms, err := q.Get(ctx, 32, time.Minute)
+		if !errors.Is(err, azure.ErrContainerNotFound) || queue.IsTransient(err) || !strings.Contains(err.Error(), cname) {
+			t.Fatalf("Get %d after the container was deleted: %d messages, %v; want ErrContainerNotFound naming %s, not transient", i+2, len(ms), err, cname)
+		}
+	}
+	// Nothing was deleted, and the Gets that failed took nothing: the
+	// large message was dequeued once.
+	raw := rawQueue(t, srv, name)
+	resp, err := raw.PeekMessages(ctx, &azqueue.PeekMessagesOptions{NumberOfMessages: to.Ptr(int32(32))})
+	if err != nil || len(resp.Messages) != 1 || *resp.Messages[0].DequeueCount != 1 {
+		n := -1
+		if err == nil && len(resp.Messages) == 1 {
+			n = int(*resp.Messages[0].DequeueCount)
+		}
+		t.Fatalf("raw peek: %d visible messages (dequeue count %d), %v; want the large one, released, dequeued once", len(resp.Messages), n, err)
+	}
+	// The container back (its payloads are not): Gets take messages again.
+	if _, err := rawContainer(t, srv, cname).Create(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Put(ctx, []byte("after"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for range 3 {
+		ms, err := q.Get(ctx, 32, time.Minute)
+		if err != nil {
+			t.Fatalf("Get with the container back: %v", err)
+		}
+		for _, m := range ms {
+			got[string(m.Body)] = true
+		}
+		if got["after"] {
+			break
+		}
+	}
+	if !got["after"] {
+		t.Fatal("Gets with the container back did not return the message put since")
+	}
+}

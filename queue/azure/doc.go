@@ -126,10 +126,16 @@
 // than ClearGrace (10 min) before it began: a younger one may belong to a
 // message still on its way (Put stores the payload before the message),
 // which must find its body after the Clear; a spared payload whose message
-// was cleared is the sweep's. A message whose payload is gone for good (deleted by hand) can
-// never be handled: Get deletes it, logs a warning and leaves it out. A
-// payload that cannot be read now (a transient error) has its message
-// released and left out of the batch.
+// was cleared is the sweep's. A message whose payload blob is gone for
+// good (deleted by hand) can never be handled: Get deletes it, logs a
+// warning and leaves it out. A payload container that does not exist (it
+// was deleted, or blob_endpoint= names another account than the
+// producer's) is a configuration error, never taken for lost payloads:
+// the Get that meets it releases those messages, and the Gets that follow
+// fail with ErrContainerNotFound, naming the container, taking no message
+// (whose dequeue count would grow until a listener poisoned it unrun),
+// until it exists again. A payload that cannot be read now (a transient
+// error) has its message released and left out of the batch.
 //
 // claim_check=false turns the blob store off: bodies over the inline limit
 // are queue.ErrTooLarge. A queue without a blob endpoint (an endpoint= that

@@ -135,7 +135,14 @@ func (q *Queue) loadPayload(ctx context.Context, op string, env []byte) (body []
 	resp, err := c.NewBlobClient(e.Blob).DownloadStream(ctx, nil)
 	if err != nil {
 		err = classify(ctx, op, q.name, err)
-		if hasCode(err, codeBlobNotFound, codeContainerNotFound) {
+		switch {
+		case hasCode(err, codeContainerNotFound):
+			// Not a lost payload but a configuration to fix: the
+			// container was deleted, or this consumer's blob endpoint
+			// is not the producer's account.
+			q.a.missingContainer.Store(&e.Container)
+			return nil, e.Blob, missingContainerError(e.Container, err)
+		case hasCode(err, codeBlobNotFound):
 			return nil, e.Blob, fmt.Errorf("%w: %s/%s: %w", errPayloadGone, e.Container, e.Blob, err)
 		}
 		return nil, e.Blob, err
@@ -156,6 +163,35 @@ func (q *Queue) loadPayload(ctx context.Context, op string, env []byte) (body []
 		name = e.Blob
 	}
 	return body, name, nil
+}
+
+// missingContainerError explains err, Azure's ContainerNotFound for a
+// payload container.
+func missingContainerError(name string, err error) error {
+	return fmt.Errorf("claim-check payload container %q: %w (it was deleted, or blob_endpoint= is not the producer's account): "+
+		"Gets take no message until it exists", name, err)
+}
+
+// checkPayloads fails a Get, before it takes any message, while the
+// payload container an earlier Get found missing is still missing: taking
+// messages whose payloads cannot be read would only raise their dequeue
+// counts (until a listener poisons them unrun). One blob request, made only
+// in that state.
+func (q *Queue) checkPayloads(ctx context.Context) error {
+	p := q.a.missingContainer.Load()
+	if p == nil {
+		return nil
+	}
+	_, err := q.a.containerClient(*p).GetProperties(ctx, nil)
+	if err != nil {
+		err = classify(ctx, "get", q.name, err)
+		if hasCode(err, codeContainerNotFound) {
+			return missingContainerError(*p, err)
+		}
+		return err
+	}
+	q.a.missingContainer.CompareAndSwap(p, nil)
+	return nil
 }
 
 // containerClient is a client for another container of the account (a

@@ -296,6 +296,12 @@ func ttlSeconds(ttl time.Duration) int32 {
 // Get returns up to n visible messages, each hidden for visibility rounded
 // up to whole seconds (Azure's resolution; at least one second).
 func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*driver.Message, error) {
+	if q.a.closed.Load() {
+		return nil, queue.ErrClosed
+	}
+	if err := q.checkPayloads(ctx); err != nil {
+		return nil, err
+	}
 	o := &azqueue.DequeueMessagesOptions{NumberOfMessages: to.Ptr(int32(n)), VisibilityTimeout: to.Ptr(seconds(visibility))}
 	var resp azqueue.DequeueMessagesResponse
 	err := q.call(ctx, "get", func() error {
@@ -327,9 +333,11 @@ func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*dr
 
 // resolve replaces claim-check envelopes with their payloads. A message
 // whose payload cannot be read now is released (get) and left out; one
-// whose payload is gone for good is deleted and left out, since no
-// consumer could ever handle it. If every message was left out, the first
-// error is returned.
+// whose payload blob is gone for good is deleted and left out, since no
+// consumer could ever handle it. One whose container is missing is a
+// configuration error, not a lost payload: it is released, and the Gets
+// that follow fail (checkPayloads) until the container exists. If every
+// message was left out, the first error but a gone payload's is returned.
 func (q *Queue) resolve(ctx context.Context, op string, ms []*driver.Message) ([]*driver.Message, error) {
 	var idx []int
 	for i, m := range ms {
@@ -360,14 +368,14 @@ func (q *Queue) resolve(ctx context.Context, op string, ms []*driver.Message) ([
 	}
 	_ = g.Wait()
 	out := ms[:0:0]
-	var first error
+	var first error // the first error but a payload gone for good
 	for i, m := range ms {
 		err := errs[i]
 		if err == nil {
 			out = append(out, m)
 			continue
 		}
-		if first == nil {
+		if first == nil && !errors.Is(err, errPayloadGone) {
 			first = err
 		}
 		if op != "get" {
@@ -388,7 +396,7 @@ func (q *Queue) resolve(ctx context.Context, op string, ms []*driver.Message) ([
 				zap.String("msg_id", m.ID), zap.Error(uerr))
 		}
 	}
-	if len(out) == 0 && first != nil && !errors.Is(first, errPayloadGone) {
+	if len(out) == 0 && first != nil {
 		return nil, first
 	}
 	return out, nil
