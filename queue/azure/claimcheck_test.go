@@ -539,3 +539,56 @@ func TestMissingContainerIsAConfigError(t *testing.T) {
 		t.Fatal("Gets with the container back did not return the message put since")
 	}
 }
+
+// TestLostDeleteReplyDeletesPayload: a Delete of a claim-check message
+// whose answer was lost deleted the message but never heard so, and left
+// the payload; the caller's retry finds the message gone (ErrNotFound) and
+// must delete the payload then, since no message can name it any more.
+// Before the fix the payload stayed until the sweep (after its message's
+// expiry and PayloadGrace; for a message put with NoExpiry, forever).
+func TestLostDeleteReplyDeletesPayload(t *testing.T) {
+	t.Parallel()
+	srv := azuritetest.Shared(t)
+	proxy := newFaultProxy(t, srv.QueueEndpoint)
+	acct := newAccount(t, srv, azure.Config{QueueEndpoint: proxyEndpoint(proxy)})
+	name := uniq(t, "lost-delete-payload")
+	q := openQueue(t, acct, name)
+	if _, err := q.Put(ctx, randomBody(100_000), queue.PutOptions{TTL: queue.NoExpiry}); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := q.Get(ctx, 1, time.Minute)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("Get: %d, %v", len(ms), err)
+	}
+	proxy.Arm(1, queuetest.LoseAnswer)
+	if err := q.Delete(ctx, ms[0].ID, ms[0].PopReceipt); err == nil {
+		t.Fatal("the Delete whose answer was lost succeeded")
+	}
+	if _, faults := proxy.Counts(); faults["lose_answer"] != 1 {
+		t.Fatalf("faults %v, want the lost answer", faults)
+	}
+	if err := q.Delete(ctx, ms[0].ID, ms[0].PopReceipt); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("the retried Delete: %v, want ErrNotFound", err)
+	}
+	if bs := blobs(t, srv, azure.DefaultContainer, name+"/"); len(bs) != 0 {
+		t.Fatalf("payload %v left after its message was deleted", bs)
+	}
+	// A receipt passed with the id of no message deletes no payload: the
+	// receipt is another message's, which is live.
+	if _, err := q.Put(ctx, randomBody(100_000), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	live, err := q.Get(ctx, 1, time.Minute)
+	if err != nil || len(live) != 1 {
+		t.Fatalf("Get: %d, %v", len(live), err)
+	}
+	if err := q.Delete(ctx, "00000000-0000-0000-0000-000000000000", live[0].PopReceipt); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("Delete of no message with a live one's receipt: %v, want ErrNotFound", err)
+	}
+	if bs := blobs(t, srv, azure.DefaultContainer, name+"/"); len(bs) != 1 {
+		t.Fatalf("payloads %v after a Delete of no message; the live one's must stay", bs)
+	}
+	if err := q.Delete(ctx, live[0].ID, live[0].PopReceipt); err != nil {
+		t.Fatalf("the live message's own Delete: %v", err)
+	}
+}

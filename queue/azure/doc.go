@@ -113,8 +113,10 @@
 // the original body. No inline body starts with the envelope's first bytes
 // (a body that does is stored as a blob as well), so the two never mix up.
 // The receipt of a claim-check message names its blob (Azure's pop receipt,
-// "|", the blob's name), so Delete, in any process, deletes the blob after
-// the message; UpdateVisibility carries the name forward.
+// "|", the blob's name, "|", a tag binding the name to the message's id),
+// so Delete, in any process, deletes the blob after the message, or when
+// it finds the message gone (a retry of a delete whose answer was lost);
+// UpdateVisibility carries the name forward.
 //
 // A payload whose message expires instead of being deleted is swept: each
 // blob's metadata holds its message's expiry (adaptq_expires, Unix

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -43,10 +44,10 @@ var envelopePrefix = []byte(`{"adaptq":"` + envelopeVersion + `"`)
 // with queue.NoExpiry has none and is never swept.
 const metaExpires = "adaptq_expires"
 
-// receiptSep joins Azure's pop receipt and the payload blob's name in the
-// receipts the driver hands out for claim-check messages, so that Delete,
-// in any process, knows which blob to delete. Azure's receipts are base64
-// and never hold it.
+// receiptSep joins Azure's pop receipt, the payload blob's name and a tag
+// binding the two to the message's id, in the receipts the driver hands
+// out for claim-check messages, so that Delete, in any process, knows which
+// blob to delete. Azure's receipts are base64 and never hold it.
 const receiptSep = "|"
 
 func isEnvelope(b []byte) bool { return bytes.HasPrefix(b, envelopePrefix) }
@@ -69,19 +70,37 @@ func (q *Queue) ownBlob(name string) bool {
 	return err == nil
 }
 
-func joinReceipt(azureReceipt, blobName string) string {
+// joinReceipt is the receipt of claim-check message id whose payload is
+// blobName: Azure's pop receipt, the blob's name and receiptTag.
+func joinReceipt(azureReceipt, blobName, id string) string {
 	if blobName == "" {
 		return azureReceipt
 	}
-	return azureReceipt + receiptSep + blobName
+	return azureReceipt + receiptSep + blobName + receiptSep + receiptTag(id, blobName)
 }
 
-// splitReceipt separates Azure's pop receipt from the payload's name.
-func (q *Queue) splitReceipt(r string) (azureReceipt, blobName string) {
-	if a, b, ok := strings.Cut(r, receiptSep); ok && q.ownBlob(b) {
-		return a, b
+// receiptTag binds a payload's name to its message's id in a receipt: a
+// Delete that finds its message gone deletes the payload its receipt names
+// only if the tag shows the receipt is that message's (a receipt passed
+// with another message's id must not delete a live message's payload).
+func receiptTag(id, blobName string) string {
+	h := sha256.Sum256([]byte(id + receiptSep + blobName))
+	return hex.EncodeToString(h[:8])
+}
+
+// splitReceipt separates Azure's pop receipt from the payload's name, and
+// tells whether the receipt's tag binds that payload to message id (a
+// receipt of a driver before the tag has none).
+func (q *Queue) splitReceipt(r, id string) (azureReceipt, blobName string, bound bool) {
+	a, rest, ok := strings.Cut(r, receiptSep)
+	if !ok {
+		return r, "", false
 	}
-	return r, ""
+	b, tag, tagged := strings.Cut(rest, receiptSep)
+	if !q.ownBlob(b) {
+		return r, "", false
+	}
+	return a, b, tagged && tag == receiptTag(id, b)
 }
 
 // storePayload uploads body as a new blob and returns the envelope text's

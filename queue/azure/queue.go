@@ -361,7 +361,7 @@ func (q *Queue) resolve(ctx context.Context, op string, ms []*driver.Message) ([
 			}
 			m.Body = body
 			if name != "" && m.PopReceipt != "" {
-				m.PopReceipt = joinReceipt(m.PopReceipt, name)
+				m.PopReceipt = joinReceipt(m.PopReceipt, name, m.ID)
 			}
 			return nil
 		})
@@ -456,12 +456,17 @@ func (q *Queue) deleteMessage(ctx context.Context, id, popReceipt string) error 
 	if q.a.closed.Load() {
 		return queue.ErrClosed
 	}
-	receipt, blobName := q.splitReceipt(popReceipt)
+	receipt, blobName, bound := q.splitReceipt(popReceipt, id)
 	_, err := q.qc.DeleteMessage(ctx, id, receipt, nil)
 	if err != nil {
 		err = classify(ctx, "delete", q.name, err)
 		if errors.Is(err, ErrQueueNotFound) {
-			return fmt.Errorf("%w: %w", queue.ErrNotFound, err)
+			err = fmt.Errorf("%w: %w", queue.ErrNotFound, err)
+		}
+		if errors.Is(err, queue.ErrNotFound) && bound && q.a.payloads != nil {
+			// The message is gone (a retry of a delete whose answer was
+			// lost, or it expired): no message names its payload now.
+			q.deletePayload(ctx, id, blobName)
 		}
 		return err
 	}
@@ -487,7 +492,7 @@ func (q *Queue) updateVisibility(ctx context.Context, id, popReceipt string, d t
 	if q.a.closed.Load() {
 		return "", queue.ErrClosed
 	}
-	receipt, blobName := q.splitReceipt(popReceipt)
+	receipt, blobName, _ := q.splitReceipt(popReceipt, id)
 	resp, err := q.qc.UpdateMessage(context.WithValue(ctx, visibilityOnlyKey{}, true), id, receipt, "",
 		&azqueue.UpdateMessageOptions{VisibilityTimeout: to.Ptr(seconds(d))})
 	if err != nil {
@@ -500,7 +505,7 @@ func (q *Queue) updateVisibility(ctx context.Context, id, popReceipt string, d t
 	if resp.PopReceipt == nil {
 		return "", errors.New("the response holds no pop receipt")
 	}
-	return joinReceipt(*resp.PopReceipt, blobName), nil
+	return joinReceipt(*resp.PopReceipt, blobName, id), nil
 }
 
 // Peek returns up to n visible messages without hiding them.
