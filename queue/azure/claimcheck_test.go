@@ -592,3 +592,39 @@ func TestLostDeleteReplyDeletesPayload(t *testing.T) {
 		t.Fatalf("the live message's own Delete: %v", err)
 	}
 }
+
+// TestBlobOutageRaisesNoDequeueCounts: while the blob service fails (503
+// ServerBusy at a proxy in front of it) and the queue service works, a
+// claim-check message cannot be handled; Gets must fail, transiently,
+// without taking it again and again: each take raises its dequeue count,
+// and a listener poisons a message whose count passed MaxDequeueCount
+// without running it. The first Get that meets the outage takes it once;
+// when the blob service is back, the message comes with a dequeue count of
+// 2. Before the fix every Get took and released it: 7 after six Gets in
+// the outage, poisoned unrun by the listener's default (5).
+func TestBlobOutageRaisesNoDequeueCounts(t *testing.T) {
+	t.Parallel()
+	srv := azuritetest.Shared(t)
+	blobProxy := newFaultProxy(t, srv.BlobEndpoint)
+	acct := newAccount(t, srv, azure.Config{BlobEndpoint: proxyEndpoint(blobProxy), Container: uniq(t, "blob-outage-c")})
+	q := openQueue(t, acct, uniq(t, "blob-outage"))
+	body := randomBody(100_000)
+	if _, err := q.Put(ctx, body, queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	blobProxy.Arm(1000, faultBusy)
+	for i := range 6 {
+		ms, err := q.Get(ctx, 32, time.Minute)
+		if err == nil || !queue.IsTransient(err) || len(ms) != 0 {
+			t.Fatalf("Get %d in the blob outage: %d messages, %v; want a transient error", i+1, len(ms), err)
+		}
+	}
+	blobProxy.Arm(0)
+	ms, err := q.Get(ctx, 32, time.Minute)
+	if err != nil || len(ms) != 1 || !bytes.Equal(ms[0].Body, body) {
+		t.Fatalf("Get after the outage: %d messages, %v; want the message with its body", len(ms), err)
+	}
+	if ms[0].DequeueCount != 2 {
+		t.Fatalf("dequeue count %d after the outage, want 2 (taken once in it, once after)", ms[0].DequeueCount)
+	}
+}

@@ -136,8 +136,12 @@
 // the Get that meets it releases those messages, and the Gets that follow
 // fail with ErrContainerNotFound, naming the container, taking no message
 // (whose dequeue count would grow until a listener poisoned it unrun),
-// until it exists again. A payload that cannot be read now (a transient
-// error) has its message released and left out of the batch.
+// until it exists again. A payload that cannot be read now (the blob
+// service fails, access is refused) has its message released and left out
+// of the batch, and the Gets that follow fail the same way, taking no
+// message, until a request for that payload's properties succeeds: an
+// outage of the blob service alone raises a claim-check message's dequeue
+// count once, not once a Get.
 //
 // claim_check=false turns the blob store off: bodies over the inline limit
 // are queue.ErrTooLarge. A queue without a blob endpoint (an endpoint= that

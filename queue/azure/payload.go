@@ -155,14 +155,19 @@ func (q *Queue) loadPayload(ctx context.Context, op string, env []byte) (body []
 	if err != nil {
 		err = classify(ctx, op, q.name, err)
 		switch {
-		case hasCode(err, codeContainerNotFound):
-			// Not a lost payload but a configuration to fix: the
-			// container was deleted, or this consumer's blob endpoint
-			// is not the producer's account.
-			q.a.missingContainer.Store(&e.Container)
-			return nil, e.Blob, missingContainerError(e.Container, err)
 		case hasCode(err, codeBlobNotFound):
 			return nil, e.Blob, fmt.Errorf("%w: %s/%s: %w", errPayloadGone, e.Container, e.Blob, err)
+		case ctx.Err() != nil:
+			return nil, e.Blob, err // the caller gave up
+		}
+		// The payloads cannot be read now: the blob service fails, access
+		// is refused, or the container is missing (a configuration to
+		// fix: deleted, or this consumer's blob endpoint is not the
+		// producer's account). Not a lost payload; and the Gets that
+		// follow take nothing until it can be read (checkPayloads).
+		q.a.unreadable.Store(&payloadRef{container: e.Container, blob: e.Blob})
+		if hasCode(err, codeContainerNotFound) {
+			return nil, e.Blob, missingContainerError(e.Container, err)
 		}
 		return nil, e.Blob, err
 	}
@@ -191,25 +196,34 @@ func missingContainerError(name string, err error) error {
 		"Gets take no message until it exists", name, err)
 }
 
+// payloadRef names a payload blob.
+type payloadRef struct{ container, blob string }
+
 // checkPayloads fails a Get, before it takes any message, while the
-// payload container an earlier Get found missing is still missing: taking
-// messages whose payloads cannot be read would only raise their dequeue
-// counts (until a listener poisons them unrun). One blob request, made only
-// in that state.
+// payload an earlier Get could not read still cannot be read (one request
+// for its properties, the access the download needed, made only in that
+// state): taking claim-check messages whose payloads cannot be read would
+// only raise their dequeue counts, once a Get, until a listener poisoned
+// them unrun. The error is the blob service's (transient while it fails),
+// or ErrContainerNotFound. A payload gone meanwhile ends the state: the
+// next Get finds its message's payload gone.
 func (q *Queue) checkPayloads(ctx context.Context) error {
-	p := q.a.missingContainer.Load()
+	p := q.a.unreadable.Load()
 	if p == nil {
 		return nil
 	}
-	_, err := q.a.containerClient(*p).GetProperties(ctx, nil)
+	_, err := q.a.containerClient(p.container).NewBlobClient(p.blob).GetProperties(ctx, nil)
 	if err != nil {
 		err = classify(ctx, "get", q.name, err)
-		if hasCode(err, codeContainerNotFound) {
-			return missingContainerError(*p, err)
+		switch {
+		case hasCode(err, codeBlobNotFound):
+		case hasCode(err, codeContainerNotFound):
+			return missingContainerError(p.container, err)
+		default:
+			return fmt.Errorf("claim-check payloads in container %q cannot be read: %w; Gets take no message until they can", p.container, err)
 		}
-		return err
 	}
-	q.a.missingContainer.CompareAndSwap(p, nil)
+	q.a.unreadable.CompareAndSwap(p, nil)
 	return nil
 }
 

@@ -335,9 +335,10 @@ func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*dr
 // whose payload cannot be read now is released (get) and left out; one
 // whose payload blob is gone for good is deleted and left out, since no
 // consumer could ever handle it. One whose container is missing is a
-// configuration error, not a lost payload: it is released, and the Gets
-// that follow fail (checkPayloads) until the container exists. If every
-// message was left out, the first error but a gone payload's is returned.
+// configuration error, not a lost payload: it is released like one that
+// cannot be read now, and the Gets that follow fail (checkPayloads) until
+// the payload can be read. If every message was left out, the first
+// error but a gone payload's is returned.
 func (q *Queue) resolve(ctx context.Context, op string, ms []*driver.Message) ([]*driver.Message, error) {
 	var idx []int
 	for i, m := range ms {
