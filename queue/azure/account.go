@@ -56,8 +56,11 @@ const (
 	// claim-check payloads deletes expired ones.
 	DefaultSweepInterval = time.Hour
 	// DefaultPayloadGrace is how long after its message's expiry a payload
-	// is kept before the sweep deletes it: room for clock skew between
-	// this host and Azure and for a slow upload.
+	// is kept before the sweep deletes it. Both times are the storage
+	// service's, but the payload is created before its message is put
+	// (the upload and the put: a minute at most under DefaultTimeout, see
+	// ClearGrace), and the blob and queue services keep clocks of their
+	// own: an hour is ample room for both.
 	DefaultPayloadGrace = time.Hour
 	// DefaultMaxIdleConns is how many idle connections to one storage
 	// endpoint are kept for reuse: enough for 16 tasks each deleting a
@@ -285,7 +288,8 @@ type Account struct {
 	containerMu    sync.Mutex
 	containerReady atomic.Bool
 
-	clearGrace time.Duration // ClearGrace, or twice Config.Timeout if longer
+	clearGrace time.Duration    // ClearGrace, or twice Config.Timeout if longer
+	now        func() time.Time // this host's clock (tests move it)
 
 	// unreadable is a payload a Get could not read (its container
 	// missing, the blob service failing, access refused): Gets fail,
@@ -302,7 +306,7 @@ func NewAccount(cfg Config) (*Account, error) {
 	if err != nil {
 		return nil, fmt.Errorf("azure: %w", err)
 	}
-	a := &Account{cfg: cfg, httpClient: cfg.HTTPClient, clearGrace: max(ClearGrace, 2*cfg.Timeout)}
+	a := &Account{cfg: cfg, httpClient: cfg.HTTPClient, clearGrace: max(ClearGrace, 2*cfg.Timeout), now: time.Now}
 	if a.httpClient == nil {
 		a.httpClient = newHTTPClient()
 		a.ownClient = true

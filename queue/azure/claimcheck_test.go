@@ -628,3 +628,35 @@ func TestBlobOutageRaisesNoDequeueCounts(t *testing.T) {
 		t.Fatalf("dequeue count %d after the outage, want 2 (taken once in it, once after)", ms[0].DequeueCount)
 	}
 }
+
+// TestSweepIgnoresHostClocks: a payload's expiry is judged by the storage
+// service's clock, never a host's. A producer whose clock runs 3 h slow
+// and a sweeper whose clock runs 3 h fast (both beyond PayloadGrace's
+// hour) must not sweep the payload of a live message put with a TTL of an
+// hour: the message would then be deleted by the next Get as a message
+// whose payload is gone, unrun. Before the fix both clocks were the
+// hosts', and the sweep deleted it.
+func TestSweepIgnoresHostClocks(t *testing.T) {
+	t.Parallel()
+	srv := azuritetest.Shared(t)
+	name := uniq(t, "sweep-skew")
+	slow := newAccount(t, srv, azure.Config{SweepInterval: -1})
+	azure.SetClock(slow, func() time.Time { return time.Now().Add(-3 * time.Hour) })
+	fast := newAccount(t, srv, azure.Config{SweepInterval: -1})
+	azure.SetClock(fast, func() time.Time { return time.Now().Add(3 * time.Hour) })
+	producer := openQueue(t, slow, name)
+	sweeper := openQueue(t, fast, name)
+	body := randomBody(100_000)
+	if _, err := producer.Put(ctx, body, queue.PutOptions{TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []*queue.Queue{sweeper, producer} {
+		if n, err := sweep(t, q); err != nil || n != 0 {
+			t.Fatalf("Sweep of a live message's payload: deleted %d, %v; want 0", n, err)
+		}
+	}
+	ms, err := sweeper.Get(ctx, 1, time.Minute)
+	if err != nil || len(ms) != 1 || !bytes.Equal(ms[0].Body, body) {
+		t.Fatalf("Get after the sweeps: %d messages, %v; want the live one with its body", len(ms), err)
+	}
+}

@@ -119,9 +119,13 @@
 // UpdateVisibility carries the name forward.
 //
 // A payload whose message expires instead of being deleted is swept: each
-// blob's metadata holds its message's expiry (adaptq_expires, Unix
-// seconds), and Sweep deletes the queue's payloads more than
-// Config.PayloadGrace (1 h) past it. A queue handle that has put or got a
+// blob's metadata holds its message's TTL (adaptq_ttl, seconds), and Sweep
+// deletes the queue's payloads more than Config.PayloadGrace (1 h) past
+// their creation time plus it, judged by the storage service's clock (the
+// Date of its listing), never a host's, so a host whose clock is wrong
+// cannot sweep a live message's payload. (adaptq_expires, the expiry by
+// the producer's clock, is still written for earlier drivers, and read
+// only for their blobs.) A queue handle that has put or got a
 // claim-check message sweeps by itself every Config.SweepInterval (1 h;
 // sweep_interval=0 turns it off). Payloads of messages put with
 // queue.NoExpiry are never swept. Clear deletes the payloads created more

@@ -39,10 +39,17 @@ const envelopeVersion = "claim-check/v1"
 
 var envelopePrefix = []byte(`{"adaptq":"` + envelopeVersion + `"`)
 
-// metaExpires is the payload blob's metadata key holding its message's
-// expiry (Unix seconds, by this host's clock); a payload of a message put
-// with queue.NoExpiry has none and is never swept.
-const metaExpires = "adaptq_expires"
+// Metadata of a payload blob. metaTTL is its message's time-to-live in
+// whole seconds (rounded up): the sweep adds it to the blob's creation
+// time, both by the storage service's clock. metaExpires is the expiry by
+// the producer's clock (Unix seconds), which drivers before metaTTL wrote
+// and swept by; it is still written for them, and read only for a blob
+// without metaTTL. A payload of a message put with queue.NoExpiry has
+// neither and is never swept.
+const (
+	metaTTL     = "adaptq_ttl"
+	metaExpires = "adaptq_expires"
+)
 
 // receiptSep joins Azure's pop receipt, the payload blob's name and a tag
 // binding the two to the message's id, in the receipts the driver hands
@@ -114,9 +121,10 @@ func (q *Queue) storePayload(ctx context.Context, body []byte, ttl time.Duration
 	name = q.newBlobName()
 	meta := map[string]*string{}
 	if ttl != queue.NoExpiry {
-		exp := queue.ExpiresAt(time.Now(), ttl)
+		exp := queue.ExpiresAt(a.now(), ttl)
 		if !exp.IsZero() {
 			meta[metaExpires] = to.Ptr(strconv.FormatInt(exp.Unix(), 10))
+			meta[metaTTL] = to.Ptr(strconv.FormatInt(int64((ttl+time.Second-1)/time.Second), 10))
 		}
 	}
 	_, err = a.payloads.NewBlockBlobClient(name).Upload(ctx, streaming.NopCloser(bytes.NewReader(body)), &blockblob.UploadOptions{
@@ -251,11 +259,14 @@ func (q *Queue) deletePayload(ctx context.Context, msgID, name string) {
 }
 
 // Sweep deletes this queue's claim-check payloads whose message has
-// expired: blobs under "QUEUE/" in the container whose adaptq_expires
-// metadata is more than Config.PayloadGrace in the past. It returns how
-// many it deleted. A handle that has put or got a claim-check message
-// sweeps by itself every Config.SweepInterval; call Sweep to clean up on
-// your own schedule (a cron job, after an outage).
+// expired: blobs under "QUEUE/" in the container more than
+// Config.PayloadGrace past their expiry, their creation time plus their
+// adaptq_ttl metadata, judged by the storage service's clock (the Date of
+// its listing), never a host's: a host whose clock runs fast, or a
+// producer's that ran slow, cannot sweep the payload of a live message. It
+// returns how many it deleted. A handle that has put or got a claim-check
+// message sweeps by itself every Config.SweepInterval; call Sweep to clean
+// up on your own schedule (a cron job, after an outage).
 func (q *Queue) Sweep(ctx context.Context) (deleted int, err error) {
 	if err := q.begin(ctx); err != nil {
 		return 0, fmt.Errorf("azure: sweep %q: %w", q.name, err)
@@ -263,30 +274,48 @@ func (q *Queue) Sweep(ctx context.Context) (deleted int, err error) {
 	if q.a.payloads == nil {
 		return 0, nil
 	}
-	cutoff := time.Now().Add(-q.a.cfg.PayloadGrace)
-	return q.deletePayloads(ctx, "sweep", func(it *container.BlobItem) bool {
-		if it.Metadata == nil {
-			return false
-		}
-		v := it.Metadata[metaExpires]
-		if v == nil {
-			// Azure returns metadata keys as they were set; be lenient.
-			for k, vv := range it.Metadata {
-				if strings.EqualFold(k, metaExpires) {
-					v = vv
-				}
-			}
-		}
-		if v == nil {
-			return false
-		}
-		sec, err := strconv.ParseInt(*v, 10, 64)
-		return err == nil && time.Unix(sec, 0).Before(cutoff)
+	grace := q.a.cfg.PayloadGrace
+	return q.deletePayloads(ctx, "sweep", func(it *container.BlobItem, now time.Time) bool {
+		exp, ok := payloadExpiry(it)
+		return ok && !now.IsZero() && exp.Add(grace).Before(now)
 	})
 }
 
-// deletePayloads deletes the queue's payload blobs that match.
-func (q *Queue) deletePayloads(ctx context.Context, op string, match func(*container.BlobItem) bool) (int, error) {
+// payloadExpiry is a payload's expiry: its creation time plus its
+// adaptq_ttl, or, for a blob an earlier driver wrote, its adaptq_expires.
+func payloadExpiry(it *container.BlobItem) (time.Time, bool) {
+	if v, ok := metadata(it, metaTTL); ok {
+		sec, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || sec < 0 || it.Properties == nil || it.Properties.CreationTime == nil {
+			return time.Time{}, false
+		}
+		return it.Properties.CreationTime.Add(time.Duration(sec) * time.Second), true
+	}
+	if v, ok := metadata(it, metaExpires); ok {
+		sec, err := strconv.ParseInt(v, 10, 64)
+		return time.Unix(sec, 0), err == nil
+	}
+	return time.Time{}, false
+}
+
+// metadata is a blob's metadata value for key. Azure returns keys as they
+// were set; be lenient about their case.
+func metadata(it *container.BlobItem, key string) (string, bool) {
+	if v := it.Metadata[key]; v != nil {
+		return *v, true
+	}
+	for k, v := range it.Metadata {
+		if v != nil && strings.EqualFold(k, key) {
+			return *v, true
+		}
+	}
+	return "", false
+}
+
+// deletePayloads deletes the queue's payload blobs that match; match
+// gets the storage service's time (the Date of the listing's answer; zero
+// if it had none).
+func (q *Queue) deletePayloads(ctx context.Context, op string, match func(it *container.BlobItem, now time.Time) bool) (int, error) {
 	pager := q.a.payloads.NewListBlobsFlatPager(&container.ListBlobsFlatOptions{
 		Prefix:  to.Ptr(q.name + "/"),
 		Include: container.ListBlobsInclude{Metadata: true},
@@ -301,8 +330,12 @@ func (q *Queue) deletePayloads(ctx context.Context, op string, match func(*conta
 			}
 			return deleted, err
 		}
+		var now time.Time
+		if page.Date != nil {
+			now = *page.Date
+		}
 		for _, it := range page.Segment.BlobItems {
-			if it.Name == nil || !q.ownBlob(*it.Name) || !match(it) {
+			if it.Name == nil || !q.ownBlob(*it.Name) || !match(it, now) {
 				continue
 			}
 			_, err := q.a.payloads.NewBlobClient(*it.Name).Delete(ctx, nil)

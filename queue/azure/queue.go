@@ -571,7 +571,7 @@ func (q *Queue) Clear(ctx context.Context) error {
 		return nil
 	}
 	cutoff := resp.Date.Add(-q.a.clearGrace)
-	if _, err := q.deletePayloads(ctx, "clear", func(it *container.BlobItem) bool {
+	if _, err := q.deletePayloads(ctx, "clear", func(it *container.BlobItem, _ time.Time) bool {
 		return it.Properties != nil && it.Properties.CreationTime != nil && it.Properties.CreationTime.Before(cutoff)
 	}); err != nil {
 		q.log.Warn("azure: deleting the payloads of cleared messages failed; the sweep will delete them after their expiry", zap.Error(err))
