@@ -291,11 +291,6 @@ type Account struct {
 	clearGrace time.Duration    // ClearGrace, or twice Config.Timeout if longer
 	now        func() time.Time // this host's clock (tests move it)
 
-	// unreadable is a payload a Get could not read (its container
-	// missing, the blob service failing, access refused): Gets fail,
-	// taking no message, until it can be read again (checkPayloads).
-	unreadable atomic.Pointer[payloadRef]
-
 	closed atomic.Bool
 	refs   atomic.Int32 // queues opened by URL that share the account
 }

@@ -173,7 +173,7 @@ func (q *Queue) loadPayload(ctx context.Context, op string, env []byte) (body []
 		// fix: deleted, or this consumer's blob endpoint is not the
 		// producer's account). Not a lost payload; and the Gets that
 		// follow take nothing until it can be read (checkPayloads).
-		q.a.unreadable.Store(&payloadRef{container: e.Container, blob: e.Blob})
+		q.unreadable.Store(&payloadRef{container: e.Container, blob: e.Blob})
 		if hasCode(err, codeContainerNotFound) {
 			return nil, e.Blob, missingContainerError(e.Container, err)
 		}
@@ -216,7 +216,7 @@ type payloadRef struct{ container, blob string }
 // or ErrContainerNotFound. A payload gone meanwhile ends the state: the
 // next Get finds its message's payload gone.
 func (q *Queue) checkPayloads(ctx context.Context) error {
-	p := q.a.unreadable.Load()
+	p := q.unreadable.Load()
 	if p == nil {
 		return nil
 	}
@@ -231,7 +231,7 @@ func (q *Queue) checkPayloads(ctx context.Context) error {
 			return fmt.Errorf("claim-check payloads in container %q cannot be read: %w; Gets take no message until they can", p.container, err)
 		}
 	}
-	q.a.unreadable.CompareAndSwap(p, nil)
+	q.unreadable.CompareAndSwap(p, nil)
 	return nil
 }
 

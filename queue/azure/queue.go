@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
@@ -44,6 +45,11 @@ type Queue struct {
 	sweepOnce sync.Once
 	sweepStop chan struct{}
 	sweepDone chan struct{}
+
+	// unreadable is a payload a Get of this handle could not read (its
+	// container missing, the blob service failing, access refused): its
+	// Gets fail, taking no message, until it can be read (checkPayloads).
+	unreadable atomic.Pointer[payloadRef]
 }
 
 var _ driver.Queue = (*Queue)(nil)
