@@ -160,6 +160,12 @@
 // The SDK's retry policy is off (one try per call): the caller's backoff
 // (the listener's) is the only retry policy, and the cost meter counts
 // every attempt. Each request is bounded by Config.Timeout (timeout=, 30 s).
+// A call that changes the queue (Put, Delete, UpdateVisibility, Clear)
+// whose caller gives up once its request is sent still waits for the
+// answer (within that timeout) and returns what it did: Azure acts on a
+// request it received whether or not the client still listens, so a call
+// that returned the context's error must not act afterwards. A context
+// that ended before the request went out sends nothing.
 // Errors map to the contract's:
 //
 //	400 PopReceiptMismatch                 queue.ErrReceiptMismatch

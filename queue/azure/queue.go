@@ -216,6 +216,24 @@ func (q *Queue) call(ctx context.Context, op string, f func() error) error {
 	return err
 }
 
+// sending is the context a request that changes the queue (put, delete,
+// update, clear) is sent on, once the caller's context allows it to start:
+// not the caller's, which would abandon the request when the caller gives
+// up, though Azure acts on a request it received whether or not its client
+// still listens, so a call that returned an error would act afterwards.
+// The request runs to its answer, bounded by Config.Timeout, and the call
+// returns what it did. Without a timeout (Timeout negative) it is the
+// caller's.
+func (q *Queue) sending(ctx context.Context) (context.Context, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // nothing sent
+	}
+	if q.a.cfg.Timeout <= 0 {
+		return ctx, nil
+	}
+	return context.WithoutCancel(ctx), nil
+}
+
 // seconds rounds d up to whole seconds, Azure's resolution, so a message is
 // never hidden or kept for less than asked.
 func seconds(d time.Duration) int32 {
@@ -266,10 +284,17 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts driver.PutOptions) (s
 		}
 		o.VisibilityTimeout = to.Ptr(v)
 	}
+	sctx, err := q.sending(ctx)
+	if err != nil {
+		if blobName != "" {
+			q.deletePayload(ctx, "", blobName) // no message was sent
+		}
+		return "", err
+	}
 	var resp azqueue.EnqueueMessagesResponse
-	err = q.call(ctx, "put", func() error {
+	err = q.call(sctx, "put", func() error {
 		var err error
-		resp, err = q.qc.EnqueueMessage(ctx, text, o)
+		resp, err = q.qc.EnqueueMessage(sctx, text, o)
 		return err
 	})
 	if err == nil && (len(resp.Messages) == 0 || resp.Messages[0].MessageID == nil) {
@@ -464,7 +489,11 @@ func (q *Queue) deleteMessage(ctx context.Context, id, popReceipt string) error 
 		return queue.ErrClosed
 	}
 	receipt, blobName, bound := q.splitReceipt(popReceipt, id)
-	_, err := q.qc.DeleteMessage(ctx, id, receipt, nil)
+	ctx, err := q.sending(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = q.qc.DeleteMessage(ctx, id, receipt, nil)
 	if err != nil {
 		err = classify(ctx, "delete", q.name, err)
 		if errors.Is(err, ErrQueueNotFound) {
@@ -500,6 +529,10 @@ func (q *Queue) updateVisibility(ctx context.Context, id, popReceipt string, d t
 		return "", queue.ErrClosed
 	}
 	receipt, blobName, _ := q.splitReceipt(popReceipt, id)
+	ctx, err := q.sending(ctx)
+	if err != nil {
+		return "", err
+	}
 	resp, err := q.qc.UpdateMessage(context.WithValue(ctx, visibilityOnlyKey{}, true), id, receipt, "",
 		&azqueue.UpdateMessageOptions{VisibilityTimeout: to.Ptr(seconds(d))})
 	if err != nil {
@@ -564,10 +597,14 @@ func (q *Queue) Count(ctx context.Context) (int, error) {
 // arrives after the Clear and must find its body: it is spared, and left
 // to the sweep if its message was cleared.
 func (q *Queue) Clear(ctx context.Context) error {
+	sctx, err := q.sending(ctx)
+	if err != nil {
+		return err
+	}
 	var resp azqueue.ClearMessagesResponse
-	err := q.call(ctx, "clear", func() error {
+	err = q.call(sctx, "clear", func() error {
 		var err error
-		resp, err = q.qc.ClearMessages(ctx, nil)
+		resp, err = q.qc.ClearMessages(sctx, nil)
 		return err
 	})
 	if err != nil {
