@@ -267,6 +267,24 @@ func (c *Client) ctx(ctx context.Context, extra time.Duration) (context.Context,
 	return context.WithTimeout(ctx, c.cfg.Timeout+extra)
 }
 
+// sending bounds a request that changes a queue (send, delete, visibility
+// change, purge) by the client's timeout, once the caller's context allows
+// it to start, but not by the caller's cancel: SQS acts on a request it
+// received whether or not its client still listens, so a call that
+// abandoned its request when its caller gave up would return an error and
+// act afterwards. The request runs to its answer and the call returns what
+// it did. Without a timeout (Timeout negative) it is the caller's context.
+func (c *Client) sending(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err // nothing sent
+	}
+	if c.cfg.Timeout <= 0 {
+		return ctx, func() {}, nil
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.Timeout)
+	return rctx, cancel, nil
+}
+
 // Queue opens the queue called name, creating it unless Config.NoCreate.
 // opts configure the handle as in queue.New (a meter, a wrapper).
 func (c *Client) Queue(ctx context.Context, name string, opts ...queue.Option) (*queue.Queue, error) {
