@@ -56,8 +56,11 @@ const (
 	// claim-check payloads deletes expired ones.
 	DefaultSweepInterval = time.Hour
 	// DefaultPayloadGrace is how long after its message's expiry a payload
-	// is kept before the sweep deletes it: room for clock skew between
-	// this host and Azure and for a slow upload.
+	// is kept before the sweep deletes it. Both times are the storage
+	// service's, but the payload is created before its message is put
+	// (the upload and the put: a minute at most under DefaultTimeout, see
+	// ClearGrace), and the blob and queue services keep clocks of their
+	// own: an hour is ample room for both.
 	DefaultPayloadGrace = time.Hour
 	// DefaultMaxIdleConns is how many idle connections to one storage
 	// endpoint are kept for reuse: enough for 16 tasks each deleting a
@@ -69,6 +72,19 @@ const (
 	// request never goes out on one the server is closing (which fails a
 	// non-idempotent call such as a Delete for nothing).
 	DefaultIdleConnTimeout = 4 * time.Second
+	// ClearGrace is how old a claim-check payload must be, by the blob
+	// service's clock, for Clear to delete it: a Put writes the payload
+	// first and then puts its message, so a payload younger than that may
+	// belong to a message still on its way, which would arrive after the
+	// Clear without its body. The two requests are one try each, bounded
+	// by Config.Timeout (DefaultTimeout, 30 s: a minute for both); ten
+	// minutes leaves room for a producer stalled between them (a GC
+	// pause, a suspended VM, a machine too busy to schedule it) and for
+	// the skew between the blob and queue services' clocks. A longer
+	// Config.Timeout raises it to twice that timeout. A spared payload
+	// whose message the Clear did delete is the sweep's (after its
+	// expiry and Config.PayloadGrace).
+	ClearGrace = 10 * time.Minute
 )
 
 // Config describes an account and how its queues behave. The zero value of
@@ -272,6 +288,9 @@ type Account struct {
 	containerMu    sync.Mutex
 	containerReady atomic.Bool
 
+	clearGrace time.Duration    // ClearGrace, or twice Config.Timeout if longer
+	now        func() time.Time // this host's clock (tests move it)
+
 	closed atomic.Bool
 	refs   atomic.Int32 // queues opened by URL that share the account
 }
@@ -282,7 +301,7 @@ func NewAccount(cfg Config) (*Account, error) {
 	if err != nil {
 		return nil, fmt.Errorf("azure: %w", err)
 	}
-	a := &Account{cfg: cfg, httpClient: cfg.HTTPClient}
+	a := &Account{cfg: cfg, httpClient: cfg.HTTPClient, clearGrace: max(ClearGrace, 2*cfg.Timeout), now: time.Now}
 	if a.httpClient == nil {
 		a.httpClient = newHTTPClient()
 		a.ownClient = true

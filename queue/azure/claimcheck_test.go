@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"math/rand/v2"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/azure"
 	"github.com/adaptq/adaptq/queue/azure/azuritetest"
+	"github.com/adaptq/adaptq/queue/queuetest"
 )
 
 func randomBody(n int) []byte {
@@ -224,10 +226,12 @@ func TestClaimCheckSweep(t *testing.T) {
 }
 
 // TestClaimCheckClear: Clear deletes the payloads of the cleared messages
-// and no other queue's.
+// and no other queue's. ClearGrace is set to a second: the payloads are
+// older than that when the Clear comes.
 func TestClaimCheckClear(t *testing.T) {
 	srv := azuritetest.Shared(t)
 	acct := newAccount(t, srv, azure.Config{})
+	azure.SetClearGrace(acct, time.Second)
 	q := openQueue(t, acct, uniq(t, "clear-payloads"))
 	other := openQueue(t, acct, uniq(t, "clear-payloads-other"))
 	for range 2 {
@@ -238,7 +242,7 @@ func TestClaimCheckClear(t *testing.T) {
 	if _, err := other.Put(ctx, randomBody(70_000), queue.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1100 * time.Millisecond) // creation times are in whole seconds
+	time.Sleep(2100 * time.Millisecond) // creation times are in whole seconds: past the grace
 	if err := q.Clear(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -401,5 +405,258 @@ func TestVisibilityRounding(t *testing.T) {
 	got, _ := q.Get(ctx, 1, time.Second)
 	if len(got) != 0 && time.Since(gotAt) < time.Second {
 		t.Error("a 200ms visibility did not hide the message at once")
+	}
+}
+
+// TestClearSparesPayloadsOnTheirWay: a claim-check Put writes its payload
+// before it puts its message, so a Clear between the two must not delete
+// the payload: the message arrives after the Clear and must come with its
+// body. The put's request is held at a proxy in front of the queue
+// service while the Clear runs, a second later by the servers' clocks
+// (creation times are whole seconds). Before the fix the Clear deleted
+// every payload created before it, and the Get that followed found the
+// message without its payload and deleted it: lost.
+func TestClearSparesPayloadsOnTheirWay(t *testing.T) {
+	t.Parallel()
+	srv := azuritetest.Shared(t)
+	proxy := newFaultProxy(t, srv.QueueEndpoint)
+	acct := newAccount(t, srv, azure.Config{QueueEndpoint: proxyEndpoint(proxy)})
+	name := uniq(t, "clear-on-the-way")
+	q := openQueue(t, acct, name)
+	direct := openQueue(t, newAccount(t, srv, azure.Config{}), name)
+
+	arrived, release := make(chan struct{}), make(chan struct{})
+	proxy.Arm(1, queuetest.HTTPFault{Name: "hold_put", Do: func(w http.ResponseWriter, _ *http.Request, forward func(http.ResponseWriter)) {
+		close(arrived)
+		<-release
+		forward(w)
+	}})
+	body := randomBody(100_000)
+	type result struct {
+		id  string
+		err error
+	}
+	put := make(chan result, 1)
+	go func() {
+		id, err := q.Put(ctx, body, queue.PutOptions{})
+		put <- result{id, err}
+	}()
+	<-arrived // the payload is stored; its message is on its way
+	if bs := blobs(t, srv, azure.DefaultContainer, name+"/"); len(bs) != 1 {
+		close(release)
+		t.Fatalf("payload blobs while the put is held: %v, want one", bs)
+	}
+	time.Sleep(1100 * time.Millisecond) // the Clear's Date a second past the payload's creation
+	if err := direct.Clear(ctx); err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	close(release)
+	r := <-put
+	if r.err != nil {
+		t.Fatalf("the held Put: %v", r.err)
+	}
+	ms, err := direct.Get(ctx, 32, time.Minute)
+	if err != nil || len(ms) != 1 || ms[0].ID != r.id || !bytes.Equal(ms[0].Body, body) {
+		t.Fatalf("Get after the Clear: %d messages, %v; want the one put after it, with its body", len(ms), err)
+	}
+	if err := direct.Delete(ctx, ms[0].ID, ms[0].PopReceipt); err != nil {
+		t.Fatal(err)
+	}
+	if bs := blobs(t, srv, azure.DefaultContainer, name+"/"); len(bs) != 0 {
+		t.Fatalf("payload %v left after its message was deleted", bs)
+	}
+}
+
+// TestMissingContainerIsAConfigError: a claim-check message whose payload
+// container does not exist (an operator deleted it, or the consumer's
+// blob_endpoint is not the producer's account) is a configuration error
+// the consumer must hear of, never a message whose payload is gone: Get
+// keeps it, releases it, and the Gets that follow fail with
+// ErrContainerNotFound, naming the container, without taking any message
+// (which would raise its dequeue count until the listener poisoned it
+// unrun), until the container exists again. Before the fix the first Get
+// deleted the message and the next ones returned nothing.
+func TestMissingContainerIsAConfigError(t *testing.T) {
+	t.Parallel()
+	srv := azuritetest.Shared(t)
+	cname := uniq(t, "missing-container")
+	name := uniq(t, "missing-container-q")
+	acct := newAccount(t, srv, azure.Config{Container: cname})
+	q := openQueue(t, acct, name)
+	big := randomBody(100_000)
+	if _, err := q.Put(ctx, big, queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Put(ctx, []byte("small"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rawContainer(t, srv, cname).Delete(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := q.Get(ctx, 32, time.Minute)
+	if err != nil || len(ms) != 1 || string(ms[0].Body) != "small" {
+		t.Fatalf("the first Get: %d messages, %v; want the small one", len(ms), err)
+	}
+	for i := range 2 {
+		ms, err := q.Get(ctx, 32, time.Minute)
+		if !errors.Is(err, azure.ErrContainerNotFound) || queue.IsTransient(err) || !strings.Contains(err.Error(), cname) {
+			t.Fatalf("Get %d after the container was deleted: %d messages, %v; want ErrContainerNotFound naming %s, not transient", i+2, len(ms), err, cname)
+		}
+	}
+	// Nothing was deleted, and the Gets that failed took nothing: the
+	// large message was dequeued once.
+	raw := rawQueue(t, srv, name)
+	resp, err := raw.PeekMessages(ctx, &azqueue.PeekMessagesOptions{NumberOfMessages: to.Ptr(int32(32))})
+	if err != nil || len(resp.Messages) != 1 || *resp.Messages[0].DequeueCount != 1 {
+		n := -1
+		if err == nil && len(resp.Messages) == 1 {
+			n = int(*resp.Messages[0].DequeueCount)
+		}
+		t.Fatalf("raw peek: %d visible messages (dequeue count %d), %v; want the large one, released, dequeued once", len(resp.Messages), n, err)
+	}
+	// The container back (its payloads are not): Gets take messages again.
+	if _, err := rawContainer(t, srv, cname).Create(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Put(ctx, []byte("after"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for range 3 {
+		ms, err := q.Get(ctx, 32, time.Minute)
+		if err != nil {
+			t.Fatalf("Get with the container back: %v", err)
+		}
+		for _, m := range ms {
+			got[string(m.Body)] = true
+		}
+		if got["after"] {
+			break
+		}
+	}
+	if !got["after"] {
+		t.Fatal("Gets with the container back did not return the message put since")
+	}
+}
+
+// TestLostDeleteReplyDeletesPayload: a Delete of a claim-check message
+// whose answer was lost deleted the message but never heard so, and left
+// the payload; the caller's retry finds the message gone (ErrNotFound) and
+// must delete the payload then, since no message can name it any more.
+// Before the fix the payload stayed until the sweep (after its message's
+// expiry and PayloadGrace; for a message put with NoExpiry, forever).
+func TestLostDeleteReplyDeletesPayload(t *testing.T) {
+	t.Parallel()
+	srv := azuritetest.Shared(t)
+	proxy := newFaultProxy(t, srv.QueueEndpoint)
+	acct := newAccount(t, srv, azure.Config{QueueEndpoint: proxyEndpoint(proxy)})
+	name := uniq(t, "lost-delete-payload")
+	q := openQueue(t, acct, name)
+	if _, err := q.Put(ctx, randomBody(100_000), queue.PutOptions{TTL: queue.NoExpiry}); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := q.Get(ctx, 1, time.Minute)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("Get: %d, %v", len(ms), err)
+	}
+	proxy.Arm(1, queuetest.LoseAnswer)
+	if err := q.Delete(ctx, ms[0].ID, ms[0].PopReceipt); err == nil {
+		t.Fatal("the Delete whose answer was lost succeeded")
+	}
+	if _, faults := proxy.Counts(); faults["lose_answer"] != 1 {
+		t.Fatalf("faults %v, want the lost answer", faults)
+	}
+	if err := q.Delete(ctx, ms[0].ID, ms[0].PopReceipt); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("the retried Delete: %v, want ErrNotFound", err)
+	}
+	if bs := blobs(t, srv, azure.DefaultContainer, name+"/"); len(bs) != 0 {
+		t.Fatalf("payload %v left after its message was deleted", bs)
+	}
+	// A receipt passed with the id of no message deletes no payload: the
+	// receipt is another message's, which is live.
+	if _, err := q.Put(ctx, randomBody(100_000), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	live, err := q.Get(ctx, 1, time.Minute)
+	if err != nil || len(live) != 1 {
+		t.Fatalf("Get: %d, %v", len(live), err)
+	}
+	if err := q.Delete(ctx, "00000000-0000-0000-0000-000000000000", live[0].PopReceipt); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("Delete of no message with a live one's receipt: %v, want ErrNotFound", err)
+	}
+	if bs := blobs(t, srv, azure.DefaultContainer, name+"/"); len(bs) != 1 {
+		t.Fatalf("payloads %v after a Delete of no message; the live one's must stay", bs)
+	}
+	if err := q.Delete(ctx, live[0].ID, live[0].PopReceipt); err != nil {
+		t.Fatalf("the live message's own Delete: %v", err)
+	}
+}
+
+// TestBlobOutageRaisesNoDequeueCounts: while the blob service fails (503
+// ServerBusy at a proxy in front of it) and the queue service works, a
+// claim-check message cannot be handled; Gets must fail, transiently,
+// without taking it again and again: each take raises its dequeue count,
+// and a listener poisons a message whose count passed MaxDequeueCount
+// without running it. The first Get that meets the outage takes it once;
+// when the blob service is back, the message comes with a dequeue count of
+// 2. Before the fix every Get took and released it: 7 after six Gets in
+// the outage, poisoned unrun by the listener's default (5).
+func TestBlobOutageRaisesNoDequeueCounts(t *testing.T) {
+	t.Parallel()
+	srv := azuritetest.Shared(t)
+	blobProxy := newFaultProxy(t, srv.BlobEndpoint)
+	acct := newAccount(t, srv, azure.Config{BlobEndpoint: proxyEndpoint(blobProxy), Container: uniq(t, "blob-outage-c")})
+	q := openQueue(t, acct, uniq(t, "blob-outage"))
+	body := randomBody(100_000)
+	if _, err := q.Put(ctx, body, queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	blobProxy.Arm(1000, faultBusy)
+	for i := range 6 {
+		ms, err := q.Get(ctx, 32, time.Minute)
+		if err == nil || !queue.IsTransient(err) || len(ms) != 0 {
+			t.Fatalf("Get %d in the blob outage: %d messages, %v; want a transient error", i+1, len(ms), err)
+		}
+	}
+	blobProxy.Arm(0)
+	ms, err := q.Get(ctx, 32, time.Minute)
+	if err != nil || len(ms) != 1 || !bytes.Equal(ms[0].Body, body) {
+		t.Fatalf("Get after the outage: %d messages, %v; want the message with its body", len(ms), err)
+	}
+	if ms[0].DequeueCount != 2 {
+		t.Fatalf("dequeue count %d after the outage, want 2 (taken once in it, once after)", ms[0].DequeueCount)
+	}
+}
+
+// TestSweepIgnoresHostClocks: a payload's expiry is judged by the storage
+// service's clock, never a host's. A producer whose clock runs 3 h slow
+// and a sweeper whose clock runs 3 h fast (both beyond PayloadGrace's
+// hour) must not sweep the payload of a live message put with a TTL of an
+// hour: the message would then be deleted by the next Get as a message
+// whose payload is gone, unrun. Before the fix both clocks were the
+// hosts', and the sweep deleted it.
+func TestSweepIgnoresHostClocks(t *testing.T) {
+	t.Parallel()
+	srv := azuritetest.Shared(t)
+	name := uniq(t, "sweep-skew")
+	slow := newAccount(t, srv, azure.Config{SweepInterval: -1})
+	azure.SetClock(slow, func() time.Time { return time.Now().Add(-3 * time.Hour) })
+	fast := newAccount(t, srv, azure.Config{SweepInterval: -1})
+	azure.SetClock(fast, func() time.Time { return time.Now().Add(3 * time.Hour) })
+	producer := openQueue(t, slow, name)
+	sweeper := openQueue(t, fast, name)
+	body := randomBody(100_000)
+	if _, err := producer.Put(ctx, body, queue.PutOptions{TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []*queue.Queue{sweeper, producer} {
+		if n, err := sweep(t, q); err != nil || n != 0 {
+			t.Fatalf("Sweep of a live message's payload: deleted %d, %v; want 0", n, err)
+		}
+	}
+	ms, err := sweeper.Get(ctx, 1, time.Minute)
+	if err != nil || len(ms) != 1 || !bytes.Equal(ms[0].Body, body) {
+		t.Fatalf("Get after the sweeps: %d messages, %v; want the live one with its body", len(ms), err)
 	}
 }

@@ -113,20 +113,39 @@
 // the original body. No inline body starts with the envelope's first bytes
 // (a body that does is stored as a blob as well), so the two never mix up.
 // The receipt of a claim-check message names its blob (Azure's pop receipt,
-// "|", the blob's name), so Delete, in any process, deletes the blob after
-// the message; UpdateVisibility carries the name forward.
+// "|", the blob's name, "|", a tag binding the name to the message's id),
+// so Delete, in any process, deletes the blob after the message, or when
+// it finds the message gone (a retry of a delete whose answer was lost);
+// UpdateVisibility carries the name forward.
 //
 // A payload whose message expires instead of being deleted is swept: each
-// blob's metadata holds its message's expiry (adaptq_expires, Unix
-// seconds), and Sweep deletes the queue's payloads more than
-// Config.PayloadGrace (1 h) past it. A queue handle that has put or got a
+// blob's metadata holds its message's TTL (adaptq_ttl, seconds), and Sweep
+// deletes the queue's payloads more than Config.PayloadGrace (1 h) past
+// their creation time plus it, judged by the storage service's clock (the
+// Date of its listing), never a host's, so a host whose clock is wrong
+// cannot sweep a live message's payload. (adaptq_expires, the expiry by
+// the producer's clock, is still written for earlier drivers, and read
+// only for their blobs.) A queue handle that has put or got a
 // claim-check message sweeps by itself every Config.SweepInterval (1 h;
 // sweep_interval=0 turns it off). Payloads of messages put with
-// queue.NoExpiry are never swept. Clear deletes the payloads created before
-// it began. A message whose payload is gone for good (deleted by hand) can
-// never be handled: Get deletes it, logs a warning and leaves it out. A
-// payload that cannot be read now (a transient error) has its message
-// released and left out of the batch.
+// queue.NoExpiry are never swept. Clear deletes the payloads created more
+// than ClearGrace (10 min) before it began: a younger one may belong to a
+// message still on its way (Put stores the payload before the message),
+// which must find its body after the Clear; a spared payload whose message
+// was cleared is the sweep's. A message whose payload blob is gone for
+// good (deleted by hand) can never be handled: Get deletes it, logs a
+// warning and leaves it out. A payload container that does not exist (it
+// was deleted, or blob_endpoint= names another account than the
+// producer's) is a configuration error, never taken for lost payloads:
+// the Get that meets it releases those messages, and the Gets that follow
+// fail with ErrContainerNotFound, naming the container, taking no message
+// (whose dequeue count would grow until a listener poisoned it unrun),
+// until it exists again. A payload that cannot be read now (the blob
+// service fails, access is refused) has its message released and left out
+// of the batch, and the Gets that follow fail the same way, taking no
+// message, until a request for that payload's properties succeeds: an
+// outage of the blob service alone raises a claim-check message's dequeue
+// count once, not once a Get.
 //
 // claim_check=false turns the blob store off: bodies over the inline limit
 // are queue.ErrTooLarge. A queue without a blob endpoint (an endpoint= that
@@ -141,6 +160,12 @@
 // The SDK's retry policy is off (one try per call): the caller's backoff
 // (the listener's) is the only retry policy, and the cost meter counts
 // every attempt. Each request is bounded by Config.Timeout (timeout=, 30 s).
+// A call that changes the queue (Put, Delete, UpdateVisibility, Clear)
+// whose caller gives up once its request is sent still waits for the
+// answer (within that timeout) and returns what it did: Azure acts on a
+// request it received whether or not the client still listens, so a call
+// that returned the context's error must not act afterwards. A context
+// that ended before the request went out sends nothing.
 // Errors map to the contract's:
 //
 //	400 PopReceiptMismatch                 queue.ErrReceiptMismatch

@@ -19,8 +19,9 @@ import (
 // create it (create=false).
 var ErrQueueNotFound = errors.New("azure: queue does not exist")
 
-// ErrContainerNotFound: the claim-check container does not exist and the
-// driver was told not to create it (create=false).
+// ErrContainerNotFound: the claim-check container does not exist: a Put
+// with create=false, or a Get of a message whose payload is in it (a
+// configuration error, not a lost payload: see the package doc).
 var ErrContainerNotFound = errors.New("azure: payload container does not exist")
 
 // Azure Storage error codes the driver maps (x-ms-error-code).

@@ -20,8 +20,8 @@ import (
 // the queue service, which saves its database on SIGTERM and reads it back:
 // messages, visibility and dequeue counts survive. ClockSkew does not
 // apply: the driver decides nothing by this host's clock (visibility and
-// TTL are Azure's, kept by the server), which dates only claim-check
-// payloads' expiry, swept an hour (Config.PayloadGrace) after it.
+// TTL are Azure's, kept by the server, and claim-check payloads are swept
+// by the blob service's clock: TestSweepIgnoresHostClocks).
 func TestFaults(t *testing.T) {
 	t.Parallel()
 	harness := func(t *testing.T, srv *azuritetest.Server) *queuetest.FaultHarness {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -38,15 +39,22 @@ const envelopeVersion = "claim-check/v1"
 
 var envelopePrefix = []byte(`{"adaptq":"` + envelopeVersion + `"`)
 
-// metaExpires is the payload blob's metadata key holding its message's
-// expiry (Unix seconds, by this host's clock); a payload of a message put
-// with queue.NoExpiry has none and is never swept.
-const metaExpires = "adaptq_expires"
+// Metadata of a payload blob. metaTTL is its message's time-to-live in
+// whole seconds (rounded up): the sweep adds it to the blob's creation
+// time, both by the storage service's clock. metaExpires is the expiry by
+// the producer's clock (Unix seconds), which drivers before metaTTL wrote
+// and swept by; it is still written for them, and read only for a blob
+// without metaTTL. A payload of a message put with queue.NoExpiry has
+// neither and is never swept.
+const (
+	metaTTL     = "adaptq_ttl"
+	metaExpires = "adaptq_expires"
+)
 
-// receiptSep joins Azure's pop receipt and the payload blob's name in the
-// receipts the driver hands out for claim-check messages, so that Delete,
-// in any process, knows which blob to delete. Azure's receipts are base64
-// and never hold it.
+// receiptSep joins Azure's pop receipt, the payload blob's name and a tag
+// binding the two to the message's id, in the receipts the driver hands
+// out for claim-check messages, so that Delete, in any process, knows which
+// blob to delete. Azure's receipts are base64 and never hold it.
 const receiptSep = "|"
 
 func isEnvelope(b []byte) bool { return bytes.HasPrefix(b, envelopePrefix) }
@@ -69,19 +77,37 @@ func (q *Queue) ownBlob(name string) bool {
 	return err == nil
 }
 
-func joinReceipt(azureReceipt, blobName string) string {
+// joinReceipt is the receipt of claim-check message id whose payload is
+// blobName: Azure's pop receipt, the blob's name and receiptTag.
+func joinReceipt(azureReceipt, blobName, id string) string {
 	if blobName == "" {
 		return azureReceipt
 	}
-	return azureReceipt + receiptSep + blobName
+	return azureReceipt + receiptSep + blobName + receiptSep + receiptTag(id, blobName)
 }
 
-// splitReceipt separates Azure's pop receipt from the payload's name.
-func (q *Queue) splitReceipt(r string) (azureReceipt, blobName string) {
-	if a, b, ok := strings.Cut(r, receiptSep); ok && q.ownBlob(b) {
-		return a, b
+// receiptTag binds a payload's name to its message's id in a receipt: a
+// Delete that finds its message gone deletes the payload its receipt names
+// only if the tag shows the receipt is that message's (a receipt passed
+// with another message's id must not delete a live message's payload).
+func receiptTag(id, blobName string) string {
+	h := sha256.Sum256([]byte(id + receiptSep + blobName))
+	return hex.EncodeToString(h[:8])
+}
+
+// splitReceipt separates Azure's pop receipt from the payload's name, and
+// tells whether the receipt's tag binds that payload to message id (a
+// receipt of a driver before the tag has none).
+func (q *Queue) splitReceipt(r, id string) (azureReceipt, blobName string, bound bool) {
+	a, rest, ok := strings.Cut(r, receiptSep)
+	if !ok {
+		return r, "", false
 	}
-	return r, ""
+	b, tag, tagged := strings.Cut(rest, receiptSep)
+	if !q.ownBlob(b) {
+		return r, "", false
+	}
+	return a, b, tagged && tag == receiptTag(id, b)
 }
 
 // storePayload uploads body as a new blob and returns the envelope text's
@@ -95,9 +121,10 @@ func (q *Queue) storePayload(ctx context.Context, body []byte, ttl time.Duration
 	name = q.newBlobName()
 	meta := map[string]*string{}
 	if ttl != queue.NoExpiry {
-		exp := queue.ExpiresAt(time.Now(), ttl)
+		exp := queue.ExpiresAt(a.now(), ttl)
 		if !exp.IsZero() {
 			meta[metaExpires] = to.Ptr(strconv.FormatInt(exp.Unix(), 10))
+			meta[metaTTL] = to.Ptr(strconv.FormatInt(int64((ttl+time.Second-1)/time.Second), 10))
 		}
 	}
 	_, err = a.payloads.NewBlockBlobClient(name).Upload(ctx, streaming.NopCloser(bytes.NewReader(body)), &blockblob.UploadOptions{
@@ -135,8 +162,20 @@ func (q *Queue) loadPayload(ctx context.Context, op string, env []byte) (body []
 	resp, err := c.NewBlobClient(e.Blob).DownloadStream(ctx, nil)
 	if err != nil {
 		err = classify(ctx, op, q.name, err)
-		if hasCode(err, codeBlobNotFound, codeContainerNotFound) {
+		switch {
+		case hasCode(err, codeBlobNotFound):
 			return nil, e.Blob, fmt.Errorf("%w: %s/%s: %w", errPayloadGone, e.Container, e.Blob, err)
+		case ctx.Err() != nil:
+			return nil, e.Blob, err // the caller gave up
+		}
+		// The payloads cannot be read now: the blob service fails, access
+		// is refused, or the container is missing (a configuration to
+		// fix: deleted, or this consumer's blob endpoint is not the
+		// producer's account). Not a lost payload; and the Gets that
+		// follow take nothing until it can be read (checkPayloads).
+		q.unreadable.Store(&payloadRef{container: e.Container, blob: e.Blob})
+		if hasCode(err, codeContainerNotFound) {
+			return nil, e.Blob, missingContainerError(e.Container, err)
 		}
 		return nil, e.Blob, err
 	}
@@ -156,6 +195,44 @@ func (q *Queue) loadPayload(ctx context.Context, op string, env []byte) (body []
 		name = e.Blob
 	}
 	return body, name, nil
+}
+
+// missingContainerError explains err, Azure's ContainerNotFound for a
+// payload container.
+func missingContainerError(name string, err error) error {
+	return fmt.Errorf("claim-check payload container %q: %w (it was deleted, or blob_endpoint= is not the producer's account): "+
+		"Gets take no message until it exists", name, err)
+}
+
+// payloadRef names a payload blob.
+type payloadRef struct{ container, blob string }
+
+// checkPayloads fails a Get, before it takes any message, while the
+// payload an earlier Get could not read still cannot be read (one request
+// for its properties, the access the download needed, made only in that
+// state): taking claim-check messages whose payloads cannot be read would
+// only raise their dequeue counts, once a Get, until a listener poisoned
+// them unrun. The error is the blob service's (transient while it fails),
+// or ErrContainerNotFound. A payload gone meanwhile ends the state: the
+// next Get finds its message's payload gone.
+func (q *Queue) checkPayloads(ctx context.Context) error {
+	p := q.unreadable.Load()
+	if p == nil {
+		return nil
+	}
+	_, err := q.a.containerClient(p.container).NewBlobClient(p.blob).GetProperties(ctx, nil)
+	if err != nil {
+		err = classify(ctx, "get", q.name, err)
+		switch {
+		case hasCode(err, codeBlobNotFound):
+		case hasCode(err, codeContainerNotFound):
+			return missingContainerError(p.container, err)
+		default:
+			return fmt.Errorf("claim-check payloads in container %q cannot be read: %w; Gets take no message until they can", p.container, err)
+		}
+	}
+	q.unreadable.CompareAndSwap(p, nil)
+	return nil
 }
 
 // containerClient is a client for another container of the account (a
@@ -182,11 +259,14 @@ func (q *Queue) deletePayload(ctx context.Context, msgID, name string) {
 }
 
 // Sweep deletes this queue's claim-check payloads whose message has
-// expired: blobs under "QUEUE/" in the container whose adaptq_expires
-// metadata is more than Config.PayloadGrace in the past. It returns how
-// many it deleted. A handle that has put or got a claim-check message
-// sweeps by itself every Config.SweepInterval; call Sweep to clean up on
-// your own schedule (a cron job, after an outage).
+// expired: blobs under "QUEUE/" in the container more than
+// Config.PayloadGrace past their expiry, their creation time plus their
+// adaptq_ttl metadata, judged by the storage service's clock (the Date of
+// its listing), never a host's: a host whose clock runs fast, or a
+// producer's that ran slow, cannot sweep the payload of a live message. It
+// returns how many it deleted. A handle that has put or got a claim-check
+// message sweeps by itself every Config.SweepInterval; call Sweep to clean
+// up on your own schedule (a cron job, after an outage).
 func (q *Queue) Sweep(ctx context.Context) (deleted int, err error) {
 	if err := q.begin(ctx); err != nil {
 		return 0, fmt.Errorf("azure: sweep %q: %w", q.name, err)
@@ -194,30 +274,48 @@ func (q *Queue) Sweep(ctx context.Context) (deleted int, err error) {
 	if q.a.payloads == nil {
 		return 0, nil
 	}
-	cutoff := time.Now().Add(-q.a.cfg.PayloadGrace)
-	return q.deletePayloads(ctx, "sweep", func(it *container.BlobItem) bool {
-		if it.Metadata == nil {
-			return false
-		}
-		v := it.Metadata[metaExpires]
-		if v == nil {
-			// Azure returns metadata keys as they were set; be lenient.
-			for k, vv := range it.Metadata {
-				if strings.EqualFold(k, metaExpires) {
-					v = vv
-				}
-			}
-		}
-		if v == nil {
-			return false
-		}
-		sec, err := strconv.ParseInt(*v, 10, 64)
-		return err == nil && time.Unix(sec, 0).Before(cutoff)
+	grace := q.a.cfg.PayloadGrace
+	return q.deletePayloads(ctx, "sweep", func(it *container.BlobItem, now time.Time) bool {
+		exp, ok := payloadExpiry(it)
+		return ok && !now.IsZero() && exp.Add(grace).Before(now)
 	})
 }
 
-// deletePayloads deletes the queue's payload blobs that match.
-func (q *Queue) deletePayloads(ctx context.Context, op string, match func(*container.BlobItem) bool) (int, error) {
+// payloadExpiry is a payload's expiry: its creation time plus its
+// adaptq_ttl, or, for a blob an earlier driver wrote, its adaptq_expires.
+func payloadExpiry(it *container.BlobItem) (time.Time, bool) {
+	if v, ok := metadata(it, metaTTL); ok {
+		sec, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || sec < 0 || it.Properties == nil || it.Properties.CreationTime == nil {
+			return time.Time{}, false
+		}
+		return it.Properties.CreationTime.Add(time.Duration(sec) * time.Second), true
+	}
+	if v, ok := metadata(it, metaExpires); ok {
+		sec, err := strconv.ParseInt(v, 10, 64)
+		return time.Unix(sec, 0), err == nil
+	}
+	return time.Time{}, false
+}
+
+// metadata is a blob's metadata value for key. Azure returns keys as they
+// were set; be lenient about their case.
+func metadata(it *container.BlobItem, key string) (string, bool) {
+	if v := it.Metadata[key]; v != nil {
+		return *v, true
+	}
+	for k, v := range it.Metadata {
+		if v != nil && strings.EqualFold(k, key) {
+			return *v, true
+		}
+	}
+	return "", false
+}
+
+// deletePayloads deletes the queue's payload blobs that match; match
+// gets the storage service's time (the Date of the listing's answer; zero
+// if it had none).
+func (q *Queue) deletePayloads(ctx context.Context, op string, match func(it *container.BlobItem, now time.Time) bool) (int, error) {
 	pager := q.a.payloads.NewListBlobsFlatPager(&container.ListBlobsFlatOptions{
 		Prefix:  to.Ptr(q.name + "/"),
 		Include: container.ListBlobsInclude{Metadata: true},
@@ -232,8 +330,12 @@ func (q *Queue) deletePayloads(ctx context.Context, op string, match func(*conta
 			}
 			return deleted, err
 		}
+		var now time.Time
+		if page.Date != nil {
+			now = *page.Date
+		}
 		for _, it := range page.Segment.BlobItems {
-			if it.Name == nil || !q.ownBlob(*it.Name) || !match(it) {
+			if it.Name == nil || !q.ownBlob(*it.Name) || !match(it, now) {
 				continue
 			}
 			_, err := q.a.payloads.NewBlobClient(*it.Name).Delete(ctx, nil)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
@@ -44,6 +45,11 @@ type Queue struct {
 	sweepOnce sync.Once
 	sweepStop chan struct{}
 	sweepDone chan struct{}
+
+	// unreadable is a payload a Get of this handle could not read (its
+	// container missing, the blob service failing, access refused): its
+	// Gets fail, taking no message, until it can be read (checkPayloads).
+	unreadable atomic.Pointer[payloadRef]
 }
 
 var _ driver.Queue = (*Queue)(nil)
@@ -210,6 +216,24 @@ func (q *Queue) call(ctx context.Context, op string, f func() error) error {
 	return err
 }
 
+// sending is the context a request that changes the queue (put, delete,
+// update, clear) is sent on, once the caller's context allows it to start:
+// not the caller's, which would abandon the request when the caller gives
+// up, though Azure acts on a request it received whether or not its client
+// still listens, so a call that returned an error would act afterwards.
+// The request runs to its answer, bounded by Config.Timeout, and the call
+// returns what it did. Without a timeout (Timeout negative) it is the
+// caller's.
+func (q *Queue) sending(ctx context.Context) (context.Context, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // nothing sent
+	}
+	if q.a.cfg.Timeout <= 0 {
+		return ctx, nil
+	}
+	return context.WithoutCancel(ctx), nil
+}
+
 // seconds rounds d up to whole seconds, Azure's resolution, so a message is
 // never hidden or kept for less than asked.
 func seconds(d time.Duration) int32 {
@@ -260,10 +284,17 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts driver.PutOptions) (s
 		}
 		o.VisibilityTimeout = to.Ptr(v)
 	}
+	sctx, err := q.sending(ctx)
+	if err != nil {
+		if blobName != "" {
+			q.deletePayload(ctx, "", blobName) // no message was sent
+		}
+		return "", err
+	}
 	var resp azqueue.EnqueueMessagesResponse
-	err = q.call(ctx, "put", func() error {
+	err = q.call(sctx, "put", func() error {
 		var err error
-		resp, err = q.qc.EnqueueMessage(ctx, text, o)
+		resp, err = q.qc.EnqueueMessage(sctx, text, o)
 		return err
 	})
 	if err == nil && (len(resp.Messages) == 0 || resp.Messages[0].MessageID == nil) {
@@ -296,6 +327,12 @@ func ttlSeconds(ttl time.Duration) int32 {
 // Get returns up to n visible messages, each hidden for visibility rounded
 // up to whole seconds (Azure's resolution; at least one second).
 func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*driver.Message, error) {
+	if q.a.closed.Load() {
+		return nil, queue.ErrClosed
+	}
+	if err := q.checkPayloads(ctx); err != nil {
+		return nil, err
+	}
 	o := &azqueue.DequeueMessagesOptions{NumberOfMessages: to.Ptr(int32(n)), VisibilityTimeout: to.Ptr(seconds(visibility))}
 	var resp azqueue.DequeueMessagesResponse
 	err := q.call(ctx, "get", func() error {
@@ -327,9 +364,12 @@ func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*dr
 
 // resolve replaces claim-check envelopes with their payloads. A message
 // whose payload cannot be read now is released (get) and left out; one
-// whose payload is gone for good is deleted and left out, since no
-// consumer could ever handle it. If every message was left out, the first
-// error is returned.
+// whose payload blob is gone for good is deleted and left out, since no
+// consumer could ever handle it. One whose container is missing is a
+// configuration error, not a lost payload: it is released like one that
+// cannot be read now, and the Gets that follow fail (checkPayloads) until
+// the payload can be read. If every message was left out, the first
+// error but a gone payload's is returned.
 func (q *Queue) resolve(ctx context.Context, op string, ms []*driver.Message) ([]*driver.Message, error) {
 	var idx []int
 	for i, m := range ms {
@@ -353,21 +393,21 @@ func (q *Queue) resolve(ctx context.Context, op string, ms []*driver.Message) ([
 			}
 			m.Body = body
 			if name != "" && m.PopReceipt != "" {
-				m.PopReceipt = joinReceipt(m.PopReceipt, name)
+				m.PopReceipt = joinReceipt(m.PopReceipt, name, m.ID)
 			}
 			return nil
 		})
 	}
 	_ = g.Wait()
 	out := ms[:0:0]
-	var first error
+	var first error // the first error but a payload gone for good
 	for i, m := range ms {
 		err := errs[i]
 		if err == nil {
 			out = append(out, m)
 			continue
 		}
-		if first == nil {
+		if first == nil && !errors.Is(err, errPayloadGone) {
 			first = err
 		}
 		if op != "get" {
@@ -388,7 +428,7 @@ func (q *Queue) resolve(ctx context.Context, op string, ms []*driver.Message) ([
 				zap.String("msg_id", m.ID), zap.Error(uerr))
 		}
 	}
-	if len(out) == 0 && first != nil && !errors.Is(first, errPayloadGone) {
+	if len(out) == 0 && first != nil {
 		return nil, first
 	}
 	return out, nil
@@ -448,12 +488,21 @@ func (q *Queue) deleteMessage(ctx context.Context, id, popReceipt string) error 
 	if q.a.closed.Load() {
 		return queue.ErrClosed
 	}
-	receipt, blobName := q.splitReceipt(popReceipt)
-	_, err := q.qc.DeleteMessage(ctx, id, receipt, nil)
+	receipt, blobName, bound := q.splitReceipt(popReceipt, id)
+	ctx, err := q.sending(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = q.qc.DeleteMessage(ctx, id, receipt, nil)
 	if err != nil {
 		err = classify(ctx, "delete", q.name, err)
 		if errors.Is(err, ErrQueueNotFound) {
-			return fmt.Errorf("%w: %w", queue.ErrNotFound, err)
+			err = fmt.Errorf("%w: %w", queue.ErrNotFound, err)
+		}
+		if errors.Is(err, queue.ErrNotFound) && bound && q.a.payloads != nil {
+			// The message is gone (a retry of a delete whose answer was
+			// lost, or it expired): no message names its payload now.
+			q.deletePayload(ctx, id, blobName)
 		}
 		return err
 	}
@@ -479,7 +528,11 @@ func (q *Queue) updateVisibility(ctx context.Context, id, popReceipt string, d t
 	if q.a.closed.Load() {
 		return "", queue.ErrClosed
 	}
-	receipt, blobName := q.splitReceipt(popReceipt)
+	receipt, blobName, _ := q.splitReceipt(popReceipt, id)
+	ctx, err := q.sending(ctx)
+	if err != nil {
+		return "", err
+	}
 	resp, err := q.qc.UpdateMessage(context.WithValue(ctx, visibilityOnlyKey{}, true), id, receipt, "",
 		&azqueue.UpdateMessageOptions{VisibilityTimeout: to.Ptr(seconds(d))})
 	if err != nil {
@@ -492,7 +545,7 @@ func (q *Queue) updateVisibility(ctx context.Context, id, popReceipt string, d t
 	if resp.PopReceipt == nil {
 		return "", errors.New("the response holds no pop receipt")
 	}
-	return joinReceipt(*resp.PopReceipt, blobName), nil
+	return joinReceipt(*resp.PopReceipt, blobName, id), nil
 }
 
 // Peek returns up to n visible messages without hiding them.
@@ -538,13 +591,20 @@ func (q *Queue) Count(ctx context.Context) (int, error) {
 }
 
 // Clear deletes every message of the queue (Azure's Clear Messages) and the
-// claim-check payloads stored before it began. Payloads of messages put
-// while it ran are left to the sweep.
+// claim-check payloads created more than ClearGrace before it began (by
+// the servers' clocks). A younger payload may be that of a message still
+// on its way (a Put stores the payload before it puts the message), which
+// arrives after the Clear and must find its body: it is spared, and left
+// to the sweep if its message was cleared.
 func (q *Queue) Clear(ctx context.Context) error {
+	sctx, err := q.sending(ctx)
+	if err != nil {
+		return err
+	}
 	var resp azqueue.ClearMessagesResponse
-	err := q.call(ctx, "clear", func() error {
+	err = q.call(sctx, "clear", func() error {
 		var err error
-		resp, err = q.qc.ClearMessages(ctx, nil)
+		resp, err = q.qc.ClearMessages(sctx, nil)
 		return err
 	})
 	if err != nil {
@@ -553,9 +613,9 @@ func (q *Queue) Clear(ctx context.Context) error {
 	if q.a.payloads == nil || resp.Date == nil {
 		return nil
 	}
-	cleared := *resp.Date
-	if _, err := q.deletePayloads(ctx, "clear", func(it *container.BlobItem) bool {
-		return it.Properties != nil && it.Properties.CreationTime != nil && it.Properties.CreationTime.Before(cleared)
+	cutoff := resp.Date.Add(-q.a.clearGrace)
+	if _, err := q.deletePayloads(ctx, "clear", func(it *container.BlobItem, _ time.Time) bool {
+		return it.Properties != nil && it.Properties.CreationTime != nil && it.Properties.CreationTime.Before(cutoff)
 	}); err != nil {
 		q.log.Warn("azure: deleting the payloads of cleared messages failed; the sweep will delete them after their expiry", zap.Error(err))
 	}

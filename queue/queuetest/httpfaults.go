@@ -37,6 +37,7 @@ type HTTPFaultProxy struct {
 	srv   *http.Server
 	tr    *http.Transport
 	delay atomic.Int64 // ns
+	conns atomic.Int64 // client connections open now
 
 	mu       sync.Mutex
 	faults   []HTTPFault    // armed, taken in turn
@@ -133,7 +134,14 @@ func NewHTTPFaultProxy(tb testing.TB, target string, kind func(r *http.Request, 
 			w.WriteHeader(http.StatusBadGateway)
 		},
 	}
-	p.srv = &http.Server{Handler: http.HandlerFunc(p.serve)}
+	p.srv = &http.Server{Handler: http.HandlerFunc(p.serve), ConnState: func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			p.conns.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			p.conns.Add(-1)
+		}
+	}}
 	go func() { _ = p.srv.Serve(ln) }()
 	tb.Cleanup(p.Close)
 	return p
@@ -176,6 +184,13 @@ func (p *HTTPFaultProxy) Armed() int {
 // SetDelay holds every request d before it is handled (a far server; 0:
 // none). A latency for benchmarks and timeouts, not a fault.
 func (p *HTTPFaultProxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
+
+// OpenConns is how many client connections to the proxy are open now.
+// The proxy never closes an idle one itself (its server has no idle
+// timeout, and it reaches the backend on connections of its own), so a
+// client's connection stays open until the client closes it: a test
+// counts them to see that a client released its connections.
+func (p *HTTPFaultProxy) OpenConns() int { return int(p.conns.Load()) }
 
 // UpstreamError names, in Counts' faults, the requests the proxy could not
 // pass to the server (answered 502 Bad Gateway).

@@ -154,3 +154,36 @@ func TestHTTPFaultProxyUpstreamError(t *testing.T) {
 		t.Fatalf("faults %v", faults)
 	}
 }
+
+// OpenConns counts the client's connections: a kept-alive one stays open,
+// however long it idles, until the client closes it.
+func TestHTTPFaultProxyOpenConns(t *testing.T) {
+	srv, _ := actingServer(t)
+	p := queuetest.NewHTTPFaultProxy(t, srv.URL, nil)
+	tr := &http.Transport{}
+	c := &http.Client{Transport: tr}
+	for range 3 {
+		if _, _, _, err := post(c, p.URL, "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := p.OpenConns(); n != 1 {
+		t.Fatalf("OpenConns = %d after three requests on one kept-alive connection, want 1", n)
+	}
+	tr.CloseIdleConnections()
+	deadline := time.Now().Add(30 * time.Second) // a hang guard: the close is on its way
+	for p.OpenConns() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("OpenConns = %d after the client closed its connections", p.OpenConns())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// A connection the proxy hangs up on is not counted either.
+	p.Arm(1, queuetest.HangUp)
+	if _, _, _, err := post(c, p.URL, "x"); err == nil {
+		t.Fatal("the armed hang-up did not land")
+	}
+	if n := p.OpenConns(); n != 0 {
+		t.Fatalf("OpenConns = %d after a hang-up, want 0", n)
+	}
+}

@@ -165,6 +165,12 @@ type Client struct {
 // listener's) is the only retry policy, and the cost meter sees every
 // attempt.
 func NewClient(ctx context.Context, cfg Config) (*Client, error) {
+	return newClient(ctx, cfg, DefaultIdleConnTimeout)
+}
+
+// newClient is NewClient with the idle timeout of the driver's own
+// transport (tests set a long one).
+func newClient(ctx context.Context, cfg Config, idle time.Duration) (*Client, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, fmt.Errorf("sqs: %w", err)
@@ -180,7 +186,7 @@ func NewClient(ctx context.Context, cfg Config) (*Client, error) {
 		opts = append(opts, config.WithHTTPClient(awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
 			t.MaxIdleConns = DefaultMaxIdleConns
 			t.MaxIdleConnsPerHost = DefaultMaxIdleConns
-			t.IdleConnTimeout = DefaultIdleConnTimeout
+			t.IdleConnTimeout = idle
 		})))
 	}
 	if cfg.Profile != "" {
@@ -213,17 +219,33 @@ func NewClient(ctx context.Context, cfg Config) (*Client, error) {
 		// first call.
 		return nil, fmt.Errorf("sqs: %w: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (any value for an emulator), or AWS_PROFILE (or profile=) naming a profile with credentials, or give anonymous=true for an emulator that checks none (with endpoint= the EC2 metadata service is not asked; %s=false asks it)", ErrNoCredentials, envIMDSDisabled)
 	}
-	switch hc := awsCfg.HTTPClient.(type) {
-	case *awshttp.BuildableClient:
-		c.closeIdle = hc.GetTransport().CloseIdleConnections
-	case interface{ CloseIdleConnections() }:
-		c.closeIdle = hc.CloseIdleConnections
+	// The SDK's BuildableClient hands out copies of its transport and
+	// builds another, its own, when it first sends; SQS's client clones it
+	// again. Closing the idle connections of any copy closes none of the
+	// connections in use. So the driver takes the transport as the chain
+	// configured it (AWS_CA_BUNDLE …) and sends on it itself: the one
+	// Close closes.
+	var own *http.Client
+	if cfg.HTTPClient == nil {
+		b, ok := awsCfg.HTTPClient.(*awshttp.BuildableClient)
+		if !ok {
+			return nil, fmt.Errorf("sqs: the AWS configuration's HTTP client is a %T, not the SDK's buildable client the driver set", awsCfg.HTTPClient)
+		}
+		tr := b.GetTransport()
+		own = &http.Client{
+			Transport: tr,
+			// SQS answers no request with a redirect; one is an answer,
+			// never followed (a credential must not go elsewhere).
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+		c.closeIdle = tr.CloseIdleConnections
 	}
 	c.api = awssqs.NewFromConfig(awsCfg, func(o *awssqs.Options) {
 		o.Retryer = aws.NopRetryer{}
-		if cfg.HTTPClient != nil {
-			o.HTTPClient = cfg.HTTPClient
-			c.closeIdle = nil // the caller's to close
+		if own != nil {
+			o.HTTPClient = own
+		} else {
+			o.HTTPClient = cfg.HTTPClient // the caller's to close
 		}
 		if cfg.Endpoint != "" {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
@@ -270,6 +292,24 @@ func (c *Client) ctx(ctx context.Context, extra time.Duration) (context.Context,
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, c.cfg.Timeout+extra)
+}
+
+// sending bounds a request that changes a queue (send, delete, visibility
+// change, purge) by the client's timeout, once the caller's context allows
+// it to start, but not by the caller's cancel: SQS acts on a request it
+// received whether or not its client still listens, so a call that
+// abandoned its request when its caller gave up would return an error and
+// act afterwards. The request runs to its answer and the call returns what
+// it did. Without a timeout (Timeout negative) it is the caller's context.
+func (c *Client) sending(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err // nothing sent
+	}
+	if c.cfg.Timeout <= 0 {
+		return ctx, func() {}, nil
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.Timeout)
+	return rctx, cancel, nil
 }
 
 // Queue opens the queue called name, creating it unless Config.NoCreate.

@@ -36,7 +36,14 @@
 // The SDK's retries are off (one attempt per call): the caller's backoff
 // (the listener's) is the only retry policy, and the cost meter counts
 // every attempt. Each request is bounded by Config.Timeout (timeout=,
-// 30 s; a long poll gets its wait on top). Errors map to the contract's:
+// 30 s; a long poll gets its wait on top). A call that changes a queue
+// (Put, Delete, DeleteBatch, UpdateVisibility and its batch, Clear) whose
+// caller gives up once its request is sent still waits for the answer
+// (within that timeout) and returns what it did: SQS acts on a request it
+// received whether or not the client still listens, so a call that
+// returned the context's error must not act afterwards. A context that
+// ended before the request went out sends nothing. Errors map to the
+// contract's:
 //
 //	QueueDoesNotExist                    ErrQueueNotFound (open with create=false; a queue deleted while open)
 //	ReceiptHandleIsInvalid, MessageNotInflight  queue.ErrReceiptMismatch (ChangeMessageVisibility), queue.ErrNotFound (delete)

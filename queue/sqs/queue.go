@@ -243,7 +243,10 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts driver.PutOptions) (s
 	if len(in.MessageAttributes) == 0 {
 		in.MessageAttributes = nil
 	}
-	rctx, cancel := q.c.ctx(ctx, 0)
+	rctx, cancel, serr := q.c.sending(ctx)
+	if serr != nil {
+		return "", serr
+	}
 	defer cancel()
 	out, err := q.c.api.SendMessage(rctx, in)
 	if err != nil {
@@ -398,7 +401,10 @@ func (q *Queue) Delete(ctx context.Context, id, popReceipt string) error {
 	if err != nil {
 		return err
 	}
-	rctx, cancel := q.c.ctx(ctx, 0)
+	rctx, cancel, serr := q.c.sending(ctx)
+	if serr != nil {
+		return serr
+	}
 	defer cancel()
 	out, err := q.c.api.DeleteMessage(rctx, &awssqs.DeleteMessageInput{QueueUrl: aws.String(q.url), ReceiptHandle: aws.String(r.handle)})
 	if err != nil {
@@ -447,7 +453,10 @@ func (q *Queue) DeleteBatch(ctx context.Context, receipts []driver.Receipt) ([]e
 	if len(entries) == 0 {
 		return results, nil
 	}
-	rctx, cancel := q.c.ctx(ctx, 0)
+	rctx, cancel, serr := q.c.sending(ctx)
+	if serr != nil {
+		return nil, serr
+	}
 	defer cancel()
 	out, err := q.c.api.DeleteMessageBatch(rctx, &awssqs.DeleteMessageBatchInput{QueueUrl: aws.String(q.url), Entries: entries})
 	if err != nil {
@@ -507,7 +516,10 @@ func (q *Queue) UpdateVisibility(ctx context.Context, id, popReceipt string, d t
 	if d > MaxVisibility {
 		return "", fmt.Errorf("%w: visibility timeout %s is over SQS's %s", queue.ErrInvalidArgument, d, MaxVisibility)
 	}
-	rctx, cancel := q.c.ctx(ctx, 0)
+	rctx, cancel, serr := q.c.sending(ctx)
+	if serr != nil {
+		return "", serr
+	}
 	defer cancel()
 	out, err := q.c.api.ChangeMessageVisibility(rctx, &awssqs.ChangeMessageVisibilityInput{
 		QueueUrl: aws.String(q.url), ReceiptHandle: aws.String(r.handle), VisibilityTimeout: seconds(d),
@@ -587,7 +599,10 @@ func (q *Queue) Clear(ctx context.Context) error {
 	if err := q.live(); err != nil {
 		return err
 	}
-	rctx, cancel := q.c.ctx(ctx, 0)
+	rctx, cancel, serr := q.c.sending(ctx)
+	if serr != nil {
+		return serr
+	}
 	defer cancel()
 	_, err := q.c.api.PurgeQueue(rctx, &awssqs.PurgeQueueInput{QueueUrl: aws.String(q.url)})
 	return classify(rctx, "PurgeQueue", q.name, err)
@@ -624,7 +639,10 @@ func (q *Queue) UpdateVisibilityBatch(ctx context.Context, receipts []driver.Rec
 	if len(entries) == 0 {
 		return newReceipts, results, nil
 	}
-	rctx, cancel := q.c.ctx(ctx, 0)
+	rctx, cancel, serr := q.c.sending(ctx)
+	if serr != nil {
+		return nil, nil, serr
+	}
 	defer cancel()
 	out, err := q.c.api.ChangeMessageVisibilityBatch(rctx, &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(q.url), Entries: entries})
 	if err != nil {
