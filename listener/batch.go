@@ -83,6 +83,9 @@ type batch struct {
 	unsettled atomic.Uint64
 	// handed is set by spill, before it takes unsettled.
 	handed atomic.Bool
+	// held counts the batch's messages held through a worker fault's
+	// pause (see hold).
+	held atomic.Int32
 
 	mu        sync.Mutex  // guards the fields below
 	receipts  []string    // newest pop receipts; nil while none has changed

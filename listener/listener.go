@@ -72,6 +72,10 @@ type Listener struct {
 	// once the timer exists: the test kit's sign that a task waits for
 	// virtual time (see internal/kithook).
 	parked atomic.Int32
+	// held counts messages a runner keeps through a worker fault's pause
+	// (see batch.waitFaultPause), and heldBatches the open batches that
+	// have any: like parked tasks, they wait for the clock.
+	held, heldBatches atomic.Int64
 	// busy mirrors wg: open batches (until their deletes are done) and
 	// flushes, the work of the listener that no task's loop does.
 	busy     atomic.Int64
@@ -576,6 +580,9 @@ func (l *Listener) park(d time.Duration) (fired <-chan struct{}, unpark func()) 
 		leave()
 	}
 }
+
+func (l *Listener) park1()   { l.parked.Add(1) }
+func (l *Listener) unpark1() { l.parked.Add(-1) }
 
 // ewma is a moving average of handler durations in nanoseconds, updated
 // without locks; -1 until the first sample.

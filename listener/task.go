@@ -95,12 +95,13 @@ func (t *task) loop() error {
 		case sleepCancelled:
 			return nil
 		}
-		if done := l.pauseEnd(); done != nil {
+		if done, leave := l.joinPause(l.park1, l.unpark1); done != nil {
 			// A handler failed for want of the worker's resources: get
 			// nothing until the pause ends (see pauseGets). The task is
-			// idle meanwhile.
+			// idle meanwhile, and parked on the pause's timer.
 			l.idleTasks.Add(1)
 			r := l.waitPause(ctx, done)
+			leave()
 			l.idleTasks.Add(-1)
 			switch r {
 			case sleepStop:

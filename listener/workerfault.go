@@ -38,7 +38,7 @@ func (b *batch) runHandler(ctx context.Context, m *queue.Message, start *time.Ti
 			fields := append(failureFields(m, queue.RedactError(err), 0), zap.Duration("pause", pause))
 			ce.Write(fields...)
 		}
-		if !l.waitFaultPause(ctx) {
+		if !b.waitFaultPause(ctx) {
 			return queue.RedactError(err), true
 		}
 		*start = time.Now()
@@ -47,9 +47,12 @@ func (b *batch) runHandler(ctx context.Context, m *queue.Message, start *time.Ti
 
 // waitFaultPause waits, for a runner whose handler failed for want of the
 // worker's resources, until the pause in force ends. It reports false if
-// shutdown began or ctx ended first.
-func (l *Listener) waitFaultPause(ctx context.Context) bool {
-	done := l.pauseEnd()
+// shutdown began or ctx ended first. Meanwhile the message counts as held
+// (see Listener.held): it waits for the clock, not for its handler.
+func (b *batch) waitFaultPause(ctx context.Context) bool {
+	l := b.l
+	done, leave := l.joinPause(b.hold, b.unhold)
+	defer leave()
 	if done == nil {
 		return !l.draining.Load() && ctx.Err() == nil
 	}
@@ -63,6 +66,22 @@ func (l *Listener) waitFaultPause(ctx context.Context) bool {
 		return false
 	case <-run.Done():
 		return false
+	}
+}
+
+// hold counts one of the batch's messages as held for a worker fault's
+// pause; unhold uncounts it.
+func (b *batch) hold() {
+	b.l.held.Add(1)
+	if b.held.Add(1) == 1 {
+		b.l.heldBatches.Add(1)
+	}
+}
+
+func (b *batch) unhold() {
+	b.l.held.Add(-1)
+	if b.held.Add(-1) == 0 {
+		b.l.heldBatches.Add(-1)
 	}
 }
 
@@ -96,6 +115,42 @@ type pause struct {
 	length time.Duration                 // the pause in force
 	streak int                           // pauses since the last success
 	faults atomic.Bool                   // streak is not 0
+	// waiters wait for the pause in force (see joinPause); its timer's
+	// callback uncounts them before it ends the pause.
+	waiters []*pauseWaiter
+}
+
+// pauseWaiter is a task or runner waiting for the pause in force, counted
+// (as parked, or as held) until the pause ends or it stops waiting.
+type pauseWaiter struct {
+	gone atomic.Bool
+	out  func()
+}
+
+func (w *pauseWaiter) leave() {
+	if w.gone.CompareAndSwap(false, true) {
+		w.out()
+	}
+}
+
+// joinPause returns the end of the pause in force and counts the caller
+// waiting for it: in() now, and out() when the pause ends (on the clock's
+// goroutine, before the end is closed, so that a test in virtual time
+// never sees a woken waiter as still waiting) or the caller calls leave,
+// whichever is first. With no pause in force it returns nil and counts
+// nothing.
+func (l *Listener) joinPause(in, out func()) (end <-chan struct{}, leave func()) {
+	p := &l.pause
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d := p.end.Load()
+	if d == nil {
+		return nil, func() {}
+	}
+	w := &pauseWaiter{out: out}
+	in()
+	p.waiters = append(p.waiters, w)
+	return *d, w.leave
 }
 
 // pauseGets makes the tasks fetch nothing for a while: ErrorBackoffInitial
@@ -119,17 +174,13 @@ func (l *Listener) pauseGets() time.Duration {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.end.CompareAndSwap(&done, nil)
+		for _, w := range p.waiters {
+			w.leave()
+		}
+		p.waiters = nil
 		close(done)
 	})
 	return p.length
-}
-
-// pauseEnd is closed when the pause in force ends; nil when none is.
-func (l *Listener) pauseEnd() <-chan struct{} {
-	if d := l.pause.end.Load(); d != nil {
-		return *d
-	}
-	return nil
 }
 
 // faultsOver resets the pauses' doubling: a handler succeeded.
