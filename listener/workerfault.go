@@ -12,7 +12,18 @@ import (
 	"github.com/adaptq/adaptq/queue"
 )
 
-// runHandler runs message m's handler and, while it fails for want of the
+// holdEnd says how runHandler's hold of a message through worker faults
+// ended, when its result is not the handler's verdict.
+type holdEnd int
+
+const (
+	holdNone     holdEnd = iota // the result is the handler's verdict
+	holdHandBack                // shutdown or ctx ended: hand the message back (workerFault)
+	holdLapsed                  // its lease ended during the pause (renewals failed): drop it
+	holdExpired                 // its time-to-live ended during the pause
+)
+
+// runHandler runs message i's handler and, while it fails for want of the
 // worker's own resources (handler.IsWorkerFault: too many open files, no
 // memory, no process), runs it again here once the pause each such failure
 // starts has ended (see pauseGets). The message stays held, its lease
@@ -21,15 +32,19 @@ import (
 // That is what keeps poisoning honest across a restart, when this
 // listener's memory of the faults is gone (see Options.Poison). A fault
 // while shutting down, or with ctx ended (a lost lease, an abort), is
-// returned: the caller hands the message back (workerFault); counted
-// says this failure is already in the stats and the log. *start, the
+// returned with holdHandBack: the caller hands the message back
+// (workerFault). A message whose lease or time-to-live ended during the
+// pause is not run again (holdLapsed, holdExpired): another consumer may
+// hold it by now, or the queue no longer has it. With any end but
+// holdNone, the failure is already in the stats and the log. *start, the
 // handler's start for its duration average, moves to the retry's.
-func (b *batch) runHandler(ctx context.Context, m *queue.Message, start *time.Time) (err error, counted bool) {
+func (b *batch) runHandler(ctx context.Context, i int, start *time.Time) (err error, end holdEnd) {
 	l := b.l
+	m := b.msgs[i]
 	for {
 		err = l.h(ctx, m)
 		if err == nil || !handler.IsWorkerFault(err) || l.draining.Load() || ctx.Err() != nil {
-			return err, false
+			return err, holdNone
 		}
 		l.stats.failed.Add(1)
 		l.stats.workerFaults.Add(1)
@@ -39,10 +54,58 @@ func (b *batch) runHandler(ctx context.Context, m *queue.Message, start *time.Ti
 			ce.Write(fields...)
 		}
 		if !b.waitFaultPause(ctx) {
-			return queue.RedactError(err), true
+			return queue.RedactError(err), holdHandBack
+		}
+		if l.isExpired(m) {
+			return queue.RedactError(err), holdExpired
+		}
+		if !b.leaseHeld(i) {
+			return queue.RedactError(err), holdLapsed
 		}
 		*start = time.Now()
 	}
+}
+
+// leaseHeld reports whether message i's lease, by its newest renewal, has
+// not ended by the listener's clock.
+func (b *batch) leaseHeld(i int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	end := b.leases[i]
+	if end.IsZero() {
+		end = b.got.Add(b.l.o.VisibilityTimeout)
+	}
+	return b.l.o.Clock.Now().Before(end)
+}
+
+// holdLapsed settles a message held through worker faults whose lease
+// ended during the pause (its renewals failed): another consumer may run
+// it now, so it is not run again here, nor handed back. It reappears, or
+// has reappeared, with its dequeue count raised by this worker's fault,
+// which is excused here.
+func (b *batch) holdLapsed(i int, err error) {
+	l := b.l
+	m := b.msgs[i]
+	l.failures.excuse(m.ID)
+	l.stats.leasesLost.Add(1)
+	l.log.Warn("listener: the lease of a message held for a worker fault ended during the pause; it is not run again here",
+		zap.String("msg_id", m.ID), zap.Error(err))
+}
+
+// holdExpired settles a message held through worker faults whose
+// time-to-live ended during the pause: as for a message that expired
+// while its handler ran, it is poisoned rather than lost, if there is a
+// poison queue.
+func (b *batch) holdExpired(i int, err error) {
+	l := b.l
+	m := b.msgs[i]
+	const why = "the message expired while held for the worker's own lack of resources: poisoned rather than lost"
+	if l.o.Poison != nil && b.poison(i, "the message expired while held for a worker fault", &expiringError{err: err, why: why}) {
+		return
+	}
+	l.failures.forget(m.ID)
+	l.log.Warn("listener: a message held for a worker fault expired during the pause; it is not run again",
+		zap.String("msg_id", m.ID), zap.Error(err))
 }
 
 // waitFaultPause waits, for a runner whose handler failed for want of the

@@ -199,3 +199,21 @@ func TestReviewHeldMessagePastItsTTLIsNotRunAgain(t *testing.T) {
 		t.Fatalf("%d runs: the held message ran again after its time-to-live ended", runs.Load())
 	}
 }
+
+// With a poison queue, a held message whose time-to-live ended during the
+// pause is poisoned rather than lost, as one that expired while its
+// handler ran.
+func TestReviewHeldMessagePastItsTTLIsPoisoned(t *testing.T) {
+	var runs atomic.Int32
+	h := func(context.Context, *queue.Message) error { runs.Add(1); return emfile() }
+	f, pq := poisonFixture(t, h, listener.Options{VisibilityTimeout: time.Minute, Idle: poisonIdle,
+		ErrorBackoffInitial: 10 * time.Second, ErrorBackoffMax: time.Minute, Dispatch: listener.DispatchParallel}, nil)
+	if _, err := f.raw.Put(context.Background(), []byte("short"), queue.PutOptions{TTL: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	f.start()
+	advanceUntil(t, f, "the poisoning", func() bool { return f.l.Stats().Poisoned == 1 })
+	if n, _ := pq.Count(context.Background()); n != 1 || runs.Load() != 1 {
+		t.Fatalf("poison queue %d, %d runs: want the expired held message poisoned, unrun again", n, runs.Load())
+	}
+}
