@@ -47,7 +47,7 @@ func TestReviewTriggerDuringAnEmptyGetIsNotLost(t *testing.T) {
 	f.start()
 	f.settle()
 	tq.armed.Store(true)
-	f.l.Wake() // the task gets (empty), and the producer puts and triggers meanwhile
+	f.l.Wake()                               // the task gets (empty), and the producer puts and triggers meanwhile
 	for step := 0; tq.armed.Load(); step++ { // past the trigger floor (5 ms), to the get
 		if step == 1000 {
 			t.Fatal("no get after the wake")
