@@ -528,17 +528,15 @@ const (
 )
 
 // sleep waits d, ending early for shutdown, for a Resize that asks this
-// task to stop, and, if wakeable, for a Wake.
-func (l *Listener) sleep(ctx context.Context, d time.Duration, wakeable bool) sleepReason {
+// task to stop, and, if wake is not nil, for the Wake that closes it. The
+// task takes wake (wakeChan) before the get whose answer it sleeps on, so
+// that a trigger while the get is on its way is not lost.
+func (l *Listener) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) sleepReason {
 	if d <= 0 {
 		return sleptFull
 	}
 	fired, unpark := l.park(d)
 	defer unpark()
-	var wake <-chan struct{}
-	if wakeable {
-		wake = l.wakeChan()
-	}
 	for {
 		resize := l.resizeChan()
 		select {

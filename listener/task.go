@@ -115,6 +115,10 @@ func (t *task) loop() error {
 		if !ok {
 			return nil
 		}
+		// A trigger from now on wakes the sleep after this get, should it
+		// find nothing: the message it announces may have been put after
+		// the backend answered.
+		wake := l.wakeChan()
 		// The get itself is not cancelled by shutdown: a get cut off midway
 		// may have hidden messages on the backend that it never returns,
 		// which nobody would then hold until their visibility timeout.
@@ -147,7 +151,7 @@ func (t *task) loop() error {
 				t.errBackoff = l.newErrorBackoff()
 			}
 			wait := l.getFailed(log, err, t.errBackoff)
-			if l.sleep(ctx, wait, true) == sleepStop {
+			if l.sleep(ctx, wait, wake) == sleepStop {
 				counted = false
 				return nil
 			}
@@ -183,7 +187,7 @@ func (t *task) loop() error {
 					// the rest.
 					if rest := t.polled - l.o.Clock.Now().Sub(t.pollStart); rest > 0 {
 						l.idleTasks.Add(1)
-						r := l.sleep(ctx, rest, true)
+						r := l.sleep(ctx, rest, wake)
 						l.idleTasks.Add(-1)
 						if r == sleepStop {
 							counted = false
@@ -196,14 +200,14 @@ func (t *task) loop() error {
 			}
 			emptyAt := l.o.Clock.Now()
 			l.idleTasks.Add(1)
-			r := l.sleep(ctx, delay, true)
+			r := l.sleep(ctx, delay, wake)
 			if r == sleepWoken {
 				// A trigger: get again, but no sooner than the trigger floor
 				// after the empty get, so that a trickle of triggered puts
 				// is fetched in batches rather than one get (and one empty
 				// get) per message.
 				if floor := emptyAt.Add(l.triggerFloor()).Sub(l.o.Clock.Now()); floor > 0 {
-					r = l.sleep(ctx, floor, false)
+					r = l.sleep(ctx, floor, nil)
 				}
 			}
 			l.idleTasks.Add(-1)
