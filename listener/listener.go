@@ -232,6 +232,7 @@ func (l *Listener) Wait() error {
 		}
 	}
 	l.graceTimer, l.opsTimer = nil, nil
+	l.endPause()
 	l.abortCancel()
 	l.handlerCancel()
 	l.opCancel()

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/adaptq/adaptq/handler"
+	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/queue"
 )
 
@@ -181,6 +182,7 @@ type pause struct {
 	// waiters wait for the pause in force (see joinPause); its timer's
 	// callback uncounts them before it ends the pause.
 	waiters []*pauseWaiter
+	timer   clock.Timer // ends the pause in force; nil when none is
 }
 
 // pauseWaiter is a task or runner waiting for the pause in force, counted
@@ -233,17 +235,45 @@ func (l *Listener) pauseGets() time.Duration {
 	p.length = min(l.o.ErrorBackoffInitial<<(p.streak-1), l.o.ErrorBackoffMax)
 	done := make(chan struct{})
 	p.end.Store(&done)
-	l.o.Clock.AfterFunc(p.length, func() {
+	var t clock.Timer
+	t = l.o.Clock.AfterFunc(p.length, func() {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		p.end.CompareAndSwap(&done, nil)
-		for _, w := range p.waiters {
-			w.leave()
+		if p.timer == t {
+			p.finishLocked()
 		}
-		p.waiters = nil
-		close(done)
 	})
+	p.timer = t
 	return p.length
+}
+
+// finishLocked ends the pause in force: its waiters are uncounted, then
+// woken. p.mu is held.
+func (p *pause) finishLocked() {
+	d := p.end.Load()
+	if d == nil {
+		return
+	}
+	p.end.Store(nil)
+	p.timer = nil
+	for _, w := range p.waiters {
+		w.leave()
+	}
+	p.waiters = nil
+	close(*d)
+}
+
+// endPause ends the pause in force and stops its timer: Wait calls it, so
+// that no timer outlives the run and a new run does not inherit the old
+// one's pause.
+func (l *Listener) endPause() {
+	p := &l.pause
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	p.finishLocked()
 }
 
 // faultsOver resets the pauses' doubling: a handler succeeded.
