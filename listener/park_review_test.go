@@ -142,3 +142,49 @@ func TestReviewPauseEndRacingStop(t *testing.T) {
 		}
 	}
 }
+
+// Abort while a message is held hands it back once; it is not run again
+// by its runner.
+func TestReviewAbortWhileHeldHandsBack(t *testing.T) {
+	var runs atomic.Int32
+	h := func(context.Context, *queue.Message) error {
+		if runs.Add(1) == 1 {
+			return emfile()
+		}
+		return nil
+	}
+	f := newFixture(t, h, listener.Options{VisibilityTimeout: 30 * time.Second, Idle: poisonIdle,
+		ErrorBackoffInitial: 10 * time.Second, ErrorBackoffMax: time.Minute, Dispatch: listener.DispatchParallel})
+	f.put(1)
+	f.start()
+	eventually(t, "the first fault", func() bool { return f.l.Stats().WorkerFaults == 1 })
+	f.l.Abort()
+	eventually(t, "the hand-back", func() bool { return f.l.Stats().Released == 1 })
+	advanceUntil(t, f, "the second delivery's run", func() bool { return f.l.Stats().Deleted == 1 })
+	if runs.Load() != 2 || f.l.Stats().WorkerFaults != 1 {
+		t.Fatalf("%d runs, stats %+v: want the aborted hold handed back and run once more, as a new delivery", runs.Load(), f.l.Stats())
+	}
+}
+
+// A worker fault in a batch run inline (fast handlers) is held and run
+// again once; its batch's other messages run meanwhile.
+func TestReviewInlineWorkerFault(t *testing.T) {
+	rec := newRecorder()
+	var faulted atomic.Bool
+	h := func(ctx context.Context, m *queue.Message) error {
+		if string(m.Body) == "m3" && faulted.CompareAndSwap(false, true) {
+			return emfile()
+		}
+		return rec.handle(ctx, m)
+	}
+	f := newFixture(t, h, listener.Options{VisibilityTimeout: 30 * time.Second, Idle: poisonIdle, BatchSize: 8,
+		ErrorBackoffInitial: 10 * time.Second, ErrorBackoffMax: time.Minute})
+	f.put(1) // warms the handler's average: the next batches run inline
+	f.start()
+	advanceUntil(t, f, "the first message", func() bool { return f.l.Stats().Deleted == 1 })
+	f.put(8)
+	advanceUntil(t, f, "all deleted", func() bool { return f.l.Stats().Deleted == 9 })
+	if rec.distinct() != 9 || f.l.Stats().WorkerFaults != 1 || f.l.Stats().Released != 0 {
+		t.Fatalf("%d distinct runs, stats %+v", rec.distinct(), f.l.Stats())
+	}
+}
