@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/adaptq/adaptq/adaptqtest"
 	"github.com/adaptq/adaptq/listener"
@@ -37,5 +38,40 @@ func TestKitSettlesAWorkerFault(t *testing.T) {
 	k.RequireHandled(t, id)
 	if s := k.Listener("orders").Stats(); s.WorkerFaults != 1 || s.Processed != 1 || runs.Load() != 2 {
 		t.Fatalf("stats %+v, %d runs: want one worker fault, then the run in place that succeeded", s, runs.Load())
+	}
+}
+
+// A worker fault whose pause outlasts the visibility timeout: the kit
+// moves its clock timer by timer, so the held message is renewed on the
+// way and runs again once, in place, never shown to a task meanwhile.
+func TestKitHoldsAWorkerFaultAcrossRenewals(t *testing.T) {
+	var runs, now, most atomic.Int32
+	h := func(context.Context, *queue.Message) error {
+		n := now.Add(1)
+		defer now.Add(-1)
+		if n > most.Load() {
+			most.Store(n)
+		}
+		if runs.Add(1) == 1 {
+			return fmt.Errorf("open /tmp/x: %w", syscall.EMFILE)
+		}
+		return nil
+	}
+	k, err := adaptqtest.NewListener("orders", h, listener.Options{VisibilityTimeout: 4 * time.Second,
+		ErrorBackoffInitial: 20 * time.Second, ErrorBackoffMax: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	id := k.Put("orders", []byte("o1"))
+	if err := k.Settle(); err != nil {
+		t.Fatal(err)
+	}
+	k.RequireHandled(t, id)
+	if s := k.Listener("orders").Stats(); runs.Load() != 2 || s.Renewed == 0 || s.Released != 0 || s.LeasesLost != 0 {
+		t.Fatalf("stats %+v, %d runs: want the message held (renewed) through the 20 s pause and run again once", s, runs.Load())
+	}
+	if m := k.Message(id); m.DequeueCount != 1 {
+		t.Fatalf("%v: want one delivery", m)
 	}
 }
