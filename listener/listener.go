@@ -415,11 +415,13 @@ type Stats struct {
 	Triggers int64
 	// Poisoned messages moved to the poison queue; LeasesLost counts
 	// renewals that found the message taken or gone (the handler's context
-	// was cancelled).
+	// was cancelled), and messages held for a worker fault whose lease
+	// ended during the pause (not run again here).
 	Poisoned, LeasesLost int64
 	// WorkerFaults counts failures for want of the worker's own resources
-	// (handler.IsWorkerFault): those messages were handed back, not
-	// counted towards their poisoning. Failed counts them too.
+	// (handler.IsWorkerFault): those messages run again in place when the
+	// gets' pause ends (handed back if the run stops or is aborted first),
+	// not counted towards their poisoning. Failed counts them too.
 	WorkerFaults int64
 	// LastGet is when a get last succeeded (empty or not), LastGetError
 	// when one last failed and LastGetErr its error, by the listener's
