@@ -361,7 +361,7 @@ func (k *Kit) run(target time.Time, settle bool) error {
 		}
 		stalls = 0
 		to := target
-		if c.visible == 0 {
+		if c.visible == 0 && !k.holding() {
 			// Nothing to get until a hidden message shows: skip the idle
 			// polls on the way there.
 			if !c.nextVisible.IsZero() && c.nextVisible.Before(to) {
@@ -372,6 +372,22 @@ func (k *Kit) run(target time.Time, settle bool) error {
 		}
 		k.clock.Set(to)
 	}
+}
+
+// holding reports whether a listener holds a message through a worker
+// fault's pause. Its lease is renewed, and it runs again, on timers of the
+// clock: jumping to the time a hidden message shows would skip them, show
+// the held message to the tasks, and run it twice.
+func (k *Kit) holding() bool {
+	for _, l := range k.listeners {
+		if l == nil {
+			continue
+		}
+		if _, _, held := kithook.Activity(l); held > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // anyTask reports whether some listener has a task running.
@@ -459,11 +475,11 @@ func (k *Kit) observe() (uint64, bool) {
 			continue
 		}
 		st := l.LocalState()
-		parked, busy := kithook.Activity(l)
-		if st.InFlight != 0 || busy != 0 || parked != st.ActiveTasks {
+		parked, busy, held := kithook.Activity(l)
+		if st.InFlight != held || busy != 0 || parked != st.ActiveTasks {
 			quiet = false
 		}
-		mix(int64(st.ActiveTasks), int64(parked), int64(busy), int64(st.InFlight), int64(st.TotalTasks), int64(st.IdleTasks),
+		mix(int64(st.ActiveTasks), int64(parked), int64(busy), int64(held), int64(st.InFlight), int64(st.TotalTasks), int64(st.IdleTasks),
 			st.EmptyGets, st.Processed, st.Failed, st.Deleted, st.Poisoned, st.Triggers, st.WorkDetected, st.Released, st.Hidden)
 	}
 	return h, quiet
@@ -477,8 +493,8 @@ func (k *Kit) hung() error {
 	for _, n := range k.names {
 		if l := k.listeners[n]; l != nil {
 			st := l.LocalState()
-			parked, busy := kithook.Activity(l)
-			fmt.Fprintf(&b, "; queue %q: %d tasks, %d parked, %d messages in flight, %d batches open", n, st.ActiveTasks, parked, st.InFlight, busy)
+			parked, busy, held := kithook.Activity(l)
+			fmt.Fprintf(&b, "; queue %q: %d tasks, %d parked, %d messages in flight (%d held for a worker fault's pause), %d batches open", n, st.ActiveTasks, parked, st.InFlight, held, busy)
 		}
 	}
 	b.WriteString(": a handler that waits for the kit's clock never returns, since the clock moves only between runs")

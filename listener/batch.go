@@ -83,6 +83,9 @@ type batch struct {
 	unsettled atomic.Uint64
 	// handed is set by spill, before it takes unsettled.
 	handed atomic.Bool
+	// held counts the batch's messages held through a worker fault's
+	// pause (see hold).
+	held atomic.Int32
 
 	mu        sync.Mutex  // guards the fields below
 	receipts  []string    // newest pop receipts; nil while none has changed
@@ -92,6 +95,11 @@ type batch struct {
 	spilled   bool        // the watchdog has fired
 	tick      clock.Timer // the next flush or renewal; nil until armed
 	renewAt   time.Time   // when held messages are next extended
+	// got is when the batch was dispatched, and leases[i], if set, when
+	// message i's lease ends by its newest renewal (else got plus the
+	// visibility timeout), by the listener's clock.
+	got    time.Time
+	leases [queue.MaxBatchSize]time.Time
 }
 
 // receipt is message i's newest pop receipt. b.mu is held.
@@ -141,7 +149,8 @@ func (l *Listener) dispatch(t *task, ms []*queue.Message) (handedOff bool) {
 	l.inFlight.Add(int64(n))
 	l.wg.Add(1) // the batch itself, until complete
 	l.busy.Add(1)
-	b.renewAt = l.o.Clock.Now().Add(l.o.VisibilityTimeout / 2)
+	b.got = l.o.Clock.Now()
+	b.renewAt = b.got.Add(l.o.VisibilityTimeout / 2)
 	avg, known := l.ewma.known()
 	if l.o.Dispatch == DispatchParallel || !known || avg >= sequentialBelow {
 		b.mu.Lock()
@@ -293,7 +302,7 @@ func (b *batch) run(inline bool, ctx context.Context, cancel context.CancelFunc)
 			if !b.state[i].CompareAndSwap(stFetched, stRunning) {
 				break // renewal found its lease lost while it waited
 			}
-			err, counted := b.runHandler(ctx, m, &start)
+			err, end := b.runHandler(ctx, i, &start)
 			if err != nil {
 				// Once, at the source of every sink (the log, the poison
 				// envelope and the tools that read it): no URL's signature
@@ -308,9 +317,14 @@ func (b *batch) run(inline bool, ctx context.Context, cancel context.CancelFunc)
 			case err == nil && b.state[i].CompareAndSwap(stRunning, stSucceeded):
 				ok++
 			case err != nil && b.state[i].CompareAndSwap(stRunning, stSettling):
-				if counted {
+				switch end {
+				case holdHandBack:
 					b.workerFault(i, err, true)
-				} else {
+				case holdLapsed:
+					b.holdLapsed(i, err)
+				case holdExpired:
+					b.holdExpired(i, err)
+				default:
 					b.failed(i, err)
 				}
 				b.state[i].Store(stDone)
@@ -318,7 +332,7 @@ func (b *batch) run(inline bool, ctx context.Context, cancel context.CancelFunc)
 				// Renewal found its lease lost and took it, and is about to
 				// cancel ctx, if it has not yet: the next message must not
 				// run under that context.
-				if err != nil && !counted {
+				if err != nil && end == holdNone {
 					l.stats.failed.Add(1)
 					l.rememberFailure(m.ID, err)
 				}
@@ -591,6 +605,7 @@ func (b *batch) renewHeld() (ok bool) {
 			ok = false
 			break
 		}
+		at := l.o.Clock.Now()
 		nr, err := l.q.UpdateVisibility(ctx, m.ID, b.receipt(i), l.o.VisibilityTimeout)
 		if errors.Is(err, queue.ErrReceiptMismatch) || errors.Is(err, queue.ErrNotFound) {
 			// Someone else owns it now, or it is gone: stop working on it.
@@ -612,6 +627,7 @@ func (b *batch) renewHeld() (ok bool) {
 			continue
 		}
 		b.setReceipt(i, nr)
+		b.leases[i] = at.Add(l.o.VisibilityTimeout)
 		l.stats.renewed.Add(1)
 	}
 	return ok

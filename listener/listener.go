@@ -72,6 +72,10 @@ type Listener struct {
 	// once the timer exists: the test kit's sign that a task waits for
 	// virtual time (see internal/kithook).
 	parked atomic.Int32
+	// held counts messages a runner keeps through a worker fault's pause
+	// (see batch.waitFaultPause), and heldBatches the open batches that
+	// have any: like parked tasks, they wait for the clock.
+	held, heldBatches atomic.Int64
 	// busy mirrors wg: open batches (until their deletes are done) and
 	// flushes, the work of the listener that no task's loop does.
 	busy     atomic.Int64
@@ -228,6 +232,7 @@ func (l *Listener) Wait() error {
 		}
 	}
 	l.graceTimer, l.opsTimer = nil, nil
+	l.endPause()
 	l.abortCancel()
 	l.handlerCancel()
 	l.opCancel()
@@ -410,11 +415,13 @@ type Stats struct {
 	Triggers int64
 	// Poisoned messages moved to the poison queue; LeasesLost counts
 	// renewals that found the message taken or gone (the handler's context
-	// was cancelled).
+	// was cancelled), and messages held for a worker fault whose lease
+	// ended during the pause (not run again here).
 	Poisoned, LeasesLost int64
 	// WorkerFaults counts failures for want of the worker's own resources
-	// (handler.IsWorkerFault): those messages were handed back, not
-	// counted towards their poisoning. Failed counts them too.
+	// (handler.IsWorkerFault): those messages run again in place when the
+	// gets' pause ends (handed back if the run stops or is aborted first),
+	// not counted towards their poisoning. Failed counts them too.
 	WorkerFaults int64
 	// LastGet is when a get last succeeded (empty or not), LastGetError
 	// when one last failed and LastGetErr its error, by the listener's
@@ -524,18 +531,10 @@ const (
 )
 
 // sleep waits d, ending early for shutdown, for a Resize that asks this
-// task to stop, and, if wakeable, for a Wake.
-func (l *Listener) sleep(ctx context.Context, d time.Duration, wakeable bool) sleepReason {
-	var wake <-chan struct{}
-	if wakeable {
-		wake = l.wakeChan()
-	}
-	return l.sleepWake(ctx, d, wake)
-}
-
-// sleepWake is sleep woken by wake, a wakeChan taken earlier: a Wake since
-// then ends the sleep at once.
-func (l *Listener) sleepWake(ctx context.Context, d time.Duration, wake <-chan struct{}) sleepReason {
+// task to stop, and, if wake is not nil, for the Wake that closes it. The
+// task takes wake (wakeChan) before the get whose answer it sleeps on, so
+// that a trigger while the get is on its way is not lost.
+func (l *Listener) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) sleepReason {
 	if d <= 0 {
 		return sleptFull
 	}
@@ -582,6 +581,9 @@ func (l *Listener) park(d time.Duration) (fired <-chan struct{}, unpark func()) 
 		leave()
 	}
 }
+
+func (l *Listener) park1()   { l.parked.Add(1) }
+func (l *Listener) unpark1() { l.parked.Add(-1) }
 
 // ewma is a moving average of handler durations in nanoseconds, updated
 // without locks; -1 until the first sample.

@@ -130,8 +130,9 @@ type Options struct {
 	// it expires). A failure for want of the worker's own resources
 	// (handler.IsWorkerFault) is not hidden: the message stays held and
 	// runs again here when the gets' pause ends (handed back at once if
-	// the listener shuts down first), and does not count towards its
-	// poisoning.
+	// the listener shuts down first; not run again if its lease or its
+	// time-to-live ended meanwhile, the latter poisoned rather than lost),
+	// and does not count towards its poisoning.
 	RetryDelay func(m *queue.Message, err error) time.Duration
 
 	// Poison receives messages that cannot be processed (Azure Functions'

@@ -95,12 +95,13 @@ func (t *task) loop() error {
 		case sleepCancelled:
 			return nil
 		}
-		if done := l.pauseEnd(); done != nil {
+		if done, leave := l.joinPause(l.park1, l.unpark1); done != nil {
 			// A handler failed for want of the worker's resources: get
 			// nothing until the pause ends (see pauseGets). The task is
-			// idle meanwhile.
+			// idle meanwhile, and parked on the pause's timer.
 			l.idleTasks.Add(1)
 			r := l.waitPause(ctx, done)
+			leave()
 			l.idleTasks.Add(-1)
 			switch r {
 			case sleepStop:
@@ -150,7 +151,7 @@ func (t *task) loop() error {
 				t.errBackoff = l.newErrorBackoff()
 			}
 			wait := l.getFailed(log, err, t.errBackoff)
-			if l.sleep(ctx, wait, true) == sleepStop {
+			if l.sleep(ctx, wait, wake) == sleepStop {
 				counted = false
 				return nil
 			}
@@ -186,7 +187,7 @@ func (t *task) loop() error {
 					// the rest.
 					if rest := t.polled - l.o.Clock.Now().Sub(t.pollStart); rest > 0 {
 						l.idleTasks.Add(1)
-						r := l.sleep(ctx, rest, true)
+						r := l.sleep(ctx, rest, wake)
 						l.idleTasks.Add(-1)
 						if r == sleepStop {
 							counted = false
@@ -199,14 +200,14 @@ func (t *task) loop() error {
 			}
 			emptyAt := l.o.Clock.Now()
 			l.idleTasks.Add(1)
-			r := l.sleepWake(ctx, delay, wake)
+			r := l.sleep(ctx, delay, wake)
 			if r == sleepWoken {
 				// A trigger: get again, but no sooner than the trigger floor
 				// after the empty get, so that a trickle of triggered puts
 				// is fetched in batches rather than one get (and one empty
 				// get) per message.
 				if floor := emptyAt.Add(l.triggerFloor()).Sub(l.o.Clock.Now()); floor > 0 {
-					r = l.sleep(ctx, floor, false)
+					r = l.sleep(ctx, floor, nil)
 				}
 			}
 			l.idleTasks.Add(-1)

@@ -13,10 +13,12 @@ var (
 	// idle sleep, the cadence after a partial get, a pause, an error
 	// backoff), counted once the timer exists, and how much of its work
 	// runs outside its tasks' loops (open batches, until their deletes are
-	// done; flushes). With every task parked and nothing busy or in
-	// flight, the listener does nothing until the clock moves or a
-	// trigger comes.
-	Activity func(l any) (parked, busy int)
+	// done; flushes) not counting batches whose unfinished messages are
+	// all held, and how many messages its runners hold through a worker
+	// fault's pause (their leases renewed on the clock). With every task
+	// parked, nothing busy and nothing in flight but the held messages,
+	// the listener does nothing until the clock moves or a trigger comes.
+	Activity func(l any) (parked, busy, held int)
 
 	// WorkerClock (set by package adaptq) returns the adaptq.Option that
 	// runs a worker's listeners, agents and samplers on c.
