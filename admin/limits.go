@@ -24,7 +24,8 @@ const DefaultMaxConns = 64
 // needs it, an idle one until IdleTimeout does or a new connection needs
 // its slot: so a new caller (a probe) is served at once unless every slot
 // runs a request. Connections waiting in the kernel's
-// backlog cost the process no descriptor.
+// backlog cost the process no descriptor; the one Accept holds while it
+// waits for a slot costs one.
 type connLimit struct {
 	net.Listener
 	slots chan struct{} // one token per open connection
@@ -47,30 +48,33 @@ func newConnLimit(ln net.Listener, max int) *connLimit {
 	}
 }
 
-// Accept waits for a free slot (closing the longest idle connection if
-// there is none), then accepts a connection.
+// Accept accepts a connection, then finds it a slot: a free one, else
+// the one of the connection idle (or not yet sent a whole request) the
+// longest, which it closes; when none is, it waits until one is. It
+// closes nothing before a connection is there to take the slot (a
+// connection just accepted must get the time to send its request), so the
+// endpoint holds at most max connections and one waiting for a slot.
 func (l *connLimit) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
 	for {
 		select {
 		case l.slots <- struct{}{}:
+			return &limitedConn{Conn: c, l: l}, nil
 		default:
-			l.closeLongestIdle()
-			select {
-			case l.slots <- struct{}{}:
-			case <-l.kick:
-				continue
-			case <-l.done:
-				return nil, net.ErrClosed
-			}
 		}
-		break
+		l.closeLongestIdle()
+		select {
+		case l.slots <- struct{}{}:
+			return &limitedConn{Conn: c, l: l}, nil
+		case <-l.kick:
+		case <-l.done:
+			_ = c.Close()
+			return nil, net.ErrClosed
+		}
 	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.slots
-		return nil, err
-	}
-	return &limitedConn{Conn: c, l: l}, nil
 }
 
 // Close stops accepting: it closes the listener and unblocks a waiting
