@@ -108,3 +108,37 @@ func TestSlowHeadersCannotHoldEverySlot(t *testing.T) {
 		t.Fatalf("GET %s: %s", HealthPath, resp.Status)
 	}
 }
+
+// TestSlowBodiesCannotHoldEverySlot: a request with a small body the
+// route never reads (GET /healthz, Content-Length: 100, one byte sent) is
+// active, not idle: net/http reads the unread body before it answers (up to
+// 256 KiB, until ReadTimeout, 10 s), so MaxConns of them, with no token and
+// no throttle, hold every slot and a probe waits in the backlog. A body
+// the route did not read must not hold the connection.
+func TestSlowBodiesCannotHoldEverySlot(t *testing.T) {
+	t.Parallel()
+	const limit = 4
+	addr := startLimited(t, Options{MaxConns: limit})
+	for range limit {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := io.WriteString(c, "GET "+HealthPath+" HTTP/1.1\r\nHost: "+addr+"\r\nContent-Length: 100\r\n\r\nx"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The timeout (under adminReadTimeout, 10 s) only ends the wait if
+	// the probe is not served while the slow bodies hold.
+	tr := &http.Transport{DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: adminReadTimeout * 3 / 4}).Get("http://" + addr + HealthPath)
+	if err != nil {
+		t.Fatalf("GET %s while %d connections trickle a body: not served (%v)", HealthPath, limit, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", HealthPath, resp.Status)
+	}
+}
