@@ -106,6 +106,14 @@ const (
 // bucket, so that many addresses do not buy many guesses.
 const maxThrottledClients = 4096
 
+// maxTrustedClients bounds the addresses the throttle remembers as having
+// presented the right token (the oldest forgotten first): they get a
+// bucket of their own even when strangers' addresses fill the table, so a
+// guesser with thousands of addresses cannot push the operator, Prometheus
+// or KEDA into the overflow bucket it drains. A guesser cannot join them
+// without the token.
+const maxTrustedClients = 256
+
 // AuthFailureLogInterval is how often the log summarises wrong tokens: the
 // first after a quiet interval is logged at once (with its address), the
 // rest of the interval in one line (how many, how many were throttled,
@@ -129,6 +137,9 @@ type authThrottle struct {
 	mu       sync.Mutex
 	buckets  map[netip.Prefix]*bucket
 	overflow bucket
+	// trusted are the clients that presented the right token, with when
+	// they last did (at most maxTrustedClients).
+	trusted map[netip.Prefix]time.Time
 
 	// the summary of the current interval
 	timer   clock.Timer // nil: no failure since the last summary
@@ -140,7 +151,7 @@ type authThrottle struct {
 }
 
 func newAuthThrottle(c clock.Clock, log *zap.Logger) *authThrottle {
-	return &authThrottle{clock: c, log: log, buckets: map[netip.Prefix]*bucket{}}
+	return &authThrottle{clock: c, log: log, buckets: map[netip.Prefix]*bucket{}, trusted: map[netip.Prefix]time.Time{}}
 }
 
 // clientKey is the bucket a request's client address falls in: its IPv4
@@ -170,7 +181,7 @@ func (t *authThrottle) bucketLocked(key netip.Prefix, now time.Time) *bucket {
 				}
 			}
 		}
-		if len(t.buckets) >= maxThrottledClients {
+		if _, trusted := t.trusted[key]; len(t.buckets) >= maxThrottledClients && !trusted {
 			b = &t.overflow
 			if b.last.IsZero() {
 				b.tokens, b.last = AuthFailureBurst, now
@@ -218,8 +229,24 @@ func (t *authThrottle) refund(r *http.Request) {
 	now := t.clock.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	b := t.bucketLocked(clientKey(r), now)
+	// Trusted first, so that a client take put in the overflow bucket gets
+	// its own and the attempt is not given back to the shared one.
+	key := clientKey(r)
+	if key.IsValid() {
+		t.trusted[key] = now
+	}
+	b := t.bucketLocked(key, now)
 	b.tokens = min(AuthFailureBurst, b.tokens+1)
+	if len(t.trusted) > maxTrustedClients {
+		var oldest netip.Prefix
+		var at time.Time
+		for k, v := range t.trusted {
+			if !oldest.IsValid() || v.Before(at) {
+				oldest, at = k, v
+			}
+		}
+		delete(t.trusted, oldest)
+	}
 }
 
 // failed logs a wrong credential (the attempt is spent).

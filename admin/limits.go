@@ -17,13 +17,15 @@ const DefaultMaxConns = 64
 
 // connLimit is a listener that holds at most max connections open: when
 // every slot is taken it closes the connection that has been idle
-// (between keep-alive requests) the longest to make room, and when none is
-// idle it accepts nothing until one closes. A connection that sends
-// nothing holds its slot until ReadHeaderTimeout closes it, an idle one
-// until IdleTimeout does or a new connection needs its slot: so a new
-// caller (a probe) is served at once when any slot is idle, and within
-// ReadHeaderTimeout when none is. Connections waiting in the kernel's
-// backlog cost the process no descriptor.
+// (between keep-alive requests, or before its first request is whole) the
+// longest to make room, and when none is idle it accepts nothing until
+// one closes. A connection that sends nothing, or its headers slowly,
+// holds its slot until ReadHeaderTimeout closes it or a new connection
+// needs it, an idle one until IdleTimeout does or a new connection needs
+// its slot: so a new caller (a probe) is served at once unless every slot
+// runs a request. Connections waiting in the kernel's
+// backlog cost the process no descriptor; the one Accept holds while it
+// waits for a slot costs one.
 type connLimit struct {
 	net.Listener
 	slots chan struct{} // one token per open connection
@@ -32,7 +34,7 @@ type connLimit struct {
 	once  sync.Once
 
 	mu   sync.Mutex
-	idle map[net.Conn]uint64 // connections between requests, in the order they went idle
+	idle map[net.Conn]uint64 // connections between requests or before their first, in the order they became so
 	seq  uint64
 }
 
@@ -46,30 +48,33 @@ func newConnLimit(ln net.Listener, max int) *connLimit {
 	}
 }
 
-// Accept waits for a free slot (closing the longest idle connection if
-// there is none), then accepts a connection.
+// Accept accepts a connection, then finds it a slot: a free one, else
+// the one of the connection idle (or not yet sent a whole request) the
+// longest, which it closes; when none is, it waits until one is. It
+// closes nothing before a connection is there to take the slot (a
+// connection just accepted must get the time to send its request), so the
+// endpoint holds at most max connections and one waiting for a slot.
 func (l *connLimit) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
 	for {
 		select {
 		case l.slots <- struct{}{}:
+			return &limitedConn{Conn: c, l: l}, nil
 		default:
-			l.closeLongestIdle()
-			select {
-			case l.slots <- struct{}{}:
-			case <-l.kick:
-				continue
-			case <-l.done:
-				return nil, net.ErrClosed
-			}
 		}
-		break
+		l.closeLongestIdle()
+		select {
+		case l.slots <- struct{}{}:
+			return &limitedConn{Conn: c, l: l}, nil
+		case <-l.kick:
+		case <-l.done:
+			_ = c.Close()
+			return nil, net.ErrClosed
+		}
 	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.slots
-		return nil, err
-	}
-	return &limitedConn{Conn: c, l: l}, nil
 }
 
 // Close stops accepting: it closes the listener and unblocks a waiting
@@ -79,21 +84,29 @@ func (l *connLimit) Close() error {
 	return l.Listener.Close()
 }
 
-// connState is the server's ConnState hook: it keeps the set of idle
-// connections, the ones Accept may close.
+// connState is the server's ConnState hook: it keeps the set of
+// connections Accept may close: the idle ones, and the new ones that have
+// not yet sent a whole request (net/http marks a connection active only
+// once a request's headers are read, so one that sends them a byte at a
+// time would otherwise hold its slot until ReadHeaderTimeout, and
+// MaxConns of them every slot).
 func (l *connLimit) connState(c net.Conn, st http.ConnState) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if st == http.StateIdle {
+	switch st {
+	case http.StateIdle:
 		l.seq++
 		l.idle[c] = l.seq
 		select {
 		case l.kick <- struct{}{}:
 		default:
 		}
-		return
+	case http.StateNew:
+		l.seq++
+		l.idle[c] = l.seq
+	default:
+		delete(l.idle, c)
 	}
-	delete(l.idle, c)
 }
 
 // closeLongestIdle closes the connection idle the longest, if any.

@@ -319,7 +319,8 @@ func newAdminHTTPServer(h http.Handler) *http.Server {
 	}
 }
 
-// limitBody refuses a request body over adminMaxBody.
+// limitBody refuses a request body over adminMaxBody, and closes the
+// connection after a request that has a body.
 func limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > adminMaxBody {
@@ -327,6 +328,15 @@ func limitBody(next http.Handler) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(rw, r.Body, adminMaxBody)
+		if r.ContentLength != 0 {
+			// A body the route does not read: net/http would read it
+			// before answering and after, until ReadTimeout, so a client
+			// trickling it would hold a connection slot that long. The
+			// connection closes after the answer instead, and the read
+			// after the handler ends at once.
+			rw.Header().Set("Connection", "close")
+			defer func() { _ = http.NewResponseController(rw).SetReadDeadline(time.Unix(1, 0)) }()
+		}
 		next.ServeHTTP(rw, r)
 	})
 }

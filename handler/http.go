@@ -359,7 +359,8 @@ func readSnippet(r io.Reader, max int) []byte {
 }
 
 // parseRetryAfter reads a Retry-After header (RFC 9110 §10.2.3): a number
-// of seconds or an HTTP date. It returns 0 for none or a date in the past.
+// of seconds or an HTTP date, either capped at queue.MaxVisibilityTimeout.
+// It returns 0 for none or a date in the past.
 func parseRetryAfter(v string, now time.Time) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
@@ -375,7 +376,7 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 		return time.Duration(secs) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
+		return min(t.Sub(now), queue.MaxVisibilityTimeout)
 	}
 	return 0
 }
