@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -496,6 +497,28 @@ func (wq *workerQueue) close(log *zap.Logger) {
 	}
 }
 
+// urlSecretEnv lists the environment variables the configured queue URLs
+// name for credentials (every query parameter ending in "_env": Azure's
+// key_env, sas_env, connection_string_env): an exec handler's pass_env
+// prefix never passes them.
+func (w *Worker) urlSecretEnv() []string {
+	var names []string
+	for _, qc := range w.cfg.Queues {
+		for _, raw := range []string{qc.URL, qc.PoisonQueue} {
+			u, err := url.Parse(raw)
+			if err != nil {
+				continue
+			}
+			for k, vs := range u.Query() {
+				if strings.HasSuffix(strings.ToLower(k), "_env") {
+					names = append(names, vs...)
+				}
+			}
+		}
+	}
+	return names
+}
+
 // handlerFor resolves a queue's handler spec.
 func (w *Worker) handlerFor(qc QueueConfig) (handler.Func, error) {
 	spec := qc.Handler
@@ -505,7 +528,7 @@ func (w *Worker) handlerFor(qc QueueConfig) (handler.Func, error) {
 		if err != nil {
 			return nil, err
 		}
-		o := handler.ExecOptions{Queue: qc.Name, PassEnv: qc.PassEnv, Timeout: qc.HandlerTimeout, Stdout: w.execOut, Stderr: w.execErr}
+		o := handler.ExecOptions{Queue: qc.Name, PassEnv: qc.PassEnv, SecretEnv: w.urlSecretEnv(), Timeout: qc.HandlerTimeout, Stdout: w.execOut, Stderr: w.execErr}
 		if w.execOut == nil && w.execErr == nil {
 			o.Log = w.log
 			o.LogLimit = w.execLogLimit(qc.Name)

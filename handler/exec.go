@@ -128,6 +128,12 @@ type ExecOptions struct {
 	// what the program needs.
 	PassEnv []string
 
+	// SecretEnv names more variables that a prefix in PassEnv never
+	// passes, as if they were in ExecSecretEnv: the worker lists those its
+	// queue URLs name for credentials (an Azure URL's key_env=QUEUE_KEY), so
+	// pass_env "QUEUE_*" cannot hand the child the key.
+	SecretEnv []string
+
 	// Env holds extra "KEY=value" entries for the command's environment,
 	// on top of the variables passed from the worker's. The ADAPTQ_
 	// variables of the message override both.
@@ -313,6 +319,7 @@ func execHandler(argv []string, o ExecOptions, waitDelay time.Duration) (Func, e
 	args := append([]string{name}, argv[1:]...) // a copy: the caller keeps argv
 	extraEnv := append([]string(nil), o.Env...)
 	pass := append(append([]string(nil), ExecBaseEnv...), o.PassEnv...)
+	secret := append([]string(nil), o.SecretEnv...)
 	var timeoutErr error
 	if o.Timeout > 0 {
 		timeoutErr = fmt.Errorf("handler: exec %q: killed after the timeout of %s: %w",
@@ -330,7 +337,7 @@ func execHandler(argv []string, o ExecOptions, waitDelay time.Duration) (Func, e
 		cmd := exec.CommandContext(runCtx, path)
 		cmd.Args = args
 		cmd.Dir = o.Dir
-		cmd.Env = messageEnv(passedEnv(os.Environ(), pass), extraEnv, o.Queue, m)
+		cmd.Env = messageEnv(passedEnv(os.Environ(), pass, secret), extraEnv, o.Queue, m)
 		cmd.Stdin = bytes.NewReader(m.Body)
 		stderr := &tailBuffer{max: MaxStderrTail}
 		var stdoutW, stderrW io.Writer = nil, stderr
@@ -438,7 +445,7 @@ func CheckPassEnv(names []string) error {
 
 // passedEnv is the part of environ (KEY=value entries) whose names pass
 // matches, in environ's order.
-func passedEnv(environ, pass []string) []string {
+func passedEnv(environ, pass, secret []string) []string {
 	out := make([]string, 0, len(pass))
 	for _, kv := range environ {
 		k, _, ok := strings.Cut(kv, "=")
@@ -446,13 +453,23 @@ func passedEnv(environ, pass []string) []string {
 			continue // Windows' per-drive "=C:" entries
 		}
 		for _, p := range pass {
-			if envNameMatches(k, p) && (!strings.HasSuffix(p, "*") || !isWorkerSecretEnv(k)) {
+			if envNameMatches(k, p) && (!strings.HasSuffix(p, "*") || !isWorkerSecretEnv(k) && !isNamed(k, secret)) {
 				out = append(out, kv)
 				break
 			}
 		}
 	}
 	return out
+}
+
+// isNamed reports whether variable k is one of names (case-insensitive).
+func isNamed(k string, names []string) bool {
+	for _, n := range names {
+		if strings.EqualFold(k, n) {
+			return true
+		}
+	}
+	return false
 }
 
 // isWorkerSecretEnv reports whether variable k is one of ExecSecretEnv,
