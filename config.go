@@ -188,16 +188,15 @@ type TriggerConfig struct {
 
 // TriggerSafetyInterval is the queue's trigger.safety_interval in effect
 // on a backend with features f: the configured one, or, unset, idle.max,
-// so that polling is what it would be without a trigger; where every put
-// notifies the worker by itself (f.NativeNotify: PostgreSQL, Redis,
-// memory), listener.DefaultSafetyInterval (5 min; idle.max if longer),
-// since only a lost notification waits for it.
-func (qc QueueConfig) TriggerSafetyInterval(f driver.Features) time.Duration {
-	switch {
-	case qc.Trigger.SafetyInterval > 0:
+// so that polling is what it would be without a trigger, on every backend.
+// Even where every put notifies the worker by itself (f.NativeNotify:
+// PostgreSQL, Redis, memory) a message that becomes visible without a put
+// — a delayed put, a retry, a lease that ran out, a release by a worker
+// that stopped — comes with no notification, and only the poll finds it:
+// a longer default would make it wait longer than without a trigger.
+func (qc QueueConfig) TriggerSafetyInterval(_ driver.Features) time.Duration {
+	if qc.Trigger.SafetyInterval > 0 {
 		return qc.Trigger.SafetyInterval
-	case qc.Trigger.Enabled && f.NativeNotify:
-		return max(listener.DefaultSafetyInterval, qc.Idle.Max)
 	}
 	return qc.Idle.Max
 }

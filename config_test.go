@@ -10,7 +10,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue/driver"
 )
 
@@ -303,7 +302,8 @@ func TestConfigNamesTheMissingDriverImport(t *testing.T) {
 }
 
 // The trigger is on by default, and its safety interval, unset, is
-// idle.max unless every put notifies the worker by itself (issue 27).
+// idle.max, even where every put notifies the worker by itself: messages
+// that become visible without a put are found only by the poll (issue 27).
 func TestTriggerDefaults(t *testing.T) {
 	t.Parallel()
 	qc := DefaultQueueConfig()
@@ -317,7 +317,7 @@ func TestTriggerDefaults(t *testing.T) {
 		want   time.Duration
 	}{
 		{"polled backend", func(*QueueConfig) {}, false, qc.Idle.Max},
-		{"native notify", func(*QueueConfig) {}, true, listener.DefaultSafetyInterval},
+		{"native notify", func(*QueueConfig) {}, true, qc.Idle.Max},
 		{"native notify, long idle.max", func(q *QueueConfig) { q.Idle.Max = time.Hour }, true, time.Hour},
 		{"native notify, no trigger", func(q *QueueConfig) { q.Trigger.Enabled = false }, true, qc.Idle.Max},
 		{"configured", func(q *QueueConfig) { q.Trigger.SafetyInterval = 7 * time.Minute }, false, 7 * time.Minute},
