@@ -216,12 +216,16 @@ func testConcurrentConsumers(t *testing.T, e *env) {
 // it had done instead of the binary panicking with every goroutine's
 // stack. It is a hang guard only: no case asserts how long anything takes.
 func (e *env) guard(t *testing.T) (context.Context, context.CancelFunc) {
+	return guard(t, e.ctx)
+}
+
+func guard(t *testing.T, ctx context.Context) (context.Context, context.CancelFunc) {
 	dl, ok := t.Deadline()
 	if !ok {
-		return context.WithCancel(e.ctx)
+		return context.WithCancel(ctx)
 	}
 	margin := min(time.Until(dl)/10, 30*time.Second)
-	return context.WithDeadline(e.ctx, dl.Add(-margin))
+	return context.WithDeadline(ctx, dl.Add(-margin))
 }
 
 // testConcurrentWithTimeouts drains with consumers that drop a share of the
