@@ -48,8 +48,9 @@ func entraAccount(t testing.TB, srv *azuritetest.Server, cred *azuritetest.Token
 // audience: the whole conformance suite, claim-check, and the errors a
 // refused token and a failing credential give.
 func TestEntra(t *testing.T) {
+	started := azuritetest.Prestart(t, azuritetest.Options{OAuth: true}) // while the serial tests run
 	t.Parallel()
-	srv := azuritetest.StartWith(t, azuritetest.Options{OAuth: true})
+	srv := started(t)
 
 	t.Run("Conformance", func(t *testing.T) {
 		cred := &azuritetest.TokenCredential{}

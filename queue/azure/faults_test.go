@@ -23,6 +23,7 @@ import (
 // TTL are Azure's, kept by the server), which dates only claim-check
 // payloads' expiry, swept an hour (Config.PayloadGrace) after it.
 func TestFaults(t *testing.T) {
+	restartable := azuritetest.Prestart(t, azuritetest.Options{}) // while the serial tests run
 	t.Parallel()
 	harness := func(t *testing.T, srv *azuritetest.Server) *queuetest.FaultHarness {
 		proxy := queuetest.NewFaultProxy(t, srv.QueueAddr)
@@ -47,7 +48,7 @@ func TestFaults(t *testing.T) {
 		t.Parallel()
 		h := harness(t, srv)
 		h.Restartable = func(t *testing.T) *queuetest.FaultHarness {
-			own := azuritetest.Start(t)
+			own := restartable(t)
 			r := harness(t, own)
 			r.Restart = func(t *testing.T) {
 				if err := own.RestartQueue(); err != nil {

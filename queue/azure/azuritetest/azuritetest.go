@@ -184,6 +184,44 @@ func StartWith(tb testing.TB, opts Options) *Server {
 	return s
 }
 
+// Prestart begins starting a server for tb (with opts) at once and
+// returns a function that waits for it, failing tb if it did not start;
+// the server stops at tb's cleanup. A parallel test calls it before
+// t.Parallel(), so that Node loads Azurite (seconds of CPU, tens of
+// seconds on a busy machine) while the serial tests run, not after them.
+// The wait function must be called from a test's goroutine.
+func Prestart(tb testing.TB, opts Options) func(testing.TB) *Server {
+	tb.Helper()
+	type result struct {
+		s   *Server
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		s, err := LaunchWith(opts)
+		ch <- result{s, err}
+	}()
+	var once sync.Once
+	var r result
+	wait := func() result {
+		once.Do(func() { r = <-ch })
+		return r
+	}
+	tb.Cleanup(func() {
+		if r := wait(); r.s != nil {
+			r.s.Stop()
+		}
+	})
+	return func(tb testing.TB) *Server {
+		tb.Helper()
+		r := wait()
+		if r.err != nil {
+			tb.Fatal(r.err)
+		}
+		return r.s
+	}
+}
+
 var shared struct {
 	sync.Mutex
 	s   *Server
