@@ -107,7 +107,6 @@ func runUntil(t *testing.T, l *listener.Listener, done func() bool) {
 // 8 tasks on a metered Azure queue: every message handled once and
 // deleted, and the meter's counts are the calls that did it.
 func TestListenerEndToEnd(t *testing.T) {
-	t.Parallel() // a queue of its own
 	srv := azuritetest.Shared(t)
 	acct := newAccount(t, srv, azure.Config{})
 	m := meter.New(0)
@@ -169,7 +168,6 @@ func TestListenerEndToEnd(t *testing.T) {
 // drain, and its tail (the messages that lost Gets hid, back after their
 // visibility timeout) is not failed again and again.
 func TestListenerFaults(t *testing.T) {
-	t.Parallel() // a queue of its own
 	srv := azuritetest.Shared(t)
 	direct := newAccount(t, srv, azure.Config{})
 	dq := openQueue(t, direct, uniq(t, "listener-faults"))

@@ -111,6 +111,10 @@ func (s *Server) URL(name string, params ...string) string {
 // certificate if it serves HTTPS.
 func (s *Server) HTTPClient() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	// A hang guard, not Go's default 10 s: a busy machine starves the
+	// emulator's Node process of CPU for longer than that (TestEntra saw
+	// "TLS handshake timeout" at load 20).
+	t.TLSHandshakeTimeout = time.Minute
 	if s.TLS {
 		t.TLSClientConfig = &tls.Config{RootCAs: s.RootCAs, MinVersion: tls.VersionTLS12}
 	}
