@@ -48,9 +48,12 @@ func entraAccount(t testing.TB, srv *azuritetest.Server, cred *azuritetest.Token
 // audience: the whole conformance suite, claim-check, and the errors a
 // refused token and a failing credential give.
 func TestEntra(t *testing.T) {
-	started := azuritetest.Prestart(t, azuritetest.Options{OAuth: true}) // while the serial tests run
+	// The binary's shared HTTPS Azurite (ExampleConfig_credential's too),
+	// loading while the serial tests run.
+	oauth := azuritetest.Options{OAuth: true}
+	go func() { _, _ = azuritetest.SharedServerWith(oauth) }()
 	t.Parallel()
-	srv := started(t)
+	srv := azuritetest.SharedWith(t, oauth)
 
 	t.Run("Conformance", func(t *testing.T) {
 		cred := &azuritetest.TokenCredential{}

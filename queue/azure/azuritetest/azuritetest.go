@@ -226,17 +226,30 @@ func Prestart(tb testing.TB, opts Options) func(testing.TB) *Server {
 	}
 }
 
+// shared holds the test binary's shared servers, one per Options.
 var shared struct {
 	sync.Mutex
-	s   *Server
-	err error
+	m map[Options]*sharedServer
+}
+
+type sharedServer struct {
+	once sync.Once
+	s    *Server
+	err  error
 }
 
 // Shared returns the test binary's shared server, starting it on first use.
 // Main stops it when the tests end.
 func Shared(tb testing.TB) *Server {
 	tb.Helper()
-	s, err := SharedServer()
+	return SharedWith(tb, Options{})
+}
+
+// SharedWith is Shared for the shared server with opts (one per Options:
+// SharedWith(tb, Options{OAuth: true}) is the binary's HTTPS server).
+func SharedWith(tb testing.TB, opts Options) *Server {
+	tb.Helper()
+	s, err := SharedServerWith(opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -245,24 +258,41 @@ func Shared(tb testing.TB) *Server {
 
 // SharedServer is Shared for code without a testing.TB (examples,
 // benchmarks' setup).
-func SharedServer() (*Server, error) {
+func SharedServer() (*Server, error) { return SharedServerWith(Options{}) }
+
+// SharedServerWith is SharedWith for code without a testing.TB. Callers
+// that come while the server is starting wait for it, so a parallel test
+// may start it in a goroutine before t.Parallel() (Node loads Azurite
+// while the serial tests run) and call SharedWith after.
+func SharedServerWith(opts Options) (*Server, error) {
 	shared.Lock()
-	defer shared.Unlock()
-	if shared.s == nil && shared.err == nil {
-		shared.s, shared.err = Launch()
+	if shared.m == nil {
+		shared.m = map[Options]*sharedServer{}
 	}
-	return shared.s, shared.err
+	e := shared.m[opts]
+	if e == nil {
+		e = &sharedServer{}
+		shared.m[opts] = e
+	}
+	shared.Unlock()
+	e.once.Do(func() { e.s, e.err = LaunchWith(opts) })
+	return e.s, e.err
 }
 
-// Main runs the tests of m and then stops the shared server, if one was
+// Main runs the tests of m and then stops the shared servers that were
 // started; use it as TestMain's body: os.Exit(azuritetest.Main(m)).
 func Main(m *testing.M) int {
 	code := m.Run()
 	shared.Lock()
-	if shared.s != nil {
-		shared.s.Stop()
-	}
+	entries := shared.m
+	shared.m = nil
 	shared.Unlock()
+	for _, e := range entries {
+		e.once.Do(func() {}) // waits for a start under way
+		if e.s != nil {
+			e.s.Stop()
+		}
+	}
 	return code
 }
 
