@@ -107,12 +107,7 @@ func runUntil(t *testing.T, l *listener.Listener, done func() bool) {
 // 8 tasks on a metered Azure queue: every message handled once and
 // deleted, and the meter's counts are the calls that did it.
 func TestListenerEndToEnd(t *testing.T) {
-	// An Azurite of its own, loading while the serial tests run: its
-	// drain does not queue behind the other parallel tests' on one
-	// Node event loop.
-	started := azuritetest.Prestart(t, azuritetest.Options{})
-	t.Parallel()
-	srv := started(t)
+	srv := azuritetest.Shared(t)
 	acct := newAccount(t, srv, azure.Config{})
 	m := meter.New(0)
 	q := openQueue(t, acct, uniq(t, "listener-e2e"), queue.WithObserver(m))
@@ -173,12 +168,7 @@ func TestListenerEndToEnd(t *testing.T) {
 // drain, and its tail (the messages that lost Gets hid, back after their
 // visibility timeout) is not failed again and again.
 func TestListenerFaults(t *testing.T) {
-	// An Azurite of its own, loading while the serial tests run: its
-	// drain does not queue behind the other parallel tests' on one
-	// Node event loop.
-	started := azuritetest.Prestart(t, azuritetest.Options{})
-	t.Parallel()
-	srv := started(t)
+	srv := azuritetest.Shared(t)
 	direct := newAccount(t, srv, azure.Config{})
 	dq := openQueue(t, direct, uniq(t, "listener-faults"))
 	ids := fill(t, dq, e2eMessages)
