@@ -17,11 +17,10 @@ import (
 // runs over HTTPS with --oauth basic and a test credential mints the
 // tokens it accepts.
 func ExampleConfig_credential() {
-	srv, err := azuritetest.LaunchWith(azuritetest.Options{OAuth: true})
+	srv, err := azuritetest.SharedServerWith(azuritetest.Options{OAuth: true}) // TestEntra's
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer srv.Stop()
 
 	acct, err := azure.NewAccount(azure.Config{
 		Account:       azuritetest.Account,

@@ -126,13 +126,30 @@ func testConcurrentConsumers(t *testing.T, e *env) {
 	const vis = 10 * time.Minute
 	h := newHoldings(e.f.TimeResolution)
 	var deleted atomic.Int64
-	g, ctx := errgroup.WithContext(e.ctx)
+	// The drain is bounded in operations: each Get that returns messages
+	// takes at least one of the n, and each consumer ends on its first
+	// empty Get, so a correct drain needs at most n + consumers Gets; a
+	// transient failure (a busy server resetting a connection) may cost
+	// one more each, at most n in all. A drain past that is not
+	// progressing, and fails saying so instead of looping.
+	maxGets, maxTransient := int64(n+concurrentConsumers), int64(n)
+	var gets, transient atomic.Int64
+	gctx, cancel := e.guard(t)
+	defer cancel()
+	g, ctx := errgroup.WithContext(gctx)
 	for c := 0; c < concurrentConsumers; c++ {
 		g.Go(func() error {
 			for {
+				if k := gets.Add(1); k > maxGets {
+					return fmt.Errorf("consumer %d: %d Gets made, the most a drain of %d messages by %d consumers needs", c, k-1, n, concurrentConsumers)
+				}
 				ms, err := q.Get(ctx, e.batch(), vis)
 				if err != nil {
-					if queue.IsTransient(err) {
+					if queue.IsTransient(err) && ctx.Err() == nil {
+						if k := transient.Add(1); k > maxTransient {
+							return fmt.Errorf("consumer %d get: %d transient failures, more than one per message: %w", c, k, err)
+						}
+						gets.Add(-1) // the failure's own budget paid for it
 						continue
 					}
 					return fmt.Errorf("consumer %d get: %w", c, err)
@@ -169,7 +186,11 @@ func testConcurrentConsumers(t *testing.T, e *env) {
 		})
 	}
 	if err := g.Wait(); err != nil {
-		t.Fatal(err)
+		h.mu.Lock()
+		got := len(h.holds)
+		h.mu.Unlock()
+		t.Fatalf("the drain stopped after %d Gets (%d transient failures), %d of %d messages got and %d deleted: %v",
+			min(gets.Load(), maxGets), transient.Load(), got, n, deleted.Load(), err)
 	}
 	for _, b := range h.overlaps() {
 		t.Error(b)
@@ -188,6 +209,23 @@ func testConcurrentConsumers(t *testing.T, e *env) {
 	if c := e.count(t, q); c != 0 {
 		t.Fatalf("Count after the drain = %d", c)
 	}
+}
+
+// guard is e.ctx ended a little before the test's deadline (go test
+// -timeout), so that a case whose backend has stalled fails naming what
+// it had done instead of the binary panicking with every goroutine's
+// stack. It is a hang guard only: no case asserts how long anything takes.
+func (e *env) guard(t *testing.T) (context.Context, context.CancelFunc) {
+	return guard(t, e.ctx)
+}
+
+func guard(t *testing.T, ctx context.Context) (context.Context, context.CancelFunc) {
+	dl, ok := t.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	margin := min(time.Until(dl)/10, 30*time.Second)
+	return context.WithDeadline(ctx, dl.Add(-margin))
 }
 
 // testConcurrentWithTimeouts drains with consumers that drop a share of the

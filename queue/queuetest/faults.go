@@ -1185,6 +1185,10 @@ func testDropAllMidDrain(t *testing.T, e *faultEnv) {
 		mu.Unlock()
 	}
 	vis := 2 * e.unit()
+	// A drain that stalls fails before the test's deadline, saying how
+	// far it got, instead of hanging.
+	ctx, cancel := guard(t, e.ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
@@ -1192,11 +1196,11 @@ func testDropAllMidDrain(t *testing.T, e *faultEnv) {
 				mu.Lock()
 				stop := len(bad) > 0
 				mu.Unlock()
-				if stop {
+				if stop || ctx.Err() != nil {
 					return
 				}
 				chaos()
-				ms, err := q.Get(e.ctx, e.f.MaxBatch, vis)
+				ms, err := q.Get(ctx, e.f.MaxBatch, vis)
 				if err != nil {
 					record(err)
 					continue
@@ -1204,7 +1208,7 @@ func testDropAllMidDrain(t *testing.T, e *faultEnv) {
 				if len(ms) == 0 {
 					// Empty, or the rest hidden by Gets whose replies were
 					// lost: done when the server holds nothing.
-					if c, err := d.Count(e.ctx); err == nil && c == 0 {
+					if c, err := d.Count(ctx); err == nil && c == 0 {
 						return
 					}
 					time.Sleep(50 * time.Millisecond)
@@ -1218,7 +1222,7 @@ func testDropAllMidDrain(t *testing.T, e *faultEnv) {
 				}
 				mu.Unlock()
 				chaos()
-				res, err := q.DeleteBatch(e.ctx, rs)
+				res, err := q.DeleteBatch(ctx, rs)
 				if err != nil {
 					record(err)
 					continue
@@ -1236,6 +1240,10 @@ func testDropAllMidDrain(t *testing.T, e *faultEnv) {
 		})
 	}
 	wg.Wait()
+	if ctx.Err() != nil {
+		t.Fatalf("the drain had got %d of %d messages (%d drops, %d transient errors) when the test's deadline neared: %v",
+			len(got), n, e.h.Proxy.Counts().Drops, transient.Load(), context.Cause(ctx))
+	}
 	if len(bad) > 0 {
 		t.Fatalf("%d errors were not transient; the first: %v", len(bad), bad[0])
 	}

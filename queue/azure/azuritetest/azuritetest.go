@@ -55,9 +55,12 @@ const (
 // Version is the Azurite release tools/azurite pins.
 const Version = "3.37.0"
 
-// StartTimeout bounds how long Start waits for Azurite to listen. Node
-// loads Azurite in about a second; a loaded CI machine may take longer.
-const StartTimeout = 60 * time.Second
+// StartTimeout bounds how long Start waits for Azurite to listen: a hang
+// guard only. Node loads Azurite in about a second on a quiet machine, but
+// loading is all CPU: at load 16 on 2 cores it takes 10 s, and with a test
+// binary's servers starting together beside other packages' tests (load
+// 20 and more) it has exceeded a minute.
+const StartTimeout = 3 * time.Minute
 
 // ToolDir is where Azurite is installed, relative to the repository root.
 const ToolDir = "tools/azurite"
@@ -108,6 +111,10 @@ func (s *Server) URL(name string, params ...string) string {
 // certificate if it serves HTTPS.
 func (s *Server) HTTPClient() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	// A hang guard, not Go's default 10 s: a busy machine starves the
+	// emulator's Node process of CPU for longer than that (TestEntra saw
+	// "TLS handshake timeout" at load 20).
+	t.TLSHandshakeTimeout = time.Minute
 	if s.TLS {
 		t.TLSClientConfig = &tls.Config{RootCAs: s.RootCAs, MinVersion: tls.VersionTLS12}
 	}
@@ -181,17 +188,68 @@ func StartWith(tb testing.TB, opts Options) *Server {
 	return s
 }
 
+// Prestart begins starting a server for tb (with opts) at once and
+// returns a function that waits for it, failing tb if it did not start;
+// the server stops at tb's cleanup. A parallel test calls it before
+// t.Parallel(), so that Node loads Azurite (seconds of CPU, tens of
+// seconds on a busy machine) while the serial tests run, not after them.
+// The wait function must be called from a test's goroutine.
+func Prestart(tb testing.TB, opts Options) func(testing.TB) *Server {
+	tb.Helper()
+	type result struct {
+		s   *Server
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		s, err := LaunchWith(opts)
+		ch <- result{s, err}
+	}()
+	var once sync.Once
+	var r result
+	wait := func() result {
+		once.Do(func() { r = <-ch })
+		return r
+	}
+	tb.Cleanup(func() {
+		if r := wait(); r.s != nil {
+			r.s.Stop()
+		}
+	})
+	return func(tb testing.TB) *Server {
+		tb.Helper()
+		r := wait()
+		if r.err != nil {
+			tb.Fatal(r.err)
+		}
+		return r.s
+	}
+}
+
+// shared holds the test binary's shared servers, one per Options.
 var shared struct {
 	sync.Mutex
-	s   *Server
-	err error
+	m map[Options]*sharedServer
+}
+
+type sharedServer struct {
+	once sync.Once
+	s    *Server
+	err  error
 }
 
 // Shared returns the test binary's shared server, starting it on first use.
 // Main stops it when the tests end.
 func Shared(tb testing.TB) *Server {
 	tb.Helper()
-	s, err := SharedServer()
+	return SharedWith(tb, Options{})
+}
+
+// SharedWith is Shared for the shared server with opts (one per Options:
+// SharedWith(tb, Options{OAuth: true}) is the binary's HTTPS server).
+func SharedWith(tb testing.TB, opts Options) *Server {
+	tb.Helper()
+	s, err := SharedServerWith(opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -200,24 +258,41 @@ func Shared(tb testing.TB) *Server {
 
 // SharedServer is Shared for code without a testing.TB (examples,
 // benchmarks' setup).
-func SharedServer() (*Server, error) {
+func SharedServer() (*Server, error) { return SharedServerWith(Options{}) }
+
+// SharedServerWith is SharedWith for code without a testing.TB. Callers
+// that come while the server is starting wait for it, so a parallel test
+// may start it in a goroutine before t.Parallel() (Node loads Azurite
+// while the serial tests run) and call SharedWith after.
+func SharedServerWith(opts Options) (*Server, error) {
 	shared.Lock()
-	defer shared.Unlock()
-	if shared.s == nil && shared.err == nil {
-		shared.s, shared.err = Launch()
+	if shared.m == nil {
+		shared.m = map[Options]*sharedServer{}
 	}
-	return shared.s, shared.err
+	e := shared.m[opts]
+	if e == nil {
+		e = &sharedServer{}
+		shared.m[opts] = e
+	}
+	shared.Unlock()
+	e.once.Do(func() { e.s, e.err = LaunchWith(opts) })
+	return e.s, e.err
 }
 
-// Main runs the tests of m and then stops the shared server, if one was
+// Main runs the tests of m and then stops the shared servers that were
 // started; use it as TestMain's body: os.Exit(azuritetest.Main(m)).
 func Main(m *testing.M) int {
 	code := m.Run()
 	shared.Lock()
-	if shared.s != nil {
-		shared.s.Stop()
-	}
+	entries := shared.m
+	shared.m = nil
 	shared.Unlock()
+	for _, e := range entries {
+		e.once.Do(func() {}) // waits for a start under way
+		if e.s != nil {
+			e.s.Stop()
+		}
+	}
 	return code
 }
 
