@@ -1,0 +1,102 @@
+package poison_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/memory"
+	"github.com/adaptq/adaptq/queue/poison"
+)
+
+// bombs puts n compressed envelopes to a memory poison queue, each of a
+// body of size zeros (the envelope is a few KiB: DEFLATE packs zeros about
+// 1000 to 1), and one small message last; it returns the queue and the
+// last message's poison id.
+func bombs(t *testing.T, n, size int) (*queue.Queue, string) {
+	t.Helper()
+	ctx := context.Background()
+	pq, err := memory.NewStore().Queue("orders-poison")
+	if err != nil {
+		t.Fatal(err)
+	}
+	zeros := make([]byte, size)
+	for i := range n {
+		b, err := poison.Encode(poison.Message{ID: fmt.Sprint("bomb-", i), Queue: "orders", DequeueCount: 5,
+			FailedAt: time.Now(), InsertedAt: time.Now(), Body: zeros}, pq.Features().MaxBody)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pq.Put(ctx, b, queue.PutOptions{TTL: queue.NoExpiry}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := poison.Encode(poison.Message{ID: "small", Queue: "orders", DequeueCount: 5,
+		FailedAt: time.Now(), InsertedAt: time.Now(), Body: []byte("hello")}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := pq.Put(ctx, b, queue.PutOptions{TTL: queue.NoExpiry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pq, id
+}
+
+// allocated is how many bytes f allocated (the whole process's; the test
+// is not parallel, so parallel tests are paused meanwhile).
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// A compressed envelope inflates to what its header says, up to 64 MiB
+// (maxInflated): 16 MiB of zeros are a 22 KiB envelope, which a poison
+// queue of 64 KiB takes, whether the listener wrote it (a source queue
+// that takes large bodies) or a producer that can write to the poison
+// queue did. Finding one message, showing a page of previews or purging
+// one message must not inflate every other message it passes.
+func TestToolsDoNotInflateTheMessagesTheyPass(t *testing.T) {
+	const n, size, bound = 12, 16 << 20, 48 << 20 // 192 MiB if each is inflated
+	pq, last := bombs(t, n, size)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		f    func() error
+	}{
+		{"Find by poison id", func() error { _, err := poison.Find(ctx, pq, last); return err }},
+		{"Find by original id", func() error { _, err := poison.Find(ctx, pq, "small"); return err }},
+		{"Find of an id not there", func() error {
+			if _, err := poison.Find(ctx, pq, "absent"); err == nil {
+				return fmt.Errorf("found")
+			}
+			return nil
+		}},
+		{"ListBodies", func() error { _, err := poison.ListBodies(ctx, pq, "", 50); return err }},
+		{"PeekBodies", func() error { _, err := poison.PeekBodies(ctx, pq, 32); return err }},
+		{"Purge one by id", func() error {
+			res, err := poison.Purge(ctx, pq, poison.Selection{IDs: []string{"small"}})
+			if err == nil && len(res.Done) != 1 {
+				err = fmt.Errorf("purged %+v", res)
+			}
+			return err
+		}},
+	} {
+		var err error
+		a := allocated(func() { err = c.f() })
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if a > bound {
+			t.Errorf("%s allocated %d MiB for %d messages of %d KiB each (bodies of %d MiB); want at most %d MiB",
+				c.name, a>>20, n+1, 22, size>>20, bound>>20)
+		}
+	}
+}
