@@ -87,7 +87,8 @@ func List(ctx context.Context, pq *queue.Queue, after string, limit int) (Page, 
 }
 
 // ListBodies is List with each message's original body: for a page that
-// previews them.
+// previews them. A compressed body is inflated only up to its first
+// MaxPreview bytes (Size is the whole body's; Find gives it whole).
 func ListBodies(ctx context.Context, pq *queue.Queue, after string, limit int) (Page, error) {
 	return list(ctx, pq, after, limit, true)
 }
@@ -251,7 +252,8 @@ func Peek(ctx context.Context, pq *queue.Queue, n int) ([]Message, error) {
 }
 
 // PeekBodies is Peek with each message's original body: for a preview of
-// it (the status page shows a few bytes of each).
+// it (the status page shows a few bytes of each). A compressed body is
+// inflated only up to its first MaxPreview bytes, as in ListBodies.
 func PeekBodies(ctx context.Context, pq *queue.Queue, n int) ([]Message, error) {
 	ms, err := pq.Peek(ctx, n)
 	if err != nil {
@@ -259,7 +261,7 @@ func PeekBodies(ctx context.Context, pq *queue.Queue, n int) ([]Message, error) 
 	}
 	out := make([]Message, len(ms))
 	for i, pm := range ms {
-		out[i] = Decode(pm)
+		out[i] = decode(pm, true)
 	}
 	slices.SortFunc(out, func(a, b Message) int { return keyOf(b).compare(keyOf(a)) })
 	return out, nil
@@ -315,13 +317,13 @@ func Find(ctx context.Context, pq *queue.Queue, id string) (Message, error) {
 			return Message{}, fmt.Errorf("%w: %q in %s", ErrNotFound, id, pq.Name())
 		}
 	}
-	var found *Message
+	var found *queue.Message
 	_, err := scan(ctx, pq, func(pm *queue.Message) (bool, bool) {
 		// The first match by original id, unless the poison id matches.
-		if m, ok := match([]*queue.Message{pm}, id); ok && (found == nil || m.PoisonID == id) {
-			found = &m
+		if pm.ID == id || (found == nil && byOriginalID(pm, id)) {
+			found = pm
 		}
-		return false, found != nil && found.PoisonID == id
+		return false, found != nil && found.ID == id
 	})
 	if err != nil {
 		return Message{}, err
@@ -329,12 +331,19 @@ func Find(ctx context.Context, pq *queue.Queue, id string) (Message, error) {
 	if found == nil {
 		return Message{}, fmt.Errorf("%w: %q in %s", ErrNotFound, id, pq.Name())
 	}
-	return *found, nil
+	return Decode(found), nil
+}
+
+// byOriginalID reports whether pm is an envelope of the original id id,
+// reading its header only: the messages a search passes are not inflated.
+func byOriginalID(pm *queue.Message, id string) bool {
+	m := decode(pm, false)
+	return m.Enveloped && m.ID == id
 }
 
 // findPaged is Find with PeekAfter.
 func findPaged(ctx context.Context, pq *queue.Queue, id string) (Message, error) {
-	var byOriginal *Message
+	var byOriginal *queue.Message
 	n, from := pq.Features().MaxPeek, ""
 	for seen := 0; seen < MaxScan; {
 		ms, err := pq.PeekAfter(ctx, from, n)
@@ -345,10 +354,8 @@ func findPaged(ctx context.Context, pq *queue.Queue, id string) (Message, error)
 			if pm.ID == id {
 				return Decode(pm), nil
 			}
-			if byOriginal == nil {
-				if m := Decode(pm); m.Enveloped && m.ID == id {
-					byOriginal = &m
-				}
+			if byOriginal == nil && byOriginalID(pm, id) {
+				byOriginal = pm
 			}
 		}
 		if seen += len(ms); len(ms) < n {
@@ -357,7 +364,7 @@ func findPaged(ctx context.Context, pq *queue.Queue, id string) (Message, error)
 		from = ms[len(ms)-1].ID
 	}
 	if byOriginal != nil {
-		return *byOriginal, nil
+		return Decode(byOriginal), nil
 	}
 	return Message{}, fmt.Errorf("%w: %q in %s", ErrNotFound, id, pq.Name())
 }
@@ -365,17 +372,17 @@ func findPaged(ctx context.Context, pq *queue.Queue, id string) (Message, error)
 // match finds the message whose poison id is id, or else the first whose
 // original id is.
 func match(ms []*queue.Message, id string) (Message, bool) {
-	var byOriginal *Message
+	var byOriginal *queue.Message
 	for _, pm := range ms {
 		if pm.ID == id {
 			return Decode(pm), true
 		}
-		if m := Decode(pm); byOriginal == nil && m.Enveloped && m.ID == id {
-			byOriginal = &m
+		if byOriginal == nil && byOriginalID(pm, id) {
+			byOriginal = pm
 		}
 	}
 	if byOriginal != nil {
-		return *byOriginal, true
+		return Decode(byOriginal), true
 	}
 	return Message{}, false
 }
@@ -465,8 +472,14 @@ func Requeue(ctx context.Context, pq *queue.Queue, dest Dest, sel Selection) (Re
 	// still fails may poison one again before the scan ends, and that new
 	// copy is left for the operator rather than requeued round and round.
 	newIDs := map[[2]string]bool{}
-	return apply(ctx, pq, sel, func(pm *queue.Message, m Message, res *Result) bool {
-		if m.Enveloped && newIDs[[2]string{m.Queue, m.ID}] {
+	return apply(ctx, pq, sel, func(pm *queue.Message, h Message, res *Result) bool {
+		if h.Enveloped && newIDs[[2]string{h.Queue, h.ID}] {
+			return false
+		}
+		m := Decode(pm) // the selection read the header only
+		if h.Enveloped && !m.Enveloped {
+			res.Failed = append(res.Failed, Failure{PoisonID: h.PoisonID, ID: h.ID, Error: fmt.Sprintf(
+				"its compressed body does not inflate to the %d bytes its envelope says: it cannot be requeued", h.Size)})
 			return false
 		}
 		d := Done{PoisonID: m.PoisonID, ID: m.ID, Queue: m.Queue}
@@ -538,8 +551,9 @@ func Purge(ctx context.Context, pq *queue.Queue, sel Selection) (Result, error) 
 	})
 }
 
-// apply scans pq and calls act on every selected message; act reports
-// whether the message left the poison queue. A selection by ids ends the
+// apply scans pq and calls act on every selected message, with what its
+// header says (a compressed body is not inflated: act decodes what it
+// needs); act reports whether the message left the poison queue. A selection by ids ends the
 // scan once each id has matched a poison id (unique); an id that matched
 // an original id may match further copies, so the scan then goes on.
 func apply(ctx context.Context, pq *queue.Queue, sel Selection, act func(*queue.Message, Message, *Result) bool) (Result, error) {
@@ -550,7 +564,7 @@ func apply(ctx context.Context, pq *queue.Queue, sel Selection, act func(*queue.
 	}
 	found, byOriginal := 0, false
 	more, err := scan(ctx, pq, func(pm *queue.Message) (taken, stop bool) {
-		m := Decode(pm)
+		m := decode(pm, false)
 		if !sel.All {
 			k := m.PoisonID
 			if _, ok := want[k]; !ok {
