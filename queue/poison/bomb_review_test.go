@@ -100,3 +100,45 @@ func TestToolsDoNotInflateTheMessagesTheyPass(t *testing.T) {
 		}
 	}
 }
+
+// Two queues that share a poison queue may each poison a message with the
+// same original id and body (ids are unique per backend, not across the
+// backends or stores of a worker's queues; a poison queue written by
+// another program holds what it likes). A requeue of all must put each back
+// to its own queue: the second is not a duplicate of the first.
+func TestRequeueDoesNotTakeAnotherQueuesMessageForADuplicate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := memory.NewStore()
+	pq, err := s.Queue("shared-poison")
+	if err != nil {
+		t.Fatal(err)
+	}
+	homes := map[string]*queue.Queue{}
+	for _, name := range []string{"orders", "billing"} {
+		if homes[name], err = s.Queue(name); err != nil {
+			t.Fatal(err)
+		}
+		b, err := poison.Encode(poison.Message{ID: "7", Queue: name, DequeueCount: 5,
+			FailedAt: time.Now(), InsertedAt: time.Now(), Body: []byte("charge 10")}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pq.Put(ctx, b, queue.PutOptions{TTL: queue.NoExpiry}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dest := func(name string) (*queue.Queue, error) { return homes[name], nil }
+	res, err := poison.Requeue(ctx, pq, dest, poison.Selection{All: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, q := range homes {
+		if n, err := q.Count(ctx); err != nil || n != 1 {
+			t.Errorf("queue %s holds %d messages (%v) after the requeue, want 1; result %+v", name, n, err, res)
+		}
+	}
+	if n, err := pq.Count(ctx); err != nil || n != 0 {
+		t.Errorf("the poison queue holds %d (%v), want 0", n, err)
+	}
+}
