@@ -3,6 +3,7 @@ package poison
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -457,7 +458,7 @@ type Dest func(name string) (*queue.Queue, error)
 // a new id and starts at dequeue count 0 there; its body is the original's,
 // byte for byte. A message whose body was cut short (Message.Truncated)
 // stays, listed in Failed. A second poison copy of a
-// message already put back by this call (same original id and body) is
+// message already put back by this call (same queue, original id and body) is
 // deleted without a second put. A message this call put back and a
 // handler poisoned again before the scan ended stays in the poison queue
 // (it is not requeued twice). Messages that fail stay in the poison
@@ -467,7 +468,9 @@ func Requeue(ctx context.Context, pq *queue.Queue, dest Dest, sel Selection) (Re
 	if err := sel.check(); err != nil {
 		return Result{}, err
 	}
-	put := map[string][]byte{} // original id → body put back
+	// Queue and original id of each message put back → its body's
+	// SHA-256 (a digest, so that a requeue of many holds no bodies).
+	put := map[[2]string][sha256.Size]byte{}
 	// Queue and id of each message this call put back: a handler that
 	// still fails may poison one again before the scan ends, and that new
 	// copy is left for the operator rather than requeued round and round.
@@ -488,7 +491,7 @@ func Requeue(ctx context.Context, pq *queue.Queue, dest Dest, sel Selection) (Re
 				"only the first %d of its %d bytes were kept (it did not fit in the poison queue even compressed): it cannot be requeued; read it and purge it", len(m.Body), m.Size)})
 			return false
 		}
-		if body, ok := put[m.ID]; ok && m.Enveloped && string(body) == string(m.Body) {
+		if sum, ok := put[[2]string{m.Queue, m.ID}]; ok && m.Enveloped && sum == sha256.Sum256(m.Body) {
 			d.Duplicate = true
 		} else {
 			q, err := dest(m.Queue)
@@ -504,7 +507,7 @@ func Requeue(ctx context.Context, pq *queue.Queue, dest Dest, sel Selection) (Re
 			d.Queue, d.NewID = q.Name(), id
 			newIDs[[2]string{q.Name(), id}] = true
 			if m.Enveloped {
-				put[m.ID] = m.Body
+				put[[2]string{m.Queue, m.ID}] = sha256.Sum256(m.Body)
 			}
 		}
 		// The body is back in its queue: the delete must happen even if
