@@ -2,12 +2,14 @@ package poison_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 	"github.com/adaptq/adaptq/queue/memory"
 	"github.com/adaptq/adaptq/queue/poison"
 )
@@ -140,5 +142,38 @@ func TestRequeueDoesNotTakeAnotherQueuesMessageForADuplicate(t *testing.T) {
 	}
 	if n, err := pq.Count(ctx); err != nil || n != 0 {
 		t.Errorf("the poison queue holds %d (%v), want 0", n, err)
+	}
+}
+
+// peekOnly is a driver that peeks but cannot page its peeks, as Azure's
+// and Redis's (a wrapper that embeds the driver hides driver.PeekPager).
+type peekOnly struct{ driver.Queue }
+
+// Issue 26 item 3 bounded a listing's cost by its page, because anyone
+// who may read the admin endpoint can repeat a GET. GET
+// /v1/queues/NAME/poison/ID (Find) is such a GET: on a backend that cannot
+// page its peeks, an id not among the first 32 made it get every message of
+// the poison queue (up to 10,000), hide it, raise its dequeue count and
+// hand it back, about 10,300 billed calls on Azure, for any id.
+func TestFindCostIsBoundedOnABackendThatOnlyPeeks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := &calls{n: map[queue.Op]int{}}
+	pq, err := memory.NewStore().Queue("orders-poison", queue.WithObserver(c),
+		queue.WithWrapper(func(d driver.Queue) driver.Queue { return peekOnly{d} }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pq.PeekPages() {
+		t.Fatal("the wrapper did not hide PeekPager")
+	}
+	const n = 500
+	poisonN(t, pq, n)
+	c.take()
+	if _, err := poison.Find(ctx, pq, "no-such-id"); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("Find of an absent id: %v, want ErrNotFound", err)
+	}
+	if got := c.take(); got[queue.OpGet] != 0 || got[queue.OpUpdate] != 0 || total(got) > 1 {
+		t.Errorf("Find of an absent id in %d messages cost %d backend calls %v; want one peek, nothing hidden", n, total(got), got)
 	}
 }
