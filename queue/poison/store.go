@@ -296,17 +296,34 @@ func readAll(ctx context.Context, pq *queue.Queue) ([]Message, bool, error) {
 
 // Find returns the message of the poison queue whose poison id, or else
 // whose original id, is id, with its body (ErrNotFound if none is
-// visible). Where the backend pages its peeks it peeks page by page (up to
-// MaxScan messages), hiding nothing; else it peeks, and if the message is
-// not among the first MaxPeek it reads as ListScan does.
+// visible). It only peeks, so that its cost is bounded whatever the
+// poison queue holds (the admin endpoint serves it to anyone who may read
+// it): where the backend pages its peeks it peeks page by page (up to
+// MaxScan messages), hiding nothing; where it only peeks (Azure, Redis) it
+// looks at the first MaxPeek, and a message beyond them is ErrNotFound
+// (FindScan reads them); where it cannot peek (SQS), queue.ErrUnsupported.
 func Find(ctx context.Context, pq *queue.Queue, id string) (Message, error) {
+	return find(ctx, pq, id, false)
+}
+
+// FindScan is Find that, on a backend that cannot page its peeks, reads
+// the poison queue as ListScan does when the message is not among the
+// first MaxPeek (or the backend cannot peek): every message is hidden for
+// the scan and its dequeue count raised. For an operator's command
+// ("adaptq poison show"), never for a request anyone can repeat.
+func FindScan(ctx context.Context, pq *queue.Queue, id string) (Message, error) {
+	return find(ctx, pq, id, true)
+}
+
+func find(ctx context.Context, pq *queue.Queue, id string, scanning bool) (Message, error) {
 	if id == "" {
 		return Message{}, fmt.Errorf("poison: %w: empty id", queue.ErrInvalidArgument)
 	}
 	if pq.PeekPages() {
 		return findPaged(ctx, pq, id)
 	}
-	if n := pq.Features().MaxPeek; n > 0 {
+	n := pq.Features().MaxPeek
+	if n > 0 {
 		ms, err := pq.Peek(ctx, n)
 		if err != nil {
 			return Message{}, fmt.Errorf("poison: peek %s: %w", pq.Name(), err)
@@ -317,6 +334,13 @@ func Find(ctx context.Context, pq *queue.Queue, id string) (Message, error) {
 		if len(ms) < n {
 			return Message{}, fmt.Errorf("%w: %q in %s", ErrNotFound, id, pq.Name())
 		}
+	}
+	if !scanning {
+		if n > 0 {
+			return Message{}, fmt.Errorf("%w: %q is not among the first %d messages %s shows to a peek (adaptq poison show reads them all)", ErrNotFound, id, n, pq.Name())
+		}
+		return Message{}, fmt.Errorf("poison: %w: %s cannot show its messages without receiving them; adaptq poison show reads it that way",
+			queue.ErrUnsupported, pq.Name())
 	}
 	var found *queue.Message
 	_, err := scan(ctx, pq, func(pm *queue.Message) (bool, bool) {
