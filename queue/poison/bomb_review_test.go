@@ -177,3 +177,31 @@ func TestFindCostIsBoundedOnABackendThatOnlyPeeks(t *testing.T) {
 		t.Errorf("Find of an absent id in %d messages cost %d backend calls %v; want one peek, nothing hidden", n, total(got), got)
 	}
 }
+
+// A requeue puts a body back only if its queue takes it: an envelope whose
+// header says the body is larger than the queue's limit is refused from
+// its header, without inflating it (up to 64 MiB each, for every message a
+// requeue of all passes).
+func TestRequeueRefusesABodyTooLargeForItsQueueWithoutInflatingIt(t *testing.T) {
+	const n, size = 4, 16 << 20
+	pq, _ := bombs(t, n, size)
+	home, err := memory.NewStore().Queue("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var res poison.Result
+	a := allocated(func() {
+		res, err = poison.Requeue(ctx, pq, func(string) (*queue.Queue, error) { return home, nil }, poison.Selection{All: true})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Done) != 1 || len(res.Failed) != n {
+		t.Fatalf("requeue: %+v; want the small one back and the %d large ones failed", res, n)
+	}
+	if a > 16<<20 {
+		t.Errorf("a requeue refusing %d bodies of %d MiB for a queue of %d KiB allocated %d MiB; want at most 16 MiB",
+			n, size>>20, home.MaxBodySize()>>10, a>>20)
+	}
+}
