@@ -480,7 +480,9 @@ type Dest func(name string) (*queue.Queue, error)
 // queue.DefaultTTL), and only then deletes it from the poison queue, so a
 // crash between the two leaves a duplicate, never a loss. The message gets
 // a new id and starts at dequeue count 0 there; its body is the original's,
-// byte for byte. A message whose body was cut short (Message.Truncated)
+// byte for byte. A message whose body was cut short (Message.Truncated),
+// or whose header says it is larger than its queue takes (refused before
+// it is inflated),
 // stays, listed in Failed. A second poison copy of a
 // message already put back by this call (same queue, original id and body) is
 // deleted without a second put. A message this call put back and a
@@ -503,6 +505,23 @@ func Requeue(ctx context.Context, pq *queue.Queue, dest Dest, sel Selection) (Re
 		if h.Enveloped && newIDs[[2]string{h.Queue, h.ID}] {
 			return false
 		}
+		if h.Truncated {
+			res.Failed = append(res.Failed, Failure{PoisonID: h.PoisonID, ID: h.ID, Error: fmt.Sprintf(
+				"only the first %d of its %d bytes were kept (it did not fit in the poison queue even compressed): it cannot be requeued; read it and purge it", len(h.Body), h.Size)})
+			return false
+		}
+		// The queue first, and its limit against the size the header
+		// says: a body its queue would refuse is not inflated.
+		q, err := dest(h.Queue)
+		if err != nil {
+			res.Failed = append(res.Failed, Failure{PoisonID: h.PoisonID, ID: h.ID, Error: err.Error()})
+			return false
+		}
+		if h.Size > q.MaxBodySize() {
+			res.Failed = append(res.Failed, Failure{PoisonID: h.PoisonID, ID: h.ID, Error: fmt.Sprintf(
+				"its body of %d bytes is larger than %s takes (%d): it cannot be requeued", h.Size, q.Name(), q.MaxBodySize())})
+			return false
+		}
 		m := Decode(pm) // the selection read the header only
 		if h.Enveloped && !m.Enveloped {
 			res.Failed = append(res.Failed, Failure{PoisonID: h.PoisonID, ID: h.ID, Error: fmt.Sprintf(
@@ -510,19 +529,9 @@ func Requeue(ctx context.Context, pq *queue.Queue, dest Dest, sel Selection) (Re
 			return false
 		}
 		d := Done{PoisonID: m.PoisonID, ID: m.ID, Queue: m.Queue}
-		if m.Truncated {
-			res.Failed = append(res.Failed, Failure{PoisonID: m.PoisonID, ID: m.ID, Error: fmt.Sprintf(
-				"only the first %d of its %d bytes were kept (it did not fit in the poison queue even compressed): it cannot be requeued; read it and purge it", len(m.Body), m.Size)})
-			return false
-		}
 		if sum, ok := put[[2]string{m.Queue, m.ID}]; ok && m.Enveloped && sum == sha256.Sum256(m.Body) {
 			d.Duplicate = true
 		} else {
-			q, err := dest(m.Queue)
-			if err != nil {
-				res.Failed = append(res.Failed, Failure{PoisonID: m.PoisonID, ID: m.ID, Error: err.Error()})
-				return false
-			}
 			id, err := q.Put(ctx, m.Body, queue.PutOptions{TTL: ttlOf(m)})
 			if err != nil {
 				res.Failed = append(res.Failed, Failure{PoisonID: m.PoisonID, ID: m.ID, Error: fmt.Sprintf("put to %s: %v", q.Name(), err)})
@@ -537,7 +546,7 @@ func Requeue(ctx context.Context, pq *queue.Queue, dest Dest, sel Selection) (Re
 		// The body is back in its queue: the delete must happen even if
 		// the caller went away meanwhile, or the message would be in both.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		err := pq.Delete(dctx, pm.ID, pm.PopReceipt)
+		err = pq.Delete(dctx, pm.ID, pm.PopReceipt)
 		cancel()
 		if err != nil {
 			res.Failed = append(res.Failed, Failure{PoisonID: m.PoisonID, ID: m.ID,
