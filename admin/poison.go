@@ -20,7 +20,9 @@ const (
 	// PoisonPath lists the poison queue: GET, ?limit=N&after=CURSOR. A
 	// page only peeks, with backend calls bounded by N (poison.List).
 	PoisonPath = "/v1/queues/{name}/poison"
-	// PoisonMessagePath shows one poison message with its body: GET.
+	// PoisonMessagePath shows one poison message with its body: GET. It
+	// only peeks (poison.Find), with backend calls bounded whatever the
+	// poison queue holds.
 	PoisonMessagePath = "/v1/queues/{name}/poison/{id}"
 	// PoisonRequeuePath and PoisonPurgePath take ids or all=true, as a form
 	// (ids=A&ids=B, or ids=A,B) or as JSON ({"ids": ["A"]} or {"all": true}):

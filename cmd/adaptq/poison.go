@@ -291,7 +291,7 @@ func (o *poisonShowCmd) run(cmd *cobra.Command, e env, id string) (err error) {
 		return err
 	}
 	defer p.close(&err)
-	m, err := poison.Find(ctx, p.pq, id)
+	m, err := poison.FindScan(ctx, p.pq, id)
 	if errors.Is(err, poison.ErrNotFound) {
 		return inputError{err}
 	}

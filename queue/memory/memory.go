@@ -488,8 +488,8 @@ var _ driver.PeekPager = (*memQueue)(nil)
 
 // PeekAfter returns up to n visible messages put after the message whose
 // id is after ("" from the first), in the order they were put (by id),
-// changing nothing. It walks the queue under its lock: no backend call to
-// bill, and a store holds what fits in memory.
+// changing nothing. It walks the queue once under its lock, holding only
+// the page: no backend call to bill, and a store holds what fits in memory.
 func (q *memQueue) PeekAfter(_ context.Context, after string, n int) ([]*driver.Message, error) {
 	var from uint64
 	if after != "" {
@@ -498,20 +498,31 @@ func (q *memQueue) PeekAfter(_ context.Context, after string, n int) ([]*driver.
 			return nil, fmt.Errorf("%w: after %q is not an id of this queue", driver.ErrInvalidArgument, after)
 		}
 	}
+	if n < 1 {
+		return nil, nil
+	}
 	now := q.now()
 	st := q.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	var page []*entry
+	// The n smallest ids after from, kept sorted: one pass, holding only
+	// the page (n is at most MaxPeek).
+	page := make([]*entry, 0, n)
 	for _, e := range st.heap {
 		if e.id <= from || e.visibleAt > now || e.expires <= now {
 			continue
 		}
-		page = append(page, e)
+		if len(page) == n && e.id > page[n-1].id {
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(page, e.id, func(p *entry, id uint64) int { return cmp.Compare(p.id, id) })
+		if len(page) == n {
+			page = page[:n-1]
+		}
+		page = slices.Insert(page, i, e)
 	}
-	slices.SortFunc(page, func(a, b *entry) int { return cmp.Compare(a.id, b.id) })
-	out := make([]*driver.Message, 0, min(n, len(page)))
-	for _, e := range page[:min(n, len(page))] {
+	out := make([]*driver.Message, 0, len(page))
+	for _, e := range page {
 		out = append(out, &driver.Message{
 			ID:            e.idStr,
 			Body:          append([]byte(nil), e.body...),

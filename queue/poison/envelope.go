@@ -332,6 +332,23 @@ func inflate(z []byte, size int) ([]byte, bool) {
 	return buf.Bytes(), true
 }
 
+// inflatePrefix decompresses the first n bytes of z, which must hold at
+// least that many.
+func inflatePrefix(z []byte, n int) ([]byte, bool) {
+	raw := make([]byte, base64.StdEncoding.DecodedLen(len(z)))
+	k, err := base64.StdEncoding.Decode(raw, z)
+	if err != nil {
+		return nil, false
+	}
+	r := flate.NewReader(bytes.NewReader(raw[:k]))
+	defer r.Close()
+	out := make([]byte, n)
+	if _, err := io.ReadFull(r, out); err != nil {
+		return nil, false
+	}
+	return out, true
+}
+
 // marshalHeader writes h as one JSON line ending in a newline, without
 // HTML escaping (the header is not HTML).
 func marshalHeader(h header) ([]byte, error) {
@@ -382,14 +399,30 @@ func cutReason(s string, n int) string {
 // envelope whose header does not parse or whose size does not match) is
 // returned whole as a bare body with Enveloped false. Decode never fails:
 // no poison message is unreadable.
-func Decode(pm *queue.Message) Message { return decode(pm, true) }
+func Decode(pm *queue.Message) Message { return decodeN(pm, maxInflated) }
+
+// MaxPreview is the most bytes of a compressed body a listing with bodies
+// (ListBodies, PeekBodies) inflates: enough for any preview, so that a page
+// of envelopes that each inflate to many MiB costs what a page of small
+// ones does. Such a message's Body is its first MaxPreview bytes; Size
+// says how large it is, and Find gives it whole.
+const MaxPreview = 64 << 10
 
 // decode is Decode; without bodies, it does not inflate a compressed body
 // (a listing shows its size from the header and drops the body), so that
 // a listing's cost does not grow with what the bodies claim to hold.
 func decode(pm *queue.Message, bodies bool) Message {
+	if bodies {
+		return decodeN(pm, MaxPreview)
+	}
+	return decodeN(pm, 0)
+}
+
+// decodeN is Decode inflating at most upTo bytes of a compressed body (0:
+// none; the body is then the compressed bytes, unchecked).
+func decodeN(pm *queue.Message, upTo int) Message {
 	m := Message{PoisonID: pm.ID, PoisonedAt: pm.InsertedAt, Body: pm.Body, Size: len(pm.Body)}
-	h, body, ok := parse(pm.Body, bodies)
+	h, body, ok := parse(pm.Body, upTo)
 	if !ok {
 		return m
 	}
@@ -406,9 +439,10 @@ func decode(pm *queue.Message, bodies bool) Message {
 }
 
 // parse splits an envelope into its header and the original body (its
-// first bytes, for a truncated one). Without inflate, a compressed body is
-// returned as it is stored, unchecked.
-func parse(b []byte, inflating bool) (header, []byte, bool) {
+// first bytes, for a truncated one). A compressed body is inflated up to
+// its first upTo bytes (checked whole only if it is no larger); with upTo
+// 0 it is returned as it is stored, unchecked.
+func parse(b []byte, upTo int) (header, []byte, bool) {
 	var h header
 	v2 := bytes.HasPrefix(b, []byte(Magic2))
 	rest, ok := bytes.CutPrefix(b, []byte(Magic))
@@ -435,8 +469,11 @@ func parse(b []byte, inflating bool) (header, []byte, bool) {
 	case h.Truncated:
 		sum, err := hex.DecodeString(h.SHA256)
 		return h, body, h.Encoding == "" && h.Size > len(body) && err == nil && len(sum) == sha256.Size
-	case h.Encoding == encDeflate && !inflating:
+	case h.Encoding == encDeflate && upTo <= 0:
 		return h, body, h.Size >= 0 && h.Size <= maxInflated
+	case h.Encoding == encDeflate && h.Size > upTo && h.Size <= maxInflated:
+		out, ok := inflatePrefix(body, upTo)
+		return h, out, ok
 	case h.Encoding == encDeflate:
 		out, ok := inflate(body, h.Size)
 		return h, out, ok

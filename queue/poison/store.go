@@ -3,6 +3,7 @@ package poison
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -87,7 +88,8 @@ func List(ctx context.Context, pq *queue.Queue, after string, limit int) (Page, 
 }
 
 // ListBodies is List with each message's original body: for a page that
-// previews them.
+// previews them. A compressed body is inflated only up to its first
+// MaxPreview bytes (Size is the whole body's; Find gives it whole).
 func ListBodies(ctx context.Context, pq *queue.Queue, after string, limit int) (Page, error) {
 	return list(ctx, pq, after, limit, true)
 }
@@ -251,7 +253,8 @@ func Peek(ctx context.Context, pq *queue.Queue, n int) ([]Message, error) {
 }
 
 // PeekBodies is Peek with each message's original body: for a preview of
-// it (the status page shows a few bytes of each).
+// it (the status page shows a few bytes of each). A compressed body is
+// inflated only up to its first MaxPreview bytes, as in ListBodies.
 func PeekBodies(ctx context.Context, pq *queue.Queue, n int) ([]Message, error) {
 	ms, err := pq.Peek(ctx, n)
 	if err != nil {
@@ -259,7 +262,7 @@ func PeekBodies(ctx context.Context, pq *queue.Queue, n int) ([]Message, error) 
 	}
 	out := make([]Message, len(ms))
 	for i, pm := range ms {
-		out[i] = Decode(pm)
+		out[i] = decode(pm, true)
 	}
 	slices.SortFunc(out, func(a, b Message) int { return keyOf(b).compare(keyOf(a)) })
 	return out, nil
@@ -293,17 +296,34 @@ func readAll(ctx context.Context, pq *queue.Queue) ([]Message, bool, error) {
 
 // Find returns the message of the poison queue whose poison id, or else
 // whose original id, is id, with its body (ErrNotFound if none is
-// visible). Where the backend pages its peeks it peeks page by page (up to
-// MaxScan messages), hiding nothing; else it peeks, and if the message is
-// not among the first MaxPeek it reads as ListScan does.
+// visible). It only peeks, so that its cost is bounded whatever the
+// poison queue holds (the admin endpoint serves it to anyone who may read
+// it): where the backend pages its peeks it peeks page by page (up to
+// MaxScan messages), hiding nothing; where it only peeks (Azure, Redis) it
+// looks at the first MaxPeek, and a message beyond them is ErrNotFound
+// (FindScan reads them); where it cannot peek (SQS), queue.ErrUnsupported.
 func Find(ctx context.Context, pq *queue.Queue, id string) (Message, error) {
+	return find(ctx, pq, id, false)
+}
+
+// FindScan is Find that, on a backend that cannot page its peeks, reads
+// the poison queue as ListScan does when the message is not among the
+// first MaxPeek (or the backend cannot peek): every message is hidden for
+// the scan and its dequeue count raised. For an operator's command
+// ("adaptq poison show"), never for a request anyone can repeat.
+func FindScan(ctx context.Context, pq *queue.Queue, id string) (Message, error) {
+	return find(ctx, pq, id, true)
+}
+
+func find(ctx context.Context, pq *queue.Queue, id string, scanning bool) (Message, error) {
 	if id == "" {
 		return Message{}, fmt.Errorf("poison: %w: empty id", queue.ErrInvalidArgument)
 	}
 	if pq.PeekPages() {
 		return findPaged(ctx, pq, id)
 	}
-	if n := pq.Features().MaxPeek; n > 0 {
+	n := pq.Features().MaxPeek
+	if n > 0 {
 		ms, err := pq.Peek(ctx, n)
 		if err != nil {
 			return Message{}, fmt.Errorf("poison: peek %s: %w", pq.Name(), err)
@@ -315,13 +335,20 @@ func Find(ctx context.Context, pq *queue.Queue, id string) (Message, error) {
 			return Message{}, fmt.Errorf("%w: %q in %s", ErrNotFound, id, pq.Name())
 		}
 	}
-	var found *Message
+	if !scanning {
+		if n > 0 {
+			return Message{}, fmt.Errorf("%w: %q is not among the first %d messages %s shows to a peek (adaptq poison show reads them all)", ErrNotFound, id, n, pq.Name())
+		}
+		return Message{}, fmt.Errorf("poison: %w: %s cannot show its messages without receiving them; adaptq poison show reads it that way",
+			queue.ErrUnsupported, pq.Name())
+	}
+	var found *queue.Message
 	_, err := scan(ctx, pq, func(pm *queue.Message) (bool, bool) {
 		// The first match by original id, unless the poison id matches.
-		if m, ok := match([]*queue.Message{pm}, id); ok && (found == nil || m.PoisonID == id) {
-			found = &m
+		if pm.ID == id || (found == nil && byOriginalID(pm, id)) {
+			found = pm
 		}
-		return false, found != nil && found.PoisonID == id
+		return false, found != nil && found.ID == id
 	})
 	if err != nil {
 		return Message{}, err
@@ -329,12 +356,19 @@ func Find(ctx context.Context, pq *queue.Queue, id string) (Message, error) {
 	if found == nil {
 		return Message{}, fmt.Errorf("%w: %q in %s", ErrNotFound, id, pq.Name())
 	}
-	return *found, nil
+	return Decode(found), nil
+}
+
+// byOriginalID reports whether pm is an envelope of the original id id,
+// reading its header only: the messages a search passes are not inflated.
+func byOriginalID(pm *queue.Message, id string) bool {
+	m := decode(pm, false)
+	return m.Enveloped && m.ID == id
 }
 
 // findPaged is Find with PeekAfter.
 func findPaged(ctx context.Context, pq *queue.Queue, id string) (Message, error) {
-	var byOriginal *Message
+	var byOriginal *queue.Message
 	n, from := pq.Features().MaxPeek, ""
 	for seen := 0; seen < MaxScan; {
 		ms, err := pq.PeekAfter(ctx, from, n)
@@ -345,10 +379,8 @@ func findPaged(ctx context.Context, pq *queue.Queue, id string) (Message, error)
 			if pm.ID == id {
 				return Decode(pm), nil
 			}
-			if byOriginal == nil {
-				if m := Decode(pm); m.Enveloped && m.ID == id {
-					byOriginal = &m
-				}
+			if byOriginal == nil && byOriginalID(pm, id) {
+				byOriginal = pm
 			}
 		}
 		if seen += len(ms); len(ms) < n {
@@ -357,7 +389,7 @@ func findPaged(ctx context.Context, pq *queue.Queue, id string) (Message, error)
 		from = ms[len(ms)-1].ID
 	}
 	if byOriginal != nil {
-		return *byOriginal, nil
+		return Decode(byOriginal), nil
 	}
 	return Message{}, fmt.Errorf("%w: %q in %s", ErrNotFound, id, pq.Name())
 }
@@ -365,17 +397,17 @@ func findPaged(ctx context.Context, pq *queue.Queue, id string) (Message, error)
 // match finds the message whose poison id is id, or else the first whose
 // original id is.
 func match(ms []*queue.Message, id string) (Message, bool) {
-	var byOriginal *Message
+	var byOriginal *queue.Message
 	for _, pm := range ms {
 		if pm.ID == id {
 			return Decode(pm), true
 		}
-		if m := Decode(pm); byOriginal == nil && m.Enveloped && m.ID == id {
-			byOriginal = &m
+		if byOriginal == nil && byOriginalID(pm, id) {
+			byOriginal = pm
 		}
 	}
 	if byOriginal != nil {
-		return *byOriginal, true
+		return Decode(byOriginal), true
 	}
 	return Message{}, false
 }
@@ -448,9 +480,11 @@ type Dest func(name string) (*queue.Queue, error)
 // queue.DefaultTTL), and only then deletes it from the poison queue, so a
 // crash between the two leaves a duplicate, never a loss. The message gets
 // a new id and starts at dequeue count 0 there; its body is the original's,
-// byte for byte. A message whose body was cut short (Message.Truncated)
+// byte for byte. A message whose body was cut short (Message.Truncated),
+// or whose header says it is larger than its queue takes (refused before
+// it is inflated),
 // stays, listed in Failed. A second poison copy of a
-// message already put back by this call (same original id and body) is
+// message already put back by this call (same queue, original id and body) is
 // deleted without a second put. A message this call put back and a
 // handler poisoned again before the scan ended stays in the poison queue
 // (it is not requeued twice). Messages that fail stay in the poison
@@ -460,29 +494,44 @@ func Requeue(ctx context.Context, pq *queue.Queue, dest Dest, sel Selection) (Re
 	if err := sel.check(); err != nil {
 		return Result{}, err
 	}
-	put := map[string][]byte{} // original id → body put back
+	// Queue and original id of each message put back → its body's
+	// SHA-256 (a digest, so that a requeue of many holds no bodies).
+	put := map[[2]string][sha256.Size]byte{}
 	// Queue and id of each message this call put back: a handler that
 	// still fails may poison one again before the scan ends, and that new
 	// copy is left for the operator rather than requeued round and round.
 	newIDs := map[[2]string]bool{}
-	return apply(ctx, pq, sel, func(pm *queue.Message, m Message, res *Result) bool {
-		if m.Enveloped && newIDs[[2]string{m.Queue, m.ID}] {
+	return apply(ctx, pq, sel, func(pm *queue.Message, h Message, res *Result) bool {
+		if h.Enveloped && newIDs[[2]string{h.Queue, h.ID}] {
+			return false
+		}
+		if h.Truncated {
+			res.Failed = append(res.Failed, Failure{PoisonID: h.PoisonID, ID: h.ID, Error: fmt.Sprintf(
+				"only the first %d of its %d bytes were kept (it did not fit in the poison queue even compressed): it cannot be requeued; read it and purge it", len(h.Body), h.Size)})
+			return false
+		}
+		// The queue first, and its limit against the size the header
+		// says: a body its queue would refuse is not inflated.
+		q, err := dest(h.Queue)
+		if err != nil {
+			res.Failed = append(res.Failed, Failure{PoisonID: h.PoisonID, ID: h.ID, Error: err.Error()})
+			return false
+		}
+		if h.Size > q.MaxBodySize() {
+			res.Failed = append(res.Failed, Failure{PoisonID: h.PoisonID, ID: h.ID, Error: fmt.Sprintf(
+				"its body of %d bytes is larger than %s takes (%d): it cannot be requeued", h.Size, q.Name(), q.MaxBodySize())})
+			return false
+		}
+		m := Decode(pm) // the selection read the header only
+		if h.Enveloped && !m.Enveloped {
+			res.Failed = append(res.Failed, Failure{PoisonID: h.PoisonID, ID: h.ID, Error: fmt.Sprintf(
+				"its compressed body does not inflate to the %d bytes its envelope says: it cannot be requeued", h.Size)})
 			return false
 		}
 		d := Done{PoisonID: m.PoisonID, ID: m.ID, Queue: m.Queue}
-		if m.Truncated {
-			res.Failed = append(res.Failed, Failure{PoisonID: m.PoisonID, ID: m.ID, Error: fmt.Sprintf(
-				"only the first %d of its %d bytes were kept (it did not fit in the poison queue even compressed): it cannot be requeued; read it and purge it", len(m.Body), m.Size)})
-			return false
-		}
-		if body, ok := put[m.ID]; ok && m.Enveloped && string(body) == string(m.Body) {
+		if sum, ok := put[[2]string{m.Queue, m.ID}]; ok && m.Enveloped && sum == sha256.Sum256(m.Body) {
 			d.Duplicate = true
 		} else {
-			q, err := dest(m.Queue)
-			if err != nil {
-				res.Failed = append(res.Failed, Failure{PoisonID: m.PoisonID, ID: m.ID, Error: err.Error()})
-				return false
-			}
 			id, err := q.Put(ctx, m.Body, queue.PutOptions{TTL: ttlOf(m)})
 			if err != nil {
 				res.Failed = append(res.Failed, Failure{PoisonID: m.PoisonID, ID: m.ID, Error: fmt.Sprintf("put to %s: %v", q.Name(), err)})
@@ -491,13 +540,13 @@ func Requeue(ctx context.Context, pq *queue.Queue, dest Dest, sel Selection) (Re
 			d.Queue, d.NewID = q.Name(), id
 			newIDs[[2]string{q.Name(), id}] = true
 			if m.Enveloped {
-				put[m.ID] = m.Body
+				put[[2]string{m.Queue, m.ID}] = sha256.Sum256(m.Body)
 			}
 		}
 		// The body is back in its queue: the delete must happen even if
 		// the caller went away meanwhile, or the message would be in both.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		err := pq.Delete(dctx, pm.ID, pm.PopReceipt)
+		err = pq.Delete(dctx, pm.ID, pm.PopReceipt)
 		cancel()
 		if err != nil {
 			res.Failed = append(res.Failed, Failure{PoisonID: m.PoisonID, ID: m.ID,
@@ -538,8 +587,9 @@ func Purge(ctx context.Context, pq *queue.Queue, sel Selection) (Result, error) 
 	})
 }
 
-// apply scans pq and calls act on every selected message; act reports
-// whether the message left the poison queue. A selection by ids ends the
+// apply scans pq and calls act on every selected message, with what its
+// header says (a compressed body is not inflated: act decodes what it
+// needs); act reports whether the message left the poison queue. A selection by ids ends the
 // scan once each id has matched a poison id (unique); an id that matched
 // an original id may match further copies, so the scan then goes on.
 func apply(ctx context.Context, pq *queue.Queue, sel Selection, act func(*queue.Message, Message, *Result) bool) (Result, error) {
@@ -550,7 +600,7 @@ func apply(ctx context.Context, pq *queue.Queue, sel Selection, act func(*queue.
 	}
 	found, byOriginal := 0, false
 	more, err := scan(ctx, pq, func(pm *queue.Message) (taken, stop bool) {
-		m := Decode(pm)
+		m := decode(pm, false)
 		if !sel.All {
 			k := m.PoisonID
 			if _, ok := want[k]; !ok {
