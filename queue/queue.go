@@ -71,6 +71,8 @@ type Message struct {
 	// NextVisibleAt is when the message becomes visible again if it is not
 	// deleted first.
 	NextVisibleAt time.Time
+	// Metadata is the string map the message was put with; nil for none.
+	Metadata map[string]string
 }
 
 // PutOptions tune one Put. The zero value puts a message that is visible at
@@ -82,6 +84,9 @@ type PutOptions struct {
 	// InitialVisibilityDelay keeps a new message hidden for this long (0 to
 	// MaxVisibilityTimeout, and shorter than TTL).
 	InitialVisibilityDelay time.Duration
+	// Metadata is a small string map stored with the message and returned
+	// with it (a tenant, a correlation id, trace context); nil for none.
+	Metadata map[string]string
 }
 
 // Receipt names one held message: what Delete needs.
@@ -245,7 +250,7 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts PutOptions) (string, 
 	if err != nil {
 		return "", q.reject(OpPut, err)
 	}
-	id, err := q.d.Put(ctx, body, driver.PutOptions{TTL: ttl, InitialVisibilityDelay: opts.InitialVisibilityDelay})
+	id, err := q.d.Put(ctx, body, driver.PutOptions{TTL: ttl, InitialVisibilityDelay: opts.InitialVisibilityDelay, Metadata: opts.Metadata})
 	if err != nil {
 		return "", q.fail(ctx, OpPut, 0, err)
 	}

@@ -246,6 +246,7 @@ type Message struct {
 	InsertedAt    time.Time
 	ExpiresAt     time.Time // zero for NoExpiry
 	NextVisibleAt time.Time
+	Metadata      map[string]string // nil for none
 }
 
 // PutOptions are a Put's resolved options: TTL is NoExpiry or positive,
@@ -253,6 +254,31 @@ type Message struct {
 type PutOptions struct {
 	TTL                    time.Duration
 	InitialVisibilityDelay time.Duration
+	// Metadata is the message's string map, nil for none; the driver
+	// stores it beside the body and returns it with the message (Get and
+	// Peek). The map is the caller's: read it during the call, never keep
+	// or change it.
+	Metadata map[string]string
+}
+
+// PutRequest is one message of a PutBatch: its body and resolved options,
+// under the same rules as Put's.
+type PutRequest struct {
+	Body []byte
+	Opts PutOptions
+}
+
+// PutBatcher is a capability a driver may have beyond Queue (found with a
+// type assertion, as VisibilityBatcher is): storing many messages in one
+// backend call or transaction. The portable queue's PutBatch calls it
+// with 1 to the driver's batch limit of requests, each already checked as
+// Put checks one; it returns one id and one result per request, in order
+// (a message whose result is non-nil was not written), or err for a
+// failure of the whole call, in which case nothing was written (or, for a
+// network backend that cannot know, err is transient and may have been
+// written, as Put's). Drivers without it get bounded parallel Puts.
+type PutBatcher interface {
+	PutBatch(ctx context.Context, reqs []PutRequest) (ids []string, results []error, err error)
 }
 
 // NoExpiry as PutOptions.TTL keeps a message until it is deleted.

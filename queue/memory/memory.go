@@ -21,6 +21,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"net/url"
 	"slices"
@@ -134,6 +135,7 @@ type entry struct {
 	id        uint64
 	idStr     string
 	body      []byte
+	meta      map[string]string
 	receipt   uint64
 	dequeues  int
 	inserted  int64
@@ -254,6 +256,7 @@ func (q *memQueue) Put(_ context.Context, body []byte, opts driver.PutOptions) (
 	e := &entry{
 		id:        q.s.ids.Add(1),
 		body:      append([]byte(nil), body...),
+		meta:      maps.Clone(opts.Metadata),
 		inserted:  now,
 		expires:   addSat(now, ttl),
 		visibleAt: now + int64(opts.InitialVisibilityDelay),
@@ -323,6 +326,7 @@ func (q *memQueue) Get(_ context.Context, n int, visibility time.Duration) ([]*d
 			InsertedAt:    time.Unix(0, e.inserted),
 			ExpiresAt:     expiresTime(e.expires),
 			NextVisibleAt: time.Unix(0, until),
+			Metadata:      maps.Clone(e.meta),
 		}
 		rb = strconv.AppendUint(rb, e.receipt, 36)
 		rend[i] = len(rb)
@@ -475,6 +479,7 @@ func (q *memQueue) Peek(_ context.Context, n int) ([]*driver.Message, error) {
 		out = append(out, &driver.Message{
 			ID:            e.idStr,
 			Body:          append([]byte(nil), e.body...),
+			Metadata:      maps.Clone(e.meta),
 			DequeueCount:  e.dequeues,
 			InsertedAt:    time.Unix(0, e.inserted),
 			ExpiresAt:     expiresTime(e.expires),
@@ -526,6 +531,7 @@ func (q *memQueue) PeekAfter(_ context.Context, after string, n int) ([]*driver.
 		out = append(out, &driver.Message{
 			ID:            e.idStr,
 			Body:          append([]byte(nil), e.body...),
+			Metadata:      maps.Clone(e.meta),
 			DequeueCount:  e.dequeues,
 			InsertedAt:    time.Unix(0, e.inserted),
 			ExpiresAt:     expiresTime(e.expires),
@@ -705,6 +711,7 @@ func (s *Store) Inspect(name string) []queue.Message {
 		out[i] = queue.Message{
 			ID:            e.idStr,
 			Body:          append([]byte(nil), e.body...),
+			Metadata:      maps.Clone(e.meta),
 			DequeueCount:  e.dequeues,
 			InsertedAt:    time.Unix(0, e.inserted),
 			ExpiresAt:     expiresTime(e.expires),
