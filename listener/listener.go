@@ -90,6 +90,8 @@ type Listener struct {
 	// pause is the gets' pause after a handler failed for want of the
 	// worker's resources (see pauseGets).
 	pause pause
+	// tracer follows each message (nil: none; see trace.go).
+	tracer Tracer
 }
 
 // New returns a listener that feeds messages of q to h. It validates the
@@ -133,6 +135,7 @@ func New(q *queue.Queue, h handler.Func, o Options) (*Listener, error) {
 		sem:      semaphore.NewWeighted(int64(o.Concurrency)),
 		resizeCh: make(chan struct{}),
 		wakeCh:   make(chan struct{}),
+		tracer:   tracerFor(o, q),
 	}
 	l.failLog = failureLog{log: l.log, clock: o.Clock, lines: o.FailureLogLines, interval: o.FailureLogInterval}
 	l.ewma.init()

@@ -1,0 +1,96 @@
+package listener
+
+import (
+	"context"
+	"time"
+
+	"github.com/adaptq/adaptq/internal/tracehook"
+	"github.com/adaptq/adaptq/queue"
+)
+
+// Tracer follows each message the listener handles: package tracing
+// implements it with OpenTelemetry (a consumer span per message, child of
+// the span that put it), so that the listener itself imports no tracing
+// library. A listener without one (the default, unless package tracing is
+// imported) pays one comparison per message.
+type Tracer interface {
+	// Start is called on the runner's goroutine before m's handler runs,
+	// and before a message is poisoned without running. The handler runs
+	// under the returned context; the returned MessageSpan is told what
+	// becomes of m, then ended, on the same goroutine.
+	Start(ctx context.Context, m *queue.Message) (context.Context, MessageSpan)
+}
+
+// MessageSpan is one message's handling, as Tracer.Start began it.
+type MessageSpan interface {
+	// Poisoned: the message was put to the poison queue (poisonID its id
+	// there) for reason.
+	Poisoned(reason, poisonID string)
+	// Requeued: the handler failed and the message goes back to its queue,
+	// visible again after delay (released at once when delay is 0 and
+	// hidden is true; left to its visibility timeout when hidden is false).
+	Requeued(delay time.Duration, hidden bool)
+	// Context returns ctx carrying the span: what the put to the poison
+	// queue runs under, so that its own span is the message's child.
+	Context(ctx context.Context) context.Context
+	// End ends the span with the handler's result (nil: handled, or never
+	// run).
+	End(err error)
+}
+
+// tracerFor is the tracer o names, else the one package tracing
+// registered, made for q.
+func tracerFor(o Options, q *queue.Queue) Tracer {
+	if o.Tracer != nil || o.NoTracer {
+		return o.Tracer
+	}
+	if mk, ok := tracehook.Listener.Load().(func(*queue.Queue) Tracer); ok {
+		return mk(q)
+	}
+	return nil
+}
+
+// traceSpans gives a batch its spans, when the listener traces.
+func (b *batch) traceSpans() {
+	if b.l.tracer != nil {
+		b.spans = new([queue.MaxBatchSize]MessageSpan)
+	}
+}
+
+// traceStart begins message i's span and returns the context its handler
+// runs under.
+func (b *batch) traceStart(ctx context.Context, i int) context.Context {
+	if b.spans == nil {
+		return ctx
+	}
+	ctx, b.spans[i] = b.l.tracer.Start(ctx, b.msgs[i])
+	return ctx
+}
+
+// traceEnd ends message i's span, if it has one.
+func (b *batch) traceEnd(i int, err error) {
+	if b.spans != nil && b.spans[i] != nil {
+		b.spans[i].End(err)
+		b.spans[i] = nil
+	}
+}
+
+func (b *batch) tracePoisoned(i int, reason, poisonID string) {
+	if b.spans != nil && b.spans[i] != nil {
+		b.spans[i].Poisoned(reason, poisonID)
+	}
+}
+
+func (b *batch) traceRequeued(i int, delay time.Duration, hidden bool) {
+	if b.spans != nil && b.spans[i] != nil {
+		b.spans[i].Requeued(delay, hidden)
+	}
+}
+
+// traceContext is ctx carrying message i's span, if it has one.
+func (b *batch) traceContext(i int, ctx context.Context) context.Context {
+	if b.spans != nil && b.spans[i] != nil {
+		return b.spans[i].Context(ctx)
+	}
+	return ctx
+}

@@ -1,0 +1,57 @@
+package queue
+
+import (
+	"context"
+
+	"github.com/adaptq/adaptq/internal/tracehook"
+)
+
+// Tracer follows puts: package tracing implements it with OpenTelemetry (a
+// producer span per put, its trace context written into the message's
+// Metadata), so that package queue itself imports no tracing library. A
+// queue without one (the default, unless package tracing is imported)
+// pays one comparison per put.
+type Tracer interface {
+	// StartPut begins a put of n messages to q, before the put is checked
+	// or sent. The put runs under the returned context, and the returned
+	// PutSpan follows it.
+	StartPut(ctx context.Context, q *Queue, n int) (context.Context, PutSpan)
+}
+
+// PutSpan is one put, as Tracer.StartPut began it.
+type PutSpan interface {
+	// Inject returns the metadata to store with a message put with md: md
+	// itself when it adds nothing (with no trace to pass on, a message stays
+	// byte for byte what it would be without tracing), else a new map (md
+	// is the caller's and is never changed).
+	Inject(md map[string]string) map[string]string
+	// End ends the put: id is the message's id for a put of one message
+	// ("" otherwise, or when it failed) and err the put's error.
+	End(id string, err error)
+}
+
+// WithTracer makes t follow the queue's puts (and its siblings'), in place
+// of the tracing package tracing registered, if any. A nil t turns tracing
+// off for the queue.
+func WithTracer(t Tracer) Option {
+	return func(op *options) { op.tracer, op.tracerSet = t, true }
+}
+
+// tracerOf is the tracer o asks for, else the registered one.
+func tracerOf(o options) Tracer {
+	if o.tracerSet {
+		return o.tracer
+	}
+	t, _ := tracehook.Queue.Load().(Tracer)
+	return t
+}
+
+// tracedPut is Put under q's tracer: a span around the put, and the trace
+// context in the message's metadata.
+func (q *Queue) tracedPut(ctx context.Context, body []byte, opts PutOptions) (string, error) {
+	ctx, span := q.tracer.StartPut(ctx, q, 1)
+	opts.Metadata = span.Inject(opts.Metadata)
+	id, err := q.put(ctx, body, opts)
+	span.End(id, err)
+	return id, err
+}

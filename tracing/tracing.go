@@ -1,0 +1,300 @@
+// Package tracing follows messages with OpenTelemetry, from the put that
+// wrote one to the handler that finished it: a producer span on each put
+// (Queue.Put), whose W3C trace context is written into the message's
+// Metadata; a consumer span for each message a listener handles, child of
+// the producer's span, that the handler's context carries; the handler's
+// failure recorded on it; poisoning and requeueing as events on it. Exec
+// handlers get TRACEPARENT (and TRACESTATE) in their environment and HTTP
+// handlers the traceparent header (see handler.Propagation).
+//
+// Importing the package turns this on for every queue and listener the
+// program makes afterwards, with OpenTelemetry's global TracerProvider and
+// TextMapPropagator (otel.SetTracerProvider, otel.SetTextMapPropagator),
+// as database/sql drivers register on import:
+//
+//	import _ "github.com/adaptq/adaptq/tracing"
+//
+// Register(New(WithTracerProvider(tp), WithPropagator(p))) uses others;
+// queue.WithTracer and listener.Options.Tracer set them for one queue or
+// listener. adaptq configures no exporter: the program does (see the
+// README), or `adaptq run` from the standard OTEL_* variables.
+//
+// Until a provider and a propagator are set, the global ones are no-ops:
+// nothing is added to any message (each stays byte for byte what it is
+// without tracing, on every backend) and a handled message costs a
+// non-recording span (tens of nanoseconds). A program that does not import
+// this package pays nothing: packages queue, listener and handler import no
+// tracing library.
+//
+// Spans follow OpenTelemetry's messaging semantic conventions (v1.37.0):
+// "send <queue>" (producer) and "process <queue>" (consumer), with
+// messaging.system, messaging.destination.name, messaging.operation.name
+// and .type, messaging.message.id, messaging.message.body.size,
+// messaging.batch.message_count for puts of more than one message, and
+// adaptq.message.dequeue_count.
+package tracing
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/adaptq/adaptq/handler"
+	"github.com/adaptq/adaptq/internal/tracehook"
+	"github.com/adaptq/adaptq/listener"
+	"github.com/adaptq/adaptq/queue"
+)
+
+// ScopeName is the instrumentation scope of adaptq's spans.
+const ScopeName = "github.com/adaptq/adaptq/tracing"
+
+// Attribute keys adaptq adds to the semantic conventions' own, and the
+// names of its span events. They are stable: queries may rely on them.
+const (
+	// AttrDequeueCount is how many times the message has been got, this
+	// delivery included (queue.Message.DequeueCount).
+	AttrDequeueCount = attribute.Key("adaptq.message.dequeue_count")
+	// AttrPoisoned is true on the span of a message that was moved to the
+	// poison queue.
+	AttrPoisoned = attribute.Key("adaptq.message.poisoned")
+	// AttrPoisonReason and AttrPoisonID describe the poisoning (on the
+	// EventPoisoned event).
+	AttrPoisonReason = attribute.Key("adaptq.poison.reason")
+	AttrPoisonID     = attribute.Key("adaptq.poison.message_id")
+	// AttrRequeueDelay is how long, in seconds, a requeued message stays
+	// hidden (0: visible again at once, or at its visibility timeout's end
+	// when AttrRequeueHidden is false).
+	AttrRequeueDelay  = attribute.Key("adaptq.requeue.delay")
+	AttrRequeueHidden = attribute.Key("adaptq.requeue.hidden")
+
+	// EventPoisoned: the message was put to the poison queue.
+	EventPoisoned = "adaptq.poisoned"
+	// EventRequeued: the handler failed and the message goes back to its
+	// queue for another delivery.
+	EventRequeued = "adaptq.requeued"
+)
+
+// Option configures a Tracing.
+type Option func(*Tracing)
+
+// WithTracerProvider makes the spans with tp instead of the global
+// provider.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(t *Tracing) { t.tp = tp }
+}
+
+// WithPropagator writes and reads trace context with p instead of the
+// global propagator.
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return func(t *Tracing) { t.prop = p }
+}
+
+// Tracing makes adaptq's spans with one provider and one propagator.
+type Tracing struct {
+	tp     trace.TracerProvider
+	prop   propagation.TextMapPropagator
+	tracer trace.Tracer
+	// propagate is the handler.Propagation of every handler context.
+	propagate handler.Propagation
+}
+
+// New returns a Tracing with OpenTelemetry's global provider and
+// propagator, unless opts name others. The global ones are read through
+// OpenTelemetry's delegation, so a provider set after New is used too.
+func New(opts ...Option) *Tracing {
+	t := &Tracing{}
+	for _, o := range opts {
+		o(t)
+	}
+	if t.tp == nil {
+		t.tp = otel.GetTracerProvider()
+	}
+	if t.prop == nil {
+		t.prop = otel.GetTextMapPropagator()
+	}
+	t.tracer = t.tp.Tracer(ScopeName)
+	prop := t.prop
+	t.propagate = func(ctx context.Context, set func(k, v string)) {
+		prop.Inject(ctx, setter(set))
+	}
+	return t
+}
+
+func init() { Register(New()) }
+
+// Register makes t the tracing of every queue (queue.New, queue.Open) and
+// listener (listener.New) made from now on that names none of its own.
+// Importing the package registers New().
+func Register(t *Tracing) {
+	tracehook.Queue.Store(queue.Tracer(t))
+	tracehook.Listener.Store(func(q *queue.Queue) listener.Tracer { return t.Listener(q) })
+}
+
+// QueueOption makes one queue's puts traced by t (queue.WithTracer).
+func (t *Tracing) QueueOption() queue.Option { return queue.WithTracer(t) }
+
+// system is the messaging.system of a driver: the semantic conventions'
+// name where they have one, else the driver's.
+func system(driverName string) attribute.KeyValue {
+	if driverName == "sqs" {
+		return semconv.MessagingSystemAWSSQS
+	}
+	return semconv.MessagingSystemKey.String(driverName)
+}
+
+// StartPut implements queue.Tracer: a producer span, "send <queue>".
+func (t *Tracing) StartPut(ctx context.Context, q *queue.Queue, n int) (context.Context, queue.PutSpan) {
+	ctx, span := t.tracer.Start(ctx, "send "+q.Name(), trace.WithSpanKind(trace.SpanKindProducer))
+	if span.IsRecording() {
+		attrs := []attribute.KeyValue{
+			system(q.Features().Name),
+			semconv.MessagingDestinationName(q.Name()),
+			semconv.MessagingOperationName("send"),
+			semconv.MessagingOperationTypeSend,
+		}
+		if n > 1 {
+			attrs = append(attrs, semconv.MessagingBatchMessageCount(n))
+		}
+		span.SetAttributes(attrs...)
+	}
+	return ctx, &putSpan{t: t, ctx: ctx, span: span}
+}
+
+type putSpan struct {
+	t    *Tracing
+	ctx  context.Context
+	span trace.Span
+}
+
+// Inject adds the put's trace context to a copy of md; md itself when there
+// is no trace to pass on (the no-op provider with no incoming trace) or
+// the propagator writes nothing (the no-op propagator).
+func (p *putSpan) Inject(md map[string]string) map[string]string {
+	if !p.span.SpanContext().IsValid() {
+		return md
+	}
+	c := make(propagation.MapCarrier, 2)
+	p.t.prop.Inject(p.ctx, c)
+	if len(c) == 0 {
+		return md
+	}
+	for k, v := range md {
+		if _, ours := c[k]; !ours {
+			c[k] = v
+		}
+	}
+	return c
+}
+
+func (p *putSpan) End(id string, err error) {
+	if err != nil {
+		recordError(p.span, err)
+	} else if id != "" && p.span.IsRecording() {
+		p.span.SetAttributes(semconv.MessagingMessageID(id))
+	}
+	p.span.End()
+}
+
+// Listener returns the listener.Tracer of q's listener (Options.Tracer):
+// a consumer span, "process <queue>", for each message.
+func (t *Tracing) Listener(q *queue.Queue) listener.Tracer {
+	name := q.Name()
+	return &consumer{t: t, name: "process " + name, attrs: []attribute.KeyValue{
+		system(q.Features().Name),
+		semconv.MessagingDestinationName(name),
+		semconv.MessagingOperationName("process"),
+		semconv.MessagingOperationTypeProcess,
+	}}
+}
+
+type consumer struct {
+	t     *Tracing
+	name  string
+	attrs []attribute.KeyValue // the same for every message of the queue
+}
+
+// Start begins m's consumer span, child of the span that put m when m's
+// metadata carries its trace context.
+func (c *consumer) Start(ctx context.Context, m *queue.Message) (context.Context, listener.MessageSpan) {
+	if len(m.Metadata) > 0 {
+		ctx = c.t.prop.Extract(ctx, propagation.MapCarrier(m.Metadata))
+	}
+	ctx, span := c.t.tracer.Start(ctx, c.name, trace.WithSpanKind(trace.SpanKindConsumer))
+	if span.IsRecording() {
+		attrs := make([]attribute.KeyValue, 0, len(c.attrs)+3)
+		attrs = append(attrs, c.attrs...)
+		attrs = append(attrs,
+			semconv.MessagingMessageID(m.ID),
+			semconv.MessagingMessageBodySize(len(m.Body)),
+			AttrDequeueCount.Int(m.DequeueCount))
+		span.SetAttributes(attrs...)
+	}
+	if span.SpanContext().IsValid() {
+		ctx = handler.WithPropagation(ctx, c.t.propagate)
+	}
+	return ctx, messageSpan{span}
+}
+
+type messageSpan struct{ span trace.Span }
+
+func (s messageSpan) Poisoned(reason, poisonID string) {
+	if !s.span.IsRecording() {
+		return
+	}
+	s.span.AddEvent(EventPoisoned, trace.WithAttributes(AttrPoisonReason.String(reason), AttrPoisonID.String(poisonID)))
+	s.span.SetAttributes(AttrPoisoned.Bool(true))
+	s.span.SetStatus(codes.Error, "poisoned: "+reason)
+}
+
+func (s messageSpan) Requeued(delay time.Duration, hidden bool) {
+	if s.span.IsRecording() {
+		s.span.AddEvent(EventRequeued, trace.WithAttributes(AttrRequeueDelay.Float64(delay.Seconds()), AttrRequeueHidden.Bool(hidden)))
+	}
+}
+
+func (s messageSpan) Context(ctx context.Context) context.Context {
+	return trace.ContextWithSpan(ctx, s.span)
+}
+
+func (s messageSpan) End(err error) {
+	if err != nil {
+		recordError(s.span, err)
+	}
+	s.span.End()
+}
+
+// recordError records err on span: an exception event, status Error, and
+// error.type (permanent, panic, timeout, or the semantic conventions'
+// _OTHER), which stays low in cardinality as the conventions ask.
+func recordError(span trace.Span, err error) {
+	if !span.IsRecording() {
+		return
+	}
+	typ := semconv.ErrorTypeOther
+	var pe *handler.PanicError
+	switch {
+	case errors.As(err, &pe):
+		typ = semconv.ErrorTypeKey.String("panic")
+	case handler.IsPermanent(err):
+		typ = semconv.ErrorTypeKey.String("permanent")
+	case errors.Is(err, context.DeadlineExceeded):
+		typ = semconv.ErrorTypeKey.String("timeout")
+	}
+	span.RecordError(err)
+	span.SetAttributes(typ)
+	span.SetStatus(codes.Error, err.Error())
+}
+
+// setter adapts a set func to a propagation.TextMapCarrier (Inject only).
+type setter func(k, v string)
+
+func (s setter) Get(string) string { return "" }
+func (s setter) Set(k, v string)   { s(k, v) }
+func (s setter) Keys() []string    { return nil }
