@@ -100,9 +100,9 @@ type batch struct {
 	// visibility timeout), by the listener's clock.
 	got    time.Time
 	leases [queue.MaxBatchSize]time.Time
-	// spans[i] follows message i while its runner has it (nil when the
-	// listener does not trace; see trace.go).
-	spans *[queue.MaxBatchSize]MessageSpan
+	// spans[i] follows message i while its runner has it (nil until a
+	// message of the batch is traced; see trace.go).
+	spans atomic.Pointer[[queue.MaxBatchSize]MessageSpan]
 }
 
 // receipt is message i's newest pop receipt. b.mu is held.
@@ -147,7 +147,6 @@ func (b *batch) armMaintenance() {
 func (l *Listener) dispatch(t *task, ms []*queue.Message) (handedOff bool) {
 	n := len(ms)
 	b := &batch{l: l, t: t, msgs: ms}
-	b.traceSpans()
 	b.left.Store(int32(n))
 	t.inFlight.Add(int32(n))
 	l.inFlight.Add(int64(n))

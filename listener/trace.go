@@ -17,7 +17,8 @@ type Tracer interface {
 	// Start is called on the runner's goroutine before m's handler runs,
 	// and before a message is poisoned without running. The handler runs
 	// under the returned context; the returned MessageSpan is told what
-	// becomes of m, then ended, on the same goroutine.
+	// becomes of m, then ended, on the same goroutine. A nil MessageSpan
+	// (nothing to trace) leaves m untraced.
 	Start(ctx context.Context, m *queue.Message) (context.Context, MessageSpan)
 }
 
@@ -50,47 +51,58 @@ func tracerFor(o Options, q *queue.Queue) Tracer {
 	return nil
 }
 
-// traceSpans gives a batch its spans, when the listener traces.
-func (b *batch) traceSpans() {
-	if b.l.tracer != nil {
-		b.spans = new([queue.MaxBatchSize]MessageSpan)
-	}
-}
-
 // traceStart begins message i's span and returns the context its handler
-// runs under.
+// runs under. The batch's spans are made with its first traced message.
 func (b *batch) traceStart(ctx context.Context, i int) context.Context {
-	if b.spans == nil {
+	if b.l.tracer == nil {
 		return ctx
 	}
-	ctx, b.spans[i] = b.l.tracer.Start(ctx, b.msgs[i])
+	ctx, s := b.l.tracer.Start(ctx, b.msgs[i])
+	if s == nil {
+		return ctx
+	}
+	p := b.spans.Load()
+	if p == nil {
+		b.spans.CompareAndSwap(nil, new([queue.MaxBatchSize]MessageSpan))
+		p = b.spans.Load()
+	}
+	p[i] = s
 	return ctx
+}
+
+// span is message i's span, nil if it has none. Only message i's runner
+// calls it.
+func (b *batch) span(i int) MessageSpan {
+	if p := b.spans.Load(); p != nil {
+		return p[i]
+	}
+	return nil
 }
 
 // traceEnd ends message i's span, if it has one.
 func (b *batch) traceEnd(i int, err error) {
-	if b.spans != nil && b.spans[i] != nil {
-		b.spans[i].End(err)
-		b.spans[i] = nil
+	if s := b.span(i); s != nil {
+		s.End(err)
+		b.spans.Load()[i] = nil
 	}
 }
 
 func (b *batch) tracePoisoned(i int, reason, poisonID string) {
-	if b.spans != nil && b.spans[i] != nil {
-		b.spans[i].Poisoned(reason, poisonID)
+	if s := b.span(i); s != nil {
+		s.Poisoned(reason, poisonID)
 	}
 }
 
 func (b *batch) traceRequeued(i int, delay time.Duration, hidden bool) {
-	if b.spans != nil && b.spans[i] != nil {
-		b.spans[i].Requeued(delay, hidden)
+	if s := b.span(i); s != nil {
+		s.Requeued(delay, hidden)
 	}
 }
 
 // traceContext is ctx carrying message i's span, if it has one.
 func (b *batch) traceContext(i int, ctx context.Context) context.Context {
-	if b.spans != nil && b.spans[i] != nil {
-		return b.spans[i].Context(ctx)
+	if s := b.span(i); s != nil {
+		return s.Context(ctx)
 	}
 	return ctx
 }

@@ -14,7 +14,7 @@ import (
 type Tracer interface {
 	// StartPut begins a put of n messages to q, before the put is checked
 	// or sent. The put runs under the returned context, and the returned
-	// PutSpan follows it.
+	// PutSpan follows it; a nil PutSpan leaves the put untraced.
 	StartPut(ctx context.Context, q *Queue, n int) (context.Context, PutSpan)
 }
 
@@ -50,6 +50,9 @@ func tracerOf(o options) Tracer {
 // context in the message's metadata.
 func (q *Queue) tracedPut(ctx context.Context, body []byte, opts PutOptions) (string, error) {
 	ctx, span := q.tracer.StartPut(ctx, q, 1)
+	if span == nil {
+		return q.put(ctx, body, opts)
+	}
 	opts.Metadata = span.Inject(opts.Metadata)
 	id, err := q.put(ctx, body, opts)
 	span.End(id, err)

@@ -21,8 +21,8 @@
 //
 // Until a provider and a propagator are set, the global ones are no-ops:
 // nothing is added to any message (each stays byte for byte what it is
-// without tracing, on every backend) and a handled message costs a
-// non-recording span (tens of nanoseconds). A program that does not import
+// without tracing, on every backend), no span is made, and a put or a
+// handled message costs two atomic loads. A program that does not import
 // this package pays nothing: packages queue, listener and handler import no
 // tracing library.
 //
@@ -37,6 +37,7 @@ package tracing
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -98,6 +99,9 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 
 // Tracing makes adaptq's spans with one provider and one propagator.
 type Tracing struct {
+	// global: tp and prop are OpenTelemetry's globals (no option named
+	// others), so while neither has been set (idle) nothing is traced.
+	global bool
 	tp     trace.TracerProvider
 	prop   propagation.TextMapPropagator
 	tracer trace.Tracer
@@ -113,6 +117,7 @@ func New(opts ...Option) *Tracing {
 	for _, o := range opts {
 		o(t)
 	}
+	t.global = t.tp == nil && t.prop == nil
 	if t.tp == nil {
 		t.tp = otel.GetTracerProvider()
 	}
@@ -125,6 +130,30 @@ func New(opts ...Option) *Tracing {
 		prop.Inject(ctx, setter(set))
 	}
 	return t
+}
+
+// unsetTP and unsetProp are OpenTelemetry's global provider and
+// propagator as they are before any SetTracerProvider and
+// SetTextMapPropagator: the delegating no-ops (nil if something set them
+// before this package's init).
+var unsetTP, unsetProp = unsetGlobals()
+
+func unsetGlobals() (trace.TracerProvider, propagation.TextMapPropagator) {
+	tp, prop := otel.GetTracerProvider(), otel.GetTextMapPropagator()
+	if fmt.Sprintf("%T", tp) != "*global.tracerProvider" {
+		tp = nil
+	}
+	if fmt.Sprintf("%T", prop) != "*global.textMapPropagator" {
+		prop = nil
+	}
+	return tp, prop
+}
+
+// idle reports whether t would only make no-op spans and write nothing:
+// it uses the globals and the program has set neither. Then a put and a
+// handled message cost two atomic loads, and no span.
+func (t *Tracing) idle() bool {
+	return t.global && unsetTP != nil && otel.GetTracerProvider() == unsetTP && otel.GetTextMapPropagator() == unsetProp
 }
 
 func init() { Register(New()) }
@@ -150,20 +179,22 @@ func system(driverName string) attribute.KeyValue {
 }
 
 // StartPut implements queue.Tracer: a producer span, "send <queue>".
+// With nothing configured (see idle) it returns a nil PutSpan: the put goes
+// on untraced.
 func (t *Tracing) StartPut(ctx context.Context, q *queue.Queue, n int) (context.Context, queue.PutSpan) {
-	ctx, span := t.tracer.Start(ctx, "send "+q.Name(), trace.WithSpanKind(trace.SpanKindProducer))
-	if span.IsRecording() {
-		attrs := []attribute.KeyValue{
-			system(q.Features().Name),
-			semconv.MessagingDestinationName(q.Name()),
-			semconv.MessagingOperationName("send"),
-			semconv.MessagingOperationTypeSend,
-		}
-		if n > 1 {
-			attrs = append(attrs, semconv.MessagingBatchMessageCount(n))
-		}
-		span.SetAttributes(attrs...)
+	if t.idle() {
+		return ctx, nil
 	}
+	attrs := []attribute.KeyValue{
+		system(q.Features().Name),
+		semconv.MessagingDestinationName(q.Name()),
+		semconv.MessagingOperationName("send"),
+		semconv.MessagingOperationTypeSend,
+	}
+	if n > 1 {
+		attrs = append(attrs, semconv.MessagingBatchMessageCount(n))
+	}
+	ctx, span := t.tracer.Start(ctx, "send "+q.Name(), trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
 	return ctx, &putSpan{t: t, ctx: ctx, span: span}
 }
 
@@ -221,21 +252,22 @@ type consumer struct {
 }
 
 // Start begins m's consumer span, child of the span that put m when m's
-// metadata carries its trace context.
+// metadata carries its trace context. With nothing configured (see idle)
+// it returns ctx and a nil MessageSpan: the listener then traces nothing.
 func (c *consumer) Start(ctx context.Context, m *queue.Message) (context.Context, listener.MessageSpan) {
+	if c.t.idle() {
+		return ctx, nil
+	}
 	if len(m.Metadata) > 0 {
 		ctx = c.t.prop.Extract(ctx, propagation.MapCarrier(m.Metadata))
 	}
-	ctx, span := c.t.tracer.Start(ctx, c.name, trace.WithSpanKind(trace.SpanKindConsumer))
-	if span.IsRecording() {
-		attrs := make([]attribute.KeyValue, 0, len(c.attrs)+3)
-		attrs = append(attrs, c.attrs...)
-		attrs = append(attrs,
-			semconv.MessagingMessageID(m.ID),
-			semconv.MessagingMessageBodySize(len(m.Body)),
-			AttrDequeueCount.Int(m.DequeueCount))
-		span.SetAttributes(attrs...)
-	}
+	attrs := make([]attribute.KeyValue, 0, len(c.attrs)+3)
+	attrs = append(attrs, c.attrs...)
+	attrs = append(attrs,
+		semconv.MessagingMessageID(m.ID),
+		semconv.MessagingMessageBodySize(len(m.Body)),
+		AttrDequeueCount.Int(m.DequeueCount))
+	ctx, span := c.t.tracer.Start(ctx, c.name, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
 	if span.SpanContext().IsValid() {
 		ctx = handler.WithPropagation(ctx, c.t.propagate)
 	}

@@ -11,12 +11,14 @@ import (
 	"sync"
 	"testing"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/adaptq/adaptq/adaptqtest"
 	"github.com/adaptq/adaptq/handler"
@@ -291,5 +293,33 @@ func TestNoopAddsNoMetadata(t *testing.T) {
 	}
 	if ms[0].Metadata != nil || len(ms[1].Metadata) != 1 || ms[1].Metadata["tenant"] != "a" {
 		t.Errorf("metadata %v and %v, want nil and the tenant alone", ms[0].Metadata, ms[1].Metadata)
+	}
+}
+
+// Registered with no options (as the import does), tracing follows
+// OpenTelemetry's globals, even when they are set after the queue and the
+// listener were made. It leaves the globals set: keep it last.
+func TestGlobalProviderByDefault(t *testing.T) {
+	tracing.Register(tracing.New())
+	k, err := adaptqtest.NewListener("orders", func(ctx context.Context, m *queue.Message) error { return nil }, listener.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	sr := tracetest.NewSpanRecorder()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr)))
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	t.Cleanup(func() {
+		otel.SetTracerProvider(noop.NewTracerProvider())
+		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
+	})
+	id := k.Put("orders", []byte("A1"))
+	if err := k.Settle(); err != nil {
+		t.Fatal(err)
+	}
+	k.RequireHandled(t, id)
+	send, process := spans(sr, "send orders"), spans(sr, "process orders")
+	if len(send) != 1 || len(process) != 1 || process[0].Parent().SpanID() != send[0].SpanContext().SpanID() {
+		t.Fatalf("%d send and %d process spans, want 1 and 1, the producer the consumer's parent", len(send), len(process))
 	}
 }
