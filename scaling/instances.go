@@ -31,6 +31,10 @@ const (
 	// not busy throughout, so the rate said what arrived, not what it can
 	// drain); MessagesPerInstance decided.
 	BasisMessagesPerInstance Basis = "messages_per_instance"
+	// BasisEmptyUnconfirmed: the queue read zero, but not for long enough
+	// to believe it (an approximate count, Instances.DesiredOrZero); the
+	// answer stays at least one.
+	BasisEmptyUnconfirmed Basis = "empty_unconfirmed"
 )
 
 // Instances is the dynamic scaling agent of the Best Practices article
