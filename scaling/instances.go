@@ -14,7 +14,8 @@ const (
 	DefaultTargetDrainTime = time.Minute
 	// DefaultMinInstances keeps one instance running: the signal is served
 	// by the workers themselves, so with none left nobody would answer the
-	// autoscaler (scaling to zero needs a scaler that reads the queue).
+	// autoscaler (scaling to zero needs a scaler that reads the queue:
+	// `adaptq scaler`, DesiredOrZero).
 	DefaultMinInstances = 1
 )
 
