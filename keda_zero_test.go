@@ -15,6 +15,7 @@ import (
 
 	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/internal/clock"
+	"github.com/adaptq/adaptq/listener"
 )
 
 // The scale-to-zero example's files.
@@ -176,7 +177,7 @@ queues:
 
 // The worker's Deployment lets a scale-in finish every handler: its
 // terminationGracePeriodSeconds covers the preStop hook, the config's
-// shutdown_grace and 10 s, no handler_timeout exceeds shutdown_grace, and
+// shutdown_grace and the last deletes' listener.DefaultDeleteTimeout, no handler_timeout exceeds shutdown_grace, and
 // adaptq is the container's process 1 (the exec form), which receives
 // SIGTERM. The config is the ConfigMap's, parsed as the worker parses it.
 func TestKEDAWorkerDeploymentDrainsBeforeItIsKilled(t *testing.T) {
@@ -223,8 +224,8 @@ func TestKEDAWorkerDeploymentDrainsBeforeItIsKilled(t *testing.T) {
 	}
 	grace := time.Duration(*ps.TerminationGracePeriodSeconds) * time.Second
 	for i, q := range cfg.Queues {
-		if need := preStop + q.ShutdownGrace + 10*time.Second; grace < need {
-			t.Errorf("queues[%d]: terminationGracePeriodSeconds %s < preStop %s + shutdown_grace %s + 10 s", i, grace, preStop, q.ShutdownGrace)
+		if need := preStop + q.ShutdownGrace + listener.DefaultDeleteTimeout; grace < need {
+			t.Errorf("queues[%d]: terminationGracePeriodSeconds %s < preStop %s + shutdown_grace %s + the last deletes' %s", i, grace, preStop, q.ShutdownGrace, listener.DefaultDeleteTimeout)
 		}
 		if q.HandlerTimeout == 0 || q.HandlerTimeout > q.ShutdownGrace {
 			t.Errorf("queues[%d]: handler_timeout %s: want one, at most shutdown_grace %s, or a scale-in may cut a handler", i, q.HandlerTimeout, q.ShutdownGrace)
