@@ -160,13 +160,26 @@ func (s *Scaler) open(ctx context.Context) ([]*scalerQueue, error) {
 		if !f.ExactCount {
 			sq.hold = scaling.DefaultApproximateZeroHold
 		}
-		sq.depth = scaling.NewBoundedDepth(q.Count, scaling.BoundedDepthOptions{Interval: every, Clock: s.clock})
+		sq.depth = scaling.NewBoundedDepth(s.countLogged(q), scaling.BoundedDepthOptions{Interval: every, Clock: s.clock})
 		qs = append(qs, sq)
 	}
 	if len(problems) > 0 {
 		return qs, &ConfigError{Problems: problems, Causes: causes}
 	}
 	return qs, nil
+}
+
+// countLogged is q's Count, a failure logged (its secrets hidden): at most
+// once per read interval, since BoundedDepth calls it no oftener.
+func (s *Scaler) countLogged(q *queue.Queue) func(context.Context) (int, error) {
+	return func(ctx context.Context) (int, error) {
+		n, err := q.Count(ctx)
+		if err != nil {
+			s.log.Warn("adaptq: scaler: reading a queue's depth failed; the signal answers 503 until a read succeeds",
+				zap.String("queue", q.Name()), zap.String("error", queue.RedactText(err.Error())))
+		}
+		return n, err
+	}
 }
 
 // Scaling is the signal GET /v1/scaling serves: per queue its depth and

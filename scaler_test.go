@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/internal/clock"
@@ -343,6 +344,29 @@ queues:
 	}
 }
 
+// Without a token the scaler answers only requests that name it by its
+// address or a loopback name: a web page that rebinds its own name to
+// 127.0.0.1 cannot read it (nor make it read the queue).
+func TestScalerWithoutATokenRefusesOtherHosts(t *testing.T) {
+	t.Parallel()
+	name := uniqueQueue("scaler-host")
+	s := startScaler(t, `
+admin: {address: "127.0.0.1:0"}
+queues:
+  - url: memory://`+name+`
+    handler: 'exec: cat'
+`)
+	if c := adminRequest(t, s.Address(), "GET", admin.ScalingPath, "attacker.example:8089", ""); c != http.StatusForbidden {
+		t.Errorf("Host attacker.example: %d, want 403", c)
+	}
+	if n := s.countCalls(name); n != 0 {
+		t.Errorf("a refused request made %d Count calls", n)
+	}
+	if c := adminRequest(t, s.Address(), "GET", admin.ScalingPath, "localhost", ""); c != http.StatusOK {
+		t.Errorf("Host localhost: %d, want 200", c)
+	}
+}
+
 // A scaler refuses, at start-up (the config's checks, which are the
 // worker's, or the endpoint's), an address not on loopback without a
 // token, a token anyone could guess, and no address at all.
@@ -381,6 +405,7 @@ func TestScalerDepthErrorsHideSecrets(t *testing.T) {
 	close(release)
 	leak := errors.New(`GET https://acct.queue.core.windows.net/q?sv=2021&sig=S3cr3tS1gnature%3D: 403; password=hunter2Xy`)
 	fake := clock.NewFake(time.Time{})
+	var logged testutil.SyncBuffer
 	s := startScaler(t, `
 admin: {address: "127.0.0.1:0"}
 queues:
@@ -388,7 +413,7 @@ queues:
     handler: 'exec: cat'
 `, withClock(fake), withQueueOptions(queue.WithWrapper(func(d driver.Queue) driver.Queue {
 		return billed{slowCount{Queue: d, calls: &calls, release: release, err: leak}}
-	})))
+	})), WithLogger(zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), &logged, zap.DebugLevel))))
 	for range 100 {
 		code, sig, body := scalerSignal(t, s, "")
 		if code != http.StatusServiceUnavailable || len(sig.Queues) != 1 || sig.Queues[0].DepthError == "" {
@@ -402,6 +427,15 @@ queues:
 	}
 	if n := calls.Load(); n != 1 {
 		t.Errorf("100 requests to a failing billed backend made %d calls, want 1 per interval", n)
+	}
+	log := logged.String()
+	if lines := strings.Count(log, "depth failed"); lines != 1 {
+		t.Errorf("%d log lines for one failed read, want 1:\n%s", lines, log)
+	}
+	for _, secret := range []string{"S3cr3tS1gnature", "hunter2Xy"} {
+		if strings.Contains(log, secret) {
+			t.Errorf("the log shows the secret %q:\n%s", secret, log)
+		}
 	}
 }
 
