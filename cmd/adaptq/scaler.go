@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
@@ -53,6 +55,14 @@ func (o *scalerCmd) run(cmd *cobra.Command, e env) error {
 	cfg, err := loadConfig(o.config, cmd.Flags().Changed("config"))
 	if err != nil {
 		return err
+	}
+	// A memory:// queue would be a new, empty one of the scaler's own: it
+	// would answer 0 forever, and KEDA would scale the workers to zero
+	// under a backlog.
+	for i, qc := range cfg.Queues {
+		if u, err := url.Parse(qc.URL); err == nil && u.Scheme == memoryScheme {
+			return errInProcess(fmt.Sprintf("queues[%d].url", i), qc.URL)
+		}
 	}
 	log, err := adaptq.NewLogger(cfg.Log)
 	if err != nil {

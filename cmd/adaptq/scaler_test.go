@@ -60,3 +60,18 @@ queues:
 		t.Fatalf("exit %d after SIGTERM\nstderr: %s", c, errOut.String())
 	}
 }
+
+// A memory:// queue is refused: the scaler's would be a new, empty queue
+// of its own, answering 0 under any backlog.
+func TestScalerCommandRefusesAnInProcessQueue(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, t.TempDir(), `
+admin: {address: "127.0.0.1:0"}
+queues:
+  - url: memory://orders
+`)
+	r := cli(t, "", "scaler", "-c", cfg)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "queues[0].url memory://orders: a memory:// queue lives inside one process") {
+		t.Errorf("exit %d, stderr %q: want 2 naming queues[0].url", r.code, r.stderr)
+	}
+}
