@@ -50,7 +50,8 @@ type BoundedDepthOptions struct {
 // BoundedDepth reads a queue's depth for a signal that anyone who reaches
 // it may poll (an autoscaler, a scrape, a flood): at most one read per
 // Interval however often it is asked, and callers that ask while a read
-// is in flight wait for that read instead of starting their own. A failed
+// is in flight get the last read, or wait for that read when there is
+// none yet, instead of starting their own. A failed
 // read counts as a read: a backend that fails is asked again an interval
 // later, not at every request. It keeps when the queue started reading
 // zero, for the scale-to-zero rule (Instances.DesiredOrZero).
@@ -76,8 +77,10 @@ func NewBoundedDepth(read func(context.Context) (int, error), o BoundedDepthOpti
 }
 
 // Depth is the newest reading, read first if the last is an interval old
-// (or there is none). A caller whose ctx ends while it waits gets ctx's
-// error; the read it waited for goes on for the others, within Timeout.
+// (or there is none) and no read is in flight; while one is, the last
+// reading (or, before the first, that read's). A caller whose ctx ends
+// while it waits gets ctx's error; the read it waited for goes on for the
+// others, within Timeout.
 func (b *BoundedDepth) Depth(ctx context.Context) (DepthReading, error) {
 	for {
 		b.mu.Lock()
@@ -88,6 +91,15 @@ func (b *BoundedDepth) Depth(ctx context.Context) (DepthReading, error) {
 			return r, nil
 		}
 		if wait := b.inflight; wait != nil {
+			if b.have {
+				// A read is on its way: the last one, an interval and at
+				// most Timeout old, answers at once, so that a slow
+				// backend holds one request (and its connection), not
+				// every one that comes meanwhile.
+				r := b.last
+				b.mu.Unlock()
+				return r, nil
+			}
 			b.mu.Unlock()
 			select {
 			case <-wait:

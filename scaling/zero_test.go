@@ -3,12 +3,14 @@ package scaling
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/adaptq/adaptq/internal/clock"
+	"github.com/adaptq/adaptq/internal/testutil"
 )
 
 // However often it is asked, a BoundedDepth reads once per interval, a
@@ -150,5 +152,59 @@ func TestBoundedDepthKeepsWhenZeroBegan(t *testing.T) {
 			t.Errorf("read %d (%d, %v): zero since %v, want %v", k, r.Depth, r.Err, r.ZeroSince, w)
 		}
 		fake.Advance(time.Second)
+	}
+}
+
+// Once a reading exists, callers that come while the next read is on its
+// way get the last reading at once: a slow backend holds one caller, not
+// all of them.
+func TestBoundedDepthAnswersWithTheLastReadWhileOneIsSlow(t *testing.T) {
+	t.Parallel()
+	fake := clock.NewFake(time.Time{})
+	var reads atomic.Int64
+	started, release := make(chan struct{}), make(chan struct{})
+	b := NewBoundedDepth(func(ctx context.Context) (int, error) {
+		if reads.Add(1) == 1 {
+			return 5, nil
+		}
+		close(started)
+		<-release
+		return 9, nil
+	}, BoundedDepthOptions{Interval: 10 * time.Second, Clock: fake})
+	if r, _ := b.Depth(context.Background()); r.Depth != 5 {
+		t.Fatalf("first read %+v", r)
+	}
+	fake.Advance(10 * time.Second)
+	slow := make(chan DepthReading, 1)
+	go func() { r, _ := b.Depth(context.Background()); slow <- r }()
+	<-started
+	answered := make(chan error, 1)
+	go func() {
+		for range 50 {
+			if r, err := b.Depth(context.Background()); err != nil || r.Depth != 5 {
+				answered <- fmt.Errorf("while a read is slow: %+v %v, want the last reading, 5", r, err)
+				return
+			}
+		}
+		answered <- nil
+	}()
+	select {
+	case err := <-answered:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(testutil.HangGuard): // a guard, not a timing: they wait for release otherwise
+		close(release)
+		t.Fatal("callers waited for the slow read")
+	}
+	close(release)
+	if r := <-slow; r.Depth != 9 {
+		t.Errorf("the slow read: %+v, want 9", r)
+	}
+	if r, _ := b.Depth(context.Background()); r.Depth != 9 {
+		t.Errorf("after the slow read: %+v, want 9", r)
+	}
+	if n := reads.Load(); n != 2 {
+		t.Errorf("%d reads, want 2", n)
 	}
 }
