@@ -40,7 +40,8 @@ const ScalerDepthIntervalFree = time.Second
 // depth is read when asked, at most once per ScalingDepthInterval where
 // calls are billed and ScalerDepthIntervalFree where they are free,
 // whatever the request rate; requests that arrive while a read is in
-// flight share it.
+// flight get the last reading, or wait for that read before the first
+// (scaling.BoundedDepth).
 type Scaler struct {
 	cfg       Config
 	log       *zap.Logger
