@@ -20,8 +20,8 @@ type scalerCmd struct {
 // run, because it is a different program in a different place. It runs no
 // handler, so it needs none resolved (a config whose handlers are Go ones
 // is fine); it runs as one small replica that is never scaled, beside a
-// worker Deployment that KEDA scales to zero; and it needs only the right
-// to count each queue, not to get or delete.
+// worker Deployment that KEDA scales to zero; and it never gets, puts or
+// deletes a message.
 func newScalerCmd(e env) *cobra.Command {
 	o := &scalerCmd{}
 	cmd := &cobra.Command{
