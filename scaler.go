@@ -49,10 +49,11 @@ type Scaler struct {
 	queueOpts []queue.Option
 	adminOpts func(*admin.Options)
 
-	mu     sync.Mutex
-	queues []*scalerQueue
-	addr   string
-	ready  chan struct{}
+	mu      sync.Mutex
+	started bool
+	queues  []*scalerQueue
+	addr    string
+	ready   chan struct{}
 }
 
 // scalerQueue is one configured queue as the scaler reads it.
@@ -82,8 +83,16 @@ func NewScaler(cfg Config, opts ...Option) (*Scaler, error) {
 
 // Run opens the queues, serves the signal, and returns nil once ctx ends
 // and the endpoint has stopped. A queue that does not open, or an address
-// that cannot be listened on, is an error that matches ErrStart.
+// that cannot be listened on, is an error that matches ErrStart. A Scaler
+// runs once.
 func (s *Scaler) Run(ctx context.Context) error {
+	s.mu.Lock()
+	again := s.started
+	s.started = true
+	s.mu.Unlock()
+	if again {
+		return fmt.Errorf("%w: Scaler.Run called twice", ErrStart)
+	}
 	qs, err := s.open(ctx)
 	defer func() {
 		for _, sq := range qs {
