@@ -106,3 +106,24 @@ func (b *batch) traceContext(i int, ctx context.Context) context.Context {
 	}
 	return ctx
 }
+
+// BatchTracer is what a Tracer also implements to follow the calls of a
+// batch handler (package tracing's does): one span per call, linked to
+// the span that put each of its messages.
+type BatchTracer interface {
+	// StartBatch begins the span of one call of the batch handler with ms.
+	// The call runs under the returned context; what becomes of ms[k] is
+	// told to the returned BatchSpan's Message(k), whose End records
+	// ms[k]'s result; then the BatchSpan is ended.
+	StartBatch(ctx context.Context, ms []*queue.Message) (context.Context, BatchSpan)
+}
+
+// BatchSpan is one call of a batch handler, as BatchTracer.StartBatch
+// began it.
+type BatchSpan interface {
+	// Message is the MessageSpan of the call's k-th message: its events
+	// land on the call's span, naming the message.
+	Message(k int) MessageSpan
+	// End ends the call's span, after every message's End.
+	End()
+}

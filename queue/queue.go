@@ -249,10 +249,10 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts PutOptions) (string, 
 	if q.tracer != nil {
 		return q.tracedPut(ctx, body, opts)
 	}
-	return q.put(ctx, body, opts)
+	return q.putUntraced(ctx, body, opts)
 }
 
-func (q *Queue) put(ctx context.Context, body []byte, opts PutOptions) (string, error) {
+func (q *Queue) putUntraced(ctx context.Context, body []byte, opts PutOptions) (string, error) {
 	if err := q.begin(ctx, OpPut); err != nil {
 		return "", err
 	}

@@ -51,10 +51,10 @@ func tracerOf(o options) Tracer {
 func (q *Queue) tracedPut(ctx context.Context, body []byte, opts PutOptions) (string, error) {
 	ctx, span := q.tracer.StartPut(ctx, q, 1)
 	if span == nil {
-		return q.put(ctx, body, opts)
+		return q.putUntraced(ctx, body, opts)
 	}
 	opts.Metadata = span.Inject(opts.Metadata)
-	id, err := q.put(ctx, body, opts)
+	id, err := q.putUntraced(ctx, body, opts)
 	span.End(id, err)
 	return id, err
 }

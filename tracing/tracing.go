@@ -26,6 +26,11 @@
 // this package pays nothing: packages queue, listener and handler import no
 // tracing library.
 //
+// A batch handler's call is one consumer span linked to the producer span
+// of each of its messages (listener.BatchTracer), with
+// messaging.batch.message_count; its messages' failures, poisonings and
+// requeues are events naming the message.
+//
 // Spans follow OpenTelemetry's messaging semantic conventions (v1.37.0):
 // "send <queue>" (producer) and "process <queue>" (consumer), with
 // messaging.system, messaging.destination.name, messaging.operation.name
@@ -38,6 +43,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -157,6 +163,8 @@ func (t *Tracing) idle() bool {
 }
 
 func init() { Register(New()) }
+
+var _ listener.BatchTracer = (*consumer)(nil)
 
 // Register makes t the tracing of every queue (queue.New, queue.Open) and
 // listener (listener.New) made from now on that names none of its own.
@@ -302,6 +310,84 @@ func (s messageSpan) End(err error) {
 	s.span.End()
 }
 
+// StartBatch begins the span of one call of a batch handler with ms
+// (listener.BatchTracer): "process <queue>" with
+// messaging.batch.message_count, linked to the span that put each message
+// (the conventions' way for a batch, whose messages come from many
+// traces), a child of ctx's span if any.
+func (c *consumer) StartBatch(ctx context.Context, ms []*queue.Message) (context.Context, listener.BatchSpan) {
+	if c.t.idle() {
+		return ctx, nil
+	}
+	links := make([]trace.Link, 0, len(ms))
+	for _, m := range ms {
+		if len(m.Metadata) == 0 {
+			continue
+		}
+		if sc := trace.SpanContextFromContext(c.t.prop.Extract(context.Background(), propagation.MapCarrier(m.Metadata))); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{semconv.MessagingMessageID(m.ID)}})
+		}
+	}
+	attrs := make([]attribute.KeyValue, 0, len(c.attrs)+1)
+	attrs = append(append(attrs, c.attrs...), semconv.MessagingBatchMessageCount(len(ms)))
+	ctx, span := c.t.tracer.Start(ctx, c.name, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attrs...), trace.WithLinks(links...))
+	if span.SpanContext().IsValid() {
+		ctx = handler.WithPropagation(ctx, c.t.propagate)
+	}
+	return ctx, &batchSpan{span: span, ms: ms}
+}
+
+type batchSpan struct {
+	span   trace.Span
+	ms     []*queue.Message
+	failed atomic.Int32
+}
+
+func (b *batchSpan) Message(k int) listener.MessageSpan {
+	return batchMessage{b: b, id: semconv.MessagingMessageID(b.ms[k].ID)}
+}
+
+func (b *batchSpan) End() {
+	if n := b.failed.Load(); n > 0 && b.span.IsRecording() {
+		b.span.SetStatus(codes.Error, fmt.Sprintf("%d of %d messages failed", n, len(b.ms)))
+	}
+	b.span.End()
+}
+
+// batchMessage is one message of a batch call: its events go on the call's
+// span with the message's id.
+type batchMessage struct {
+	b  *batchSpan
+	id attribute.KeyValue
+}
+
+func (m batchMessage) Poisoned(reason, poisonID string) {
+	if m.b.span.IsRecording() {
+		m.b.span.AddEvent(EventPoisoned, trace.WithAttributes(m.id, AttrPoisonReason.String(reason), AttrPoisonID.String(poisonID)))
+	}
+}
+
+func (m batchMessage) Requeued(delay time.Duration, hidden bool) {
+	if m.b.span.IsRecording() {
+		m.b.span.AddEvent(EventRequeued, trace.WithAttributes(m.id, AttrRequeueDelay.Float64(delay.Seconds()), AttrRequeueHidden.Bool(hidden)))
+	}
+}
+
+func (m batchMessage) Context(ctx context.Context) context.Context {
+	return trace.ContextWithSpan(ctx, m.b.span)
+}
+
+func (m batchMessage) End(err error) {
+	if err == nil {
+		return
+	}
+	m.b.failed.Add(1)
+	if m.b.span.IsRecording() {
+		m.b.span.RecordError(err, trace.WithAttributes(m.id, errorType(err)))
+	}
+}
+
 // recordError records err on span: an exception event, status Error, and
 // error.type (permanent, panic, timeout, or the semantic conventions'
 // _OTHER), which stays low in cardinality as the conventions ask.
@@ -309,19 +395,23 @@ func recordError(span trace.Span, err error) {
 	if !span.IsRecording() {
 		return
 	}
-	typ := semconv.ErrorTypeOther
+	span.RecordError(err)
+	span.SetAttributes(errorType(err))
+	span.SetStatus(codes.Error, err.Error())
+}
+
+// errorType is err's error.type.
+func errorType(err error) attribute.KeyValue {
 	var pe *handler.PanicError
 	switch {
 	case errors.As(err, &pe):
-		typ = semconv.ErrorTypeKey.String("panic")
+		return semconv.ErrorTypeKey.String("panic")
 	case handler.IsPermanent(err):
-		typ = semconv.ErrorTypeKey.String("permanent")
+		return semconv.ErrorTypeKey.String("permanent")
 	case errors.Is(err, context.DeadlineExceeded):
-		typ = semconv.ErrorTypeKey.String("timeout")
+		return semconv.ErrorTypeKey.String("timeout")
 	}
-	span.RecordError(err)
-	span.SetAttributes(typ)
-	span.SetStatus(codes.Error, err.Error())
+	return semconv.ErrorTypeOther
 }
 
 // setter adapts a set func to a propagation.TextMapCarrier (Inject only).
