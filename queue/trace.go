@@ -13,9 +13,12 @@ import (
 // pays one comparison per put.
 type Tracer interface {
 	// StartPut begins a put of n messages to q, before the put is checked
-	// or sent. The put runs under the returned context, and the returned
+	// or sent; md is the metadata of a put of one message (nil for a
+	// batch), whose trace context, if any, is the put's parent when ctx
+	// carries none (a message put again, from a poison queue, stays in its
+	// trace). The put runs under the returned context, and the returned
 	// PutSpan follows it; a nil PutSpan leaves the put untraced.
-	StartPut(ctx context.Context, q *Queue, n int) (context.Context, PutSpan)
+	StartPut(ctx context.Context, q *Queue, n int, md map[string]string) (context.Context, PutSpan)
 }
 
 // PutSpan is one put, as Tracer.StartPut began it.
@@ -49,7 +52,7 @@ func tracerOf(o options) Tracer {
 // tracedPut is Put under q's tracer: a span around the put, and the trace
 // context in the message's metadata.
 func (q *Queue) tracedPut(ctx context.Context, body []byte, opts PutOptions) (string, error) {
-	ctx, span := q.tracer.StartPut(ctx, q, 1)
+	ctx, span := q.tracer.StartPut(ctx, q, 1, opts.Metadata)
 	if span == nil {
 		return q.putUntraced(ctx, body, opts)
 	}

@@ -83,3 +83,34 @@ func TestBatchCallLinksEveryProducer(t *testing.T) {
 		t.Errorf("events %v: want a poisoning and an exception naming message %s", c.Events(), ms[1].ID)
 	}
 }
+
+// A message put again with the metadata it had (a requeue from the poison
+// queue) stays in its trace: the new put's span is the child of the
+// context the metadata carries, and the metadata then carries the new one.
+func TestPutAgainContinuesTheTrace(t *testing.T) {
+	t.Parallel()
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	tr := tracing.New(tracing.WithTracerProvider(tp), tracing.WithPropagator(propagation.TraceContext{}))
+	q, err := memory.NewStore().Queue("orders", tr.QueueOption())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const old = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	if _, err := q.Put(ctx, []byte("A1"), queue.PutOptions{Metadata: map[string]string{"traceparent": old, "tenant": "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	send := spans(sr, "send orders")
+	if len(send) != 1 || send[0].Parent().TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || send[0].Parent().SpanID().String() != "00f067aa0ba902b7" {
+		t.Fatalf("send spans %v, want one, child of the metadata's context", send)
+	}
+	ms, err := q.Peek(ctx, 1)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("peek: %d, %v", len(ms), err)
+	}
+	sc := send[0].SpanContext()
+	if want := "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"; ms[0].Metadata["traceparent"] != want || ms[0].Metadata["tenant"] != "a" {
+		t.Errorf("metadata %v, want traceparent %s and the tenant", ms[0].Metadata, want)
+	}
+}

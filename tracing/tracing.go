@@ -189,9 +189,14 @@ func system(driverName string) attribute.KeyValue {
 // StartPut implements queue.Tracer: a producer span, "send <queue>".
 // With nothing configured (see idle) it returns a nil PutSpan: the put goes
 // on untraced.
-func (t *Tracing) StartPut(ctx context.Context, q *queue.Queue, n int) (context.Context, queue.PutSpan) {
+// A put with no trace in ctx of a message whose metadata carries one (put
+// again from a poison queue) continues that trace.
+func (t *Tracing) StartPut(ctx context.Context, q *queue.Queue, n int, md map[string]string) (context.Context, queue.PutSpan) {
 	if t.idle() {
 		return ctx, nil
+	}
+	if len(md) > 0 && !trace.SpanContextFromContext(ctx).IsValid() {
+		ctx = t.prop.Extract(ctx, propagation.MapCarrier(md))
 	}
 	attrs := []attribute.KeyValue{
 		system(q.Features().Name),
