@@ -25,7 +25,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// driverURLs are a fresh queue's URL on each engine: the machine's
+// driverURLs are a fresh queue's URL on each engine, each queue's name
+// its own (the tests tell spans apart by it), each queue's name
+// its own (the tests tell spans apart by it): the machine's
 // PostgreSQL (a schema of the test's own) and Redis (a key prefix of its
 // own), Azurite and the SQS emulator started for the test, all on
 // loopback.
@@ -35,11 +37,11 @@ func driverURLs(t *testing.T) map[string]string {
 	suffix = suffix[:6] + suffix[7:]
 	return map[string]string{
 		"memory":   "memory://trace" + suffix,
-		"sqlite":   "sqlite://" + filepath.Join(t.TempDir(), "q.db") + "?queue=orders",
-		"postgres": pgtest.URL(t) + "&queue=orders&schema=" + pgtest.Schema(t),
-		"redis":    "redis://127.0.0.1:6379/0?queue=orders&prefix=adaptq-tracing-" + suffix + ":",
-		"azure":    azuritetest.Start(t).URL("orders" + suffix),
-		"sqs":      sqstest.Start(t).URL(sqstest.NewRegion(), "orders"),
+		"sqlite":   "sqlite://" + filepath.Join(t.TempDir(), "q.db") + "?queue=orders-sqlite",
+		"postgres": pgtest.URL(t) + "&queue=orders-postgres&schema=" + pgtest.Schema(t),
+		"redis":    "redis://127.0.0.1:6379/0?queue=orders-redis&prefix=adaptq-tracing-" + suffix + ":",
+		"azure":    azuritetest.Start(t).URL("orders-azure" + suffix),
+		"sqs":      sqstest.Start(t).URL(sqstest.NewRegion(), "orders-sqs"),
 	}
 }
 
