@@ -250,18 +250,21 @@ func (p *putSpan) End(id string, err error) {
 // a consumer span, "process <queue>", for each message.
 func (t *Tracing) Listener(q *queue.Queue) listener.Tracer {
 	name := q.Name()
-	return &consumer{t: t, name: "process " + name, attrs: []attribute.KeyValue{
+	c := &consumer{t: t, name: "process " + name, attrs: []attribute.KeyValue{
 		system(q.Features().Name),
 		semconv.MessagingDestinationName(name),
 		semconv.MessagingOperationName("process"),
 		semconv.MessagingOperationTypeProcess,
 	}}
+	c.start = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(c.attrs...)}
+	return c
 }
 
 type consumer struct {
 	t     *Tracing
 	name  string
-	attrs []attribute.KeyValue // the same for every message of the queue
+	attrs []attribute.KeyValue    // the same for every message of the queue
+	start []trace.SpanStartOption // kind and attrs, made once
 }
 
 // Start begins m's consumer span, child of the span that put m when m's
@@ -274,13 +277,15 @@ func (c *consumer) Start(ctx context.Context, m *queue.Message) (context.Context
 	if len(m.Metadata) > 0 {
 		ctx = c.t.prop.Extract(ctx, propagation.MapCarrier(m.Metadata))
 	}
-	attrs := make([]attribute.KeyValue, 0, len(c.attrs)+3)
-	attrs = append(attrs, c.attrs...)
-	attrs = append(attrs,
-		semconv.MessagingMessageID(m.ID),
-		semconv.MessagingMessageBodySize(len(m.Body)),
-		AttrDequeueCount.Int(m.DequeueCount))
-	ctx, span := c.t.tracer.Start(ctx, c.name, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+	// The queue's attributes (system, destination, operation: what a
+	// sampler may look at) go in at the start, the message's after.
+	ctx, span := c.t.tracer.Start(ctx, c.name, c.start...)
+	if span.IsRecording() {
+		span.SetAttributes(
+			semconv.MessagingMessageID(m.ID),
+			semconv.MessagingMessageBodySize(len(m.Body)),
+			AttrDequeueCount.Int(m.DequeueCount))
+	}
 	if span.SpanContext().IsValid() {
 		ctx = handler.WithPropagation(ctx, c.t.propagate)
 	}
