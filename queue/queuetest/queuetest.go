@@ -82,6 +82,8 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"Names", testNames},
 		{"BodySize", testBodySize},
 		{"BodyRoundTrip", testBodyRoundTrip},
+		{"MetadataRoundTrip", testMetadataRoundTrip},
+		{"MetadataLimits", testMetadataLimits},
 		{"InvalidArguments", testInvalidArguments},
 		{"QueuesAreIsolated", testIsolation},
 		{"DeleteBatch", testDeleteBatch},
