@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -219,4 +220,33 @@ func CloneMetadata(md map[string]string) map[string]string {
 		return nil
 	}
 	return maps.Clone(md)
+}
+
+// EncodeMetadata is md as the JSON object drivers keep in their own
+// storage (keys sorted), nil for empty md: a message without metadata
+// stores nothing.
+func EncodeMetadata(md map[string]string) []byte {
+	if len(md) == 0 {
+		return nil
+	}
+	b, err := json.Marshal(md)
+	if err != nil {
+		panic(err) // a map of strings always marshals
+	}
+	return b
+}
+
+// DecodeMetadata reads what EncodeMetadata wrote: nil for nil or empty b.
+func DecodeMetadata(b []byte) (map[string]string, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var md map[string]string
+	if err := json.Unmarshal(b, &md); err != nil {
+		return nil, fmt.Errorf("stored metadata: %w", err)
+	}
+	if len(md) == 0 {
+		return nil, nil
+	}
+	return md, nil
 }

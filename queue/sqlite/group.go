@@ -27,6 +27,7 @@ type putGroup struct {
 type putReq struct {
 	qid, insertedAt, visibleAt, expiresAt int64
 	body                                  []byte
+	meta                                  []byte // EncodeMetadata's; nil for none
 
 	taken bool          // in a transaction being written (under putGroup.mu)
 	done  bool          // id and err are set; written before wake is sent
@@ -139,7 +140,7 @@ func (db *DB) insert(group []*putReq) ([]int64, error) {
 		if ids[i], err = res.LastInsertId(); err != nil {
 			return nil, err
 		}
-		if _, err := putBody.ExecContext(ctx, ids[i], r.body); err != nil {
+		if _, err := putBody.ExecContext(ctx, ids[i], r.body, r.meta); err != nil {
 			return nil, err
 		}
 	}
