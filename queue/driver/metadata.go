@@ -47,6 +47,11 @@ const (
 	DefaultMetadataValue = 4096
 )
 
+// ReservedMetadataPrefix starts the names of adaptq's own message
+// attributes on SQS (adaptq-encoding, adaptq-ttl): no key may start with
+// it, in any case.
+const ReservedMetadataPrefix = "adaptq-"
+
 // DefaultMetadataLimits are the limits of the engines that keep metadata
 // in their own storage.
 var DefaultMetadataLimits = MetadataLimits{MaxPairs: DefaultMetadataPairs, MaxKey: MaxMetadataKey, MaxValue: DefaultMetadataValue}
@@ -85,7 +90,7 @@ func (e *MetadataError) Error() string {
 	case "body size":
 		fmt.Fprintf(&b, "body and metadata of %d bytes are over the limit of %d", e.Got, e.Max)
 	case "key characters":
-		b.WriteString("a key is 1 to 256 of A-Z a-z 0-9 _ - . (SQS's attribute names): no leading, trailing or double '.', no 'aws.' or 'amazon.' prefix")
+		b.WriteString("a key is 1 to 256 of A-Z a-z 0-9 _ - . (SQS's attribute names): no leading, trailing or double '.', no 'aws.', 'amazon.' or 'adaptq-' prefix")
 	case "value characters":
 		b.WriteString("a value is UTF-8 text of characters XML 1.0 allows (SQS's rule: no control characters but tab, LF and CR)")
 	case "empty value":
@@ -176,7 +181,8 @@ func checkPair(k, v string, lim MetadataLimits) *MetadataError {
 // ValidMetadataKey reports whether k follows SQS's rule for message
 // attribute names, which every backend applies: 1 to 256 characters of
 // A-Z, a-z, 0-9, '_', '-' and '.'; no '.' first, last or twice in a row;
-// no "aws." or "amazon." prefix in any case (reserved by AWS).
+// no "aws." or "amazon." prefix in any case (reserved by AWS), nor
+// "adaptq-" (the SQS driver's own attributes).
 func ValidMetadataKey(k string) bool {
 	if k == "" || len(k) > MaxMetadataKey || k[0] == '.' || k[len(k)-1] == '.' || strings.Contains(k, "..") {
 		return false
@@ -188,7 +194,7 @@ func ValidMetadataKey(k string) bool {
 		}
 	}
 	l := strings.ToLower(k)
-	return !strings.HasPrefix(l, "aws.") && !strings.HasPrefix(l, "amazon.")
+	return !strings.HasPrefix(l, "aws.") && !strings.HasPrefix(l, "amazon.") && !strings.HasPrefix(l, ReservedMetadataPrefix)
 }
 
 // validMetadataValue: valid UTF-8 of the characters XML 1.0 allows, which

@@ -152,6 +152,7 @@ func testMetadataLimits(t *testing.T, e *env) {
 		{"long value", map[string]string{"big": strings.Repeat("v", lim.MaxValue+1)}, "big", "value size", true},
 		{"key with a space", map[string]string{"ok": "v", "a b": "v"}, "a b", "key characters", false},
 		{"reserved prefix", map[string]string{"AWS.trace": "v"}, "AWS.trace", "key characters", false},
+		{"adaptq's prefix", map[string]string{"Adaptq-ttl": "v"}, "Adaptq-ttl", "key characters", false},
 		{"leading dot", map[string]string{".k": "v"}, ".k", "key characters", false},
 		{"double dot", map[string]string{"a..b": "v"}, "a..b", "key characters", false},
 		{"non-ASCII key", map[string]string{"clé": "v"}, "clé", "key characters", false},
