@@ -39,7 +39,10 @@ const (
 	// queue).
 	sqlPut = `INSERT INTO messages (queue_id, inserted_at, visible_at, expires_at)
 		VALUES (?1, ?2, ?3, ?4)`
-	sqlPutBody = `INSERT INTO bodies (id, body, meta) VALUES (?1, ?2, ?3)`
+	sqlPutBody = `INSERT INTO bodies (id, body) VALUES (?1, ?2)`
+	// sqlPutBodyMeta is sqlPutBody for a message with metadata: one without
+	// runs the statement it ran before metadata existed.
+	sqlPutBodyMeta = `INSERT INTO bodies (id, body, meta) VALUES (?1, ?2, ?3)`
 
 	// sqlDepth adds ?2 to the queue's depth. Every statement that adds or
 	// removes messages runs it in its transaction, with the number of
@@ -362,9 +365,10 @@ func (db *DB) readBodies(ctx context.Context, msgs []*driver.Message, pos []int6
 	}
 	defer rows.Close()
 	found := 0
+	var id int64
+	var meta []byte // one for the batch: it is NULL for most messages
 	for rows.Next() {
-		var id int64
-		var body, meta []byte
+		var body []byte
 		if err := rows.Scan(&id, &body, &meta); err != nil {
 			return nil, nil, err
 		}
