@@ -474,7 +474,7 @@ func (b *batch) poison(i int, reason string, cause error) bool {
 // this listener remembers from its last run here.
 func (l *Listener) poisonRecord(m *queue.Message, cause error) poison.Message {
 	r := poison.Message{ID: m.ID, Queue: l.q.Name(), DequeueCount: m.DequeueCount, FailedAt: l.o.Clock.Now(),
-		InsertedAt: m.InsertedAt, ExpiresAt: m.ExpiresAt, Body: m.Body}
+		InsertedAt: m.InsertedAt, ExpiresAt: m.ExpiresAt, Body: m.Body, Metadata: m.Metadata}
 	last, known := l.failures.last(m.ID)
 	switch {
 	case cause == nil:
