@@ -2,9 +2,15 @@ package adaptq
 
 import (
 	"context"
+	"errors"
+	"net/http"
+	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/adaptq/adaptq/handler"
+	"github.com/adaptq/adaptq/internal/testutil"
 	"github.com/adaptq/adaptq/queue"
 )
 
@@ -80,5 +86,60 @@ queues:
 	}
 	if ff.Adaptive || ff.Limit != 12 || ff.RatePerSecond != 2.5 || ff.RateBurst != 1 {
 		t.Errorf("fixed queue: %+v, want 12 fixed, 2.5/s with a burst of 1", ff)
+	}
+}
+
+// /metrics shows the adaptive limit, its bound, its cuts and the overload
+// signals, and the rate limit.
+func TestFlowMetrics(t *testing.T) {
+	t.Parallel()
+	name := uniqueQueue("flowmetrics")
+	w := metricsWorker(t, `
+admin: {address: "127.0.0.1:0"}
+queues:
+  - url: 'memory://`+name+`'
+    handler: work
+    concurrency: auto
+    adaptive_concurrency: {min: 4, max: 30}
+    rate_limit: {per_second: 1000}
+    idle: {max: 200ms}
+`)
+	var refused atomic.Int32
+	w.MustHandle("work", func(context.Context, *queue.Message) error {
+		if refused.Add(1) <= 3 {
+			return handler.Overloaded(errors.New("busy"))
+		}
+		return nil
+	})
+	runWorker(t, w)
+	if _, err := w.Put(context.Background(), name, []byte("m"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := w.Listener(name)
+	testutil.Eventually(t, testutil.HangGuard, "the overloads", func() bool { return l.Flow().Overloads >= 1 })
+	fams := scrape(t, w.AdminAddress(), "")
+	for _, c := range []struct {
+		metric string
+		ok     func(float64) bool
+	}{
+		{"adaptq_concurrency_limit", func(v float64) bool { return v >= 4 && v <= 30 }},
+		{"adaptq_concurrency_limit_max", func(v float64) bool { return v == 30 }},
+		{"adaptq_overload_signals_total", func(v float64) bool { return v >= 1 }},
+		{"adaptq_concurrency_cuts_total", func(v float64) bool { return v >= 0 }},
+		{"adaptq_rate_limit_per_second", func(v float64) bool { return v == 1000 }},
+		{"adaptq_rate_limit_waits_total", func(v float64) bool { return v >= 0 }},
+	} {
+		if v := value(fams, c.metric, "queue", name); !c.ok(v) {
+			t.Errorf("%s = %v", c.metric, v)
+		}
+	}
+	// The status page shows the limit and the rate limit; /v1/stats too.
+	resp, page := adminSend(t, w.AdminAddress(), http.MethodGet, "/", nil)
+	if resp.StatusCode != http.StatusOK || !regexp.MustCompile(`class="n concurrency">\d+ of auto 4–30<br><span class="dim ratelimit">1000/s, burst 32</span>`).Match(page) {
+		t.Errorf("GET /: %s; the row shows no adaptive concurrency and rate limit:\n%s", resp.Status, page)
+	}
+	resp, stats := adminSend(t, w.AdminAddress(), http.MethodGet, "/v1/stats", nil)
+	if resp.StatusCode != http.StatusOK || !regexp.MustCompile(`"adaptive":\s*true`).Match(stats) || !regexp.MustCompile(`"rate_limit_per_second":\s*1000`).Match(stats) {
+		t.Errorf("GET /v1/stats: %s; no flow figures:\n%s", resp.Status, stats)
 	}
 }
