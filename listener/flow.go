@@ -155,9 +155,9 @@ func (s *slots) signalLocked() {
 // admit takes the slots, and the rate limit's tokens, of the next get:
 // how many messages it may ask for. With a fixed concurrency that is a
 // whole batch's slots (min(BatchSize, Concurrency)), as before flow
-// control; under an adaptive limit L it waits until max(1, L/2) are free
-// (the new-batch threshold's rule, scaled to the limit) and takes what is
-// free, at most a batch; under a rate limit it then waits, parked on the
+// control; under an adaptive limit L it waits until max(1, min(L,
+// batch)/2) are free (the new-batch threshold's rule: two half-full
+// batches may fill the limit) and takes what is free, at most a batch; under a rate limit it then waits, parked on the
 // clock, until the tokens of min(that, burst) messages are there, and asks
 // for no more than the tokens it has. The caller must call admitted after
 // the get.
@@ -211,7 +211,7 @@ func (s *slots) take(ctx context.Context, batch int) (int, bool) {
 	for {
 		s.mu.Lock()
 		limit := s.aimd.Limit()
-		want := max(1, min(limit/2, batch))
+		want := max(1, min(limit, batch)/2)
 		if free := limit - s.used; free >= want {
 			n := min(free, batch)
 			s.used += n
