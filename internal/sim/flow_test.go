@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -52,5 +53,12 @@ func TestRateLimitedPolicyKeepsItsRate(t *testing.T) {
 	r := rep.Results[0]
 	if lo, hi := int64(100*60-32), int64(100*60+32); r.Processed < lo || r.Processed > hi {
 		t.Fatalf("processed %d in a minute at 100/s, want %d..%d", r.Processed, lo, hi)
+	}
+}
+
+func TestScenarioFlagNamesItsValue(t *testing.T) {
+	var out, errb strings.Builder
+	if code := run(context.Background(), []string{"--scenario", "meltdown"}, &out, &errb); code != ExitUsage || !strings.Contains(errb.String(), `--scenario: "meltdown" is not slowdown`) {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
 	}
 }
