@@ -8,10 +8,13 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/internal/testutil"
+	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/scaling"
 )
 
 func TestFlowConfigNamesTheField(t *testing.T) {
@@ -141,5 +144,18 @@ queues:
 	resp, stats := adminSend(t, w.AdminAddress(), http.MethodGet, "/v1/stats", nil)
 	if resp.StatusCode != http.StatusOK || !regexp.MustCompile(`"adaptive":\s*true`).Match(stats) || !regexp.MustCompile(`"rate_limit_per_second":\s*1000`).Match(stats) {
 		t.Errorf("GET /v1/stats: %s; no flow figures:\n%s", resp.Status, stats)
+	}
+}
+
+// A slow rate limit makes gets rare: readiness waits for three of its
+// token intervals, not three idle polls.
+func TestReadyWindowCoversASlowRateLimit(t *testing.T) {
+	o := listener.Options{Idle: scaling.IdleBackoff{Max: time.Minute}, RateLimit: listener.RateLimit{PerSecond: 1.0 / 600, Burst: 1}}
+	if w := readyWindow(o); w != ReadyCadences*10*time.Minute {
+		t.Fatalf("window %s at one message every 10 minutes, want %s", w, ReadyCadences*10*time.Minute)
+	}
+	o.RateLimit = listener.RateLimit{PerSecond: 100, Burst: 32}
+	if w := readyWindow(o); w != ReadyCadences*time.Minute {
+		t.Fatalf("window %s at 100/s, want the idle polls' %s", w, ReadyCadences*time.Minute)
 	}
 }
