@@ -246,3 +246,29 @@ func TestFlowOptionsNameTheField(t *testing.T) {
 		}
 	}
 }
+
+// Under an adaptive limit the listener holds no more messages than the
+// limit lets it run: with the limit at 3 and handlers that block, 3 run,
+// none waits fetched, and the other 17 stay visible for other workers.
+func TestAdaptiveLimitBoundsWhatTheListenerHolds(t *testing.T) {
+	release := make(chan struct{})
+	h := func(ctx context.Context, m *queue.Message) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	f := newFixture(t, h, listener.Options{Adaptive: &scaling.AIMDOptions{Min: 3, Max: 3}})
+	f.put(20)
+	f.start()
+	eventually(t, "3 handlers run", func() bool { return f.l.LocalState().InFlight == 3 })
+	ms, err := f.raw.Peek(context.Background(), 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := f.l.LocalState(); st.InFlight != 3 || len(ms) != 17 || f.l.Flow().Limit != 3 {
+		t.Fatalf("in flight %d, visible %d, limit %d; want 3, 17, 3", st.InFlight, len(ms), f.l.Flow().Limit)
+	}
+	close(release)
+}
