@@ -391,6 +391,9 @@ func (b *batch) failed(i int, err error) {
 		b.workerFault(i, err, false)
 		return
 	}
+	if b.overloadFailed(i, err) {
+		return // overload, under an adaptive limit: not the message's fault (flow.go)
+	}
 	if l.o.Poison != nil {
 		switch {
 		case handler.IsPermanent(err):
