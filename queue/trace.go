@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/adaptq/adaptq/internal/tracehook"
+	"github.com/adaptq/adaptq/queue/driver"
 )
 
 // Tracer follows puts: package tracing implements it with OpenTelemetry (a
@@ -56,7 +57,12 @@ func (q *Queue) tracedPut(ctx context.Context, body []byte, opts PutOptions) (st
 	if span == nil {
 		return q.putUntraced(ctx, body, opts)
 	}
-	opts.Metadata = span.Inject(opts.Metadata)
+	// The trace context goes in only where it fits the backend's metadata
+	// limits: a put never fails for tracing's sake (metadata that breaks
+	// them on its own still fails as without tracing).
+	if md := span.Inject(opts.Metadata); driver.CheckMetadata(md, q.f.Metadata, len(body), q.f.MaxBody) == nil {
+		opts.Metadata = md
+	}
 	id, err := q.putUntraced(ctx, body, opts)
 	span.End(id, err)
 	return id, err

@@ -3,6 +3,7 @@ package tracing_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -112,5 +113,39 @@ func TestPutAgainContinuesTheTrace(t *testing.T) {
 	sc := send[0].SpanContext()
 	if want := "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"; ms[0].Metadata["traceparent"] != want || ms[0].Metadata["tenant"] != "a" {
 		t.Errorf("metadata %v, want traceparent %s and the tenant", ms[0].Metadata, want)
+	}
+}
+
+// A put never fails for tracing's sake: where the trace context would
+// break the backend's metadata limits, the message goes without it.
+func TestTraceContextOnlyWhereItFits(t *testing.T) {
+	t.Parallel()
+	tp := sdktrace.NewTracerProvider()
+	tr := tracing.New(tracing.WithTracerProvider(tp), tracing.WithPropagator(propagation.TraceContext{}))
+	q, err := memory.NewStore().Queue("orders", tr.QueueOption())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	max := q.Features().Metadata.MaxPairs
+	for _, n := range []int{max - 1, max} {
+		md := map[string]string{}
+		for i := range n {
+			md[fmt.Sprintf("k%d", i)] = "v"
+		}
+		if _, err := q.Put(ctx, []byte("A1"), queue.PutOptions{Metadata: md}); err != nil {
+			t.Fatalf("%d pairs: %v", n, err)
+		}
+		ms, err := q.Get(ctx, 1, time.Minute)
+		if err != nil || len(ms) != 1 {
+			t.Fatalf("get: %d, %v", len(ms), err)
+		}
+		_, traced := ms[0].Metadata["traceparent"]
+		if want := n < max; traced != want || len(ms[0].Metadata) != n+map[bool]int{true: 1}[traced] {
+			t.Errorf("%d pairs of %d: traceparent %v (want %v), %d pairs stored", n, max, traced, want, len(ms[0].Metadata))
+		}
+		if err := q.Delete(ctx, ms[0].ID, ms[0].PopReceipt); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -56,10 +56,6 @@ func TestPutThenHandleOnEveryDriver(t *testing.T) {
 	ctx := context.Background()
 	for name, u := range driverURLs(t) {
 		t.Run(name, func(t *testing.T) {
-			if name != "memory" {
-				// Until the metadata branch (every driver stores metadata) is merged.
-				t.Skip("this driver does not store metadata yet")
-			}
 			q, err := queue.Open(ctx, u)
 			if err != nil {
 				t.Fatal(err)
