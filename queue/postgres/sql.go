@@ -16,6 +16,7 @@ import (
 type statements struct {
 	register, lookup       string
 	put, putNotify, notify string
+	putTx                  string
 	get, peek, peekAfter   string
 	del, delBatch, update  string
 	count, clear, sweep    string
@@ -79,6 +80,17 @@ SELECT id FROM q LIMIT 1`),
 		put:       f(put + `SELECT id FROM m`),
 		putNotify: f(put + `, n AS (SELECT pg_notify($6, $7)) SELECT m.id FROM m, n`),
 		notify:    `SELECT pg_notify($1, $2)`,
+
+		// putTx is putNotify in a caller's transaction (PutTx): it always
+		// notifies, and PostgreSQL sends the notification when, and only
+		// when, the transaction commits (one per transaction and queue,
+		// however many messages it put). The queue's id is looked up with
+		// its name, so a transaction on another database, whose queues
+		// table lacks this queue (or gives its id to another), fails the
+		// statement (queue_id NOT NULL) and aborts the transaction rather
+		// than put a stray message.
+		putTx: f(strings.Replace(put, "VALUES ($2,", "VALUES ((SELECT id FROM {s}.queues WHERE id = $2 AND name = $7),", 1) +
+			`, n AS (SELECT pg_notify($6, $7)) SELECT m.id FROM m, n`),
 
 		// A Get is one statement: lock up to $3 visible messages, oldest
 		// first, skipping those another Get has locked; hide them, with a

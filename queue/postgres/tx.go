@@ -1,0 +1,189 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/adaptq/adaptq/queue"
+)
+
+// Transactional enqueue and settle (issue 30). The queue's tables live in
+// the application's database, so a message can be put, and a handled
+// message deleted, inside the application's own transaction:
+//
+//   - PutTx (pgx) and PutSQLTx (database/sql over pgx's stdlib driver) put
+//     a message that exists if, and only if, the transaction commits. The
+//     notification that wakes the consumers is sent by PostgreSQL at the
+//     commit, never before and never for a rolled-back put.
+//   - DeleteTx and DeleteSQLTx delete a handler's message inside the
+//     handler's transaction, so its writes and the delete commit or roll
+//     back together; a stale receipt fails with queue.ErrReceiptMismatch
+//     (the lease was lost: another consumer may hold the message), and the
+//     handler decides (rolling back is right). Run by a listener, the
+//     delete takes the newest receipt from the handler's context, stops
+//     the message's renewal, and the listener then counts the message as
+//     deleted without deleting it again.
+//
+// The transaction must be on the database (and schema) of the queue's DB:
+// each statement looks the queue up by id and name in its schema, and a
+// transaction on another database fails with ErrOtherDatabase (which
+// aborts it). Each call is one statement, so it works through PgBouncer in
+// transaction pooling too (only Subscribe needs a session).
+
+// ErrOtherDatabase: the transaction given to PutTx or DeleteTx is not on
+// the queue's database (its schema lacks the queue's tables or the queue).
+var ErrOtherDatabase = errors.New("postgres: the transaction is not on the queue's database")
+
+// rowFunc runs one statement of a caller's transaction.
+type rowFunc func(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error }
+
+func pgxRow(tx pgx.Tx) rowFunc {
+	return func(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error } {
+		return tx.QueryRow(ctx, sql, args...)
+	}
+}
+
+func sqlRow(tx *sql.Tx) rowFunc {
+	return func(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error } {
+		return tx.QueryRowContext(ctx, sql, args...)
+	}
+}
+
+// PutTx puts a message on q (a queue of this package) inside tx, with the
+// checks of queue.Queue.Put (body size, TTL, delay). The message is
+// visible, and the consumers woken, when tx commits; if tx rolls back,
+// there never was a message.
+func PutTx(ctx context.Context, tx pgx.Tx, q *queue.Queue, body []byte, opts queue.PutOptions) (string, error) {
+	if tx == nil {
+		return "", fmt.Errorf("postgres: put in transaction: %w: tx is nil", queue.ErrInvalidArgument)
+	}
+	return putTx(ctx, pgxRow(tx), q, body, opts)
+}
+
+// PutSQLTx is PutTx for a database/sql transaction over pgx's stdlib
+// driver (github.com/jackc/pgx/v5/stdlib).
+func PutSQLTx(ctx context.Context, tx *sql.Tx, q *queue.Queue, body []byte, opts queue.PutOptions) (string, error) {
+	if tx == nil {
+		return "", fmt.Errorf("postgres: put in transaction: %w: tx is nil", queue.ErrInvalidArgument)
+	}
+	return putTx(ctx, sqlRow(tx), q, body, opts)
+}
+
+// DeleteTx deletes m, got from q, inside tx: nil once deleted there (it is
+// gone when tx commits), queue.ErrReceiptMismatch if m's lease was lost,
+// queue.ErrNotFound if m is gone. Called by a handler a listener runs, it
+// uses the newest receipt (renewals change it) and settles the message for
+// the listener.
+func DeleteTx(ctx context.Context, tx pgx.Tx, q *queue.Queue, m *queue.Message) error {
+	if tx == nil {
+		return fmt.Errorf("postgres: delete in transaction: %w: tx is nil", queue.ErrInvalidArgument)
+	}
+	return deleteTx(ctx, pgxRow(tx), q, m)
+}
+
+// DeleteSQLTx is DeleteTx for a database/sql transaction over pgx's stdlib
+// driver.
+func DeleteSQLTx(ctx context.Context, tx *sql.Tx, q *queue.Queue, m *queue.Message) error {
+	if tx == nil {
+		return fmt.Errorf("postgres: delete in transaction: %w: tx is nil", queue.ErrInvalidArgument)
+	}
+	return deleteTx(ctx, sqlRow(tx), q, m)
+}
+
+// txQueue finds the driver behind q.
+func txQueue(ctx context.Context, q *queue.Queue, op string) (*pgQueue, error) {
+	if q == nil {
+		return nil, fmt.Errorf("postgres: %s in transaction: %w: queue is nil", op, queue.ErrInvalidArgument)
+	}
+	var db *DB
+	if !q.As(&db) {
+		return nil, fmt.Errorf("postgres: %s in transaction: %w: queue %q is not a PostgreSQL queue (%s)", op, queue.ErrInvalidArgument, q.Name(), q.Features().Name)
+	}
+	pq, err := db.queue(ctx, q.Name())
+	if err != nil {
+		return nil, err
+	}
+	if err := pq.check(); err != nil {
+		return nil, err
+	}
+	return pq, nil
+}
+
+func putTx(ctx context.Context, row rowFunc, q *queue.Queue, body []byte, opts queue.PutOptions) (string, error) {
+	pq, err := txQueue(ctx, q, "put")
+	if err != nil {
+		return "", err
+	}
+	ttlD, err := queue.CheckPut(body, opts, q.MaxBodySize())
+	if err != nil {
+		return "", fmt.Errorf("postgres: put in transaction %q: %w", q.Name(), err)
+	}
+	ttl := int64(-1)
+	if ttlD != queue.NoExpiry {
+		ttl = micros(ttlD)
+	}
+	if body == nil {
+		body = []byte{}
+	}
+	db, st := pq.db, pq.st
+	var id int64
+	err = row(ctx, db.sql.putTx, db.nowArg(), st.id, micros(opts.InitialVisibilityDelay), ttl, body, db.channel, st.name).Scan(&id)
+	if err != nil {
+		return "", pq.txErr("put", err)
+	}
+	return strconv.FormatInt(id, 10), nil
+}
+
+func deleteTx(ctx context.Context, row rowFunc, q *queue.Queue, m *queue.Message) error {
+	pq, err := txQueue(ctx, q, "delete")
+	if err != nil {
+		return err
+	}
+	return queue.SettleTx(ctx, m, func(popReceipt string) error {
+		n, ok := parseID(m.ID)
+		if !ok {
+			return fmt.Errorf("%w: id %q", queue.ErrNotFound, m.ID)
+		}
+		var receipt any
+		if r, ok := parseReceipt(popReceipt); ok {
+			receipt = r
+		}
+		var deleted, live sql.NullBool
+		if err := row(ctx, pq.db.sql.del, pq.db.nowArg(), pq.st.id, n, receipt).Scan(&deleted, &live); err != nil {
+			return pq.txErr("delete", err)
+		}
+		if deleted.Valid {
+			pq.db.churned(2)
+			if !deleted.Bool {
+				return fmt.Errorf("%w: id %s expired", queue.ErrNotFound, m.ID)
+			}
+			return nil
+		}
+		if !live.Valid {
+			return outcome(m.ID, nil)
+		}
+		return outcome(m.ID, &live.Bool)
+	})
+}
+
+// txErr names what a statement in a caller's transaction found: the
+// schema or the queue missing from the transaction's database
+// (ErrOtherDatabase), or the server's error.
+func (q *pgQueue) txErr(op string, err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case pe.Code == "42P01" || pe.Code == "3F000": // undefined_table, invalid_schema_name
+			return fmt.Errorf("%w: %s in transaction %q: schema %q has no queue tables there (%s)", ErrOtherDatabase, op, q.st.name, q.db.schema, pe.Message)
+		case pe.Code == "23502" && pe.ColumnName == "queue_id": // not_null_violation: the lookup found no queue
+			return fmt.Errorf("%w: %s in transaction %q: schema %q there has no queue %q with id %d", ErrOtherDatabase, op, q.st.name, q.db.schema, q.st.name, q.st.id)
+		}
+	}
+	return fmt.Errorf("postgres: %s in transaction %q: %w", op, q.st.name, err)
+}
