@@ -39,8 +39,23 @@ type txFixture struct {
 
 func newTxFixture(t *testing.T, opts ...postgres.Option) *txFixture {
 	t.Helper()
+	return newTxFixtureURL(t, "", opts...)
+}
+
+// newTxFixtureURL is newTxFixture with pgx parameters (k=v&…) added to
+// the DB's connection string.
+func newTxFixtureURL(t *testing.T, params string, opts ...postgres.Option) *txFixture {
+	t.Helper()
 	ctx := context.Background()
-	u := pgtest.URL(t)
+	base := pgtest.URL(t)
+	u := base
+	if params != "" {
+		sep := "?"
+		if strings.Contains(u, "?") {
+			sep = "&"
+		}
+		u += sep + params
+	}
 	schema := pgtest.Schema(t)
 	db, err := postgres.Open(ctx, u, append([]postgres.Option{postgres.WithSchema(schema)}, opts...)...)
 	if err != nil {
@@ -51,7 +66,7 @@ func newTxFixture(t *testing.T, opts ...postgres.Option) *txFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &txFixture{url: u, schema: schema, db: db, q: q, orders: pgx.Identifier{schema, "orders"}.Sanitize()}
+	f := &txFixture{url: base, schema: schema, db: db, q: q, orders: pgx.Identifier{schema, "orders"}.Sanitize()}
 	if _, err := db.Pool().Exec(ctx, `CREATE TABLE `+f.orders+` (id bigserial PRIMARY KEY, note text NOT NULL, msg_id text)`); err != nil {
 		t.Fatal(err)
 	}
@@ -450,7 +465,10 @@ func lostLeaseCount() int {
 // transaction rolls back.
 func TestSettleInTxLostLease(t *testing.T) {
 	fc := clock.NewFake(time.Now())
-	f := newTxFixture(t, postgres.WithClock(fc))
+	// Each consumer holds a connection for its transaction and may take
+	// another for a Get inside it: more connections than consumers × 2,
+	// or the pool runs dry and every consumer waits for another.
+	f := newTxFixtureURL(t, "pool_max_conns=12", postgres.WithClock(fc))
 	ctx := context.Background()
 	n := lostLeaseCount()
 	tx, err := f.db.Pool().Begin(ctx)
