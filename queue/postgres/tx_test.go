@@ -675,3 +675,106 @@ func TestPutTxCrash(t *testing.T) {
 }
 
 var _ = sql.ErrNoRows
+
+// TestPutTxWatchedCommit: puts inside a notify interval do not notify
+// themselves; the round that watches them waits for their transactions,
+// and notifies after a commit, not for a rollback.
+func TestPutTxWatchedCommit(t *testing.T) {
+	f := newTxFixture(t, postgres.WithNotifyInterval(10*time.Second))
+	ctx := context.Background()
+	lc := f.listen(t)
+	begin := func() pgx.Tx {
+		tx, err := f.db.Pool().Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(ctx) })
+		if _, err := postgres.PutTx(ctx, tx, f.q, []byte("w"), queue.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	marker := func(p string) {
+		if _, err := f.db.Pool().Exec(ctx, `SELECT pg_notify($1, $2)`, "adaptq:"+f.schema, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	roundWaits := func() {
+		waitFor(t, 30*time.Second, "the watch round to wait for the transactions", func() bool {
+			var k int
+			_ = f.db.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%ON CONFLICT (id) DO NOTHING%'`).Scan(&k)
+			return k > 0
+		})
+	}
+	expect := func(want ...string) {
+		for _, w := range want {
+			if p := nextNotification(t, lc); p != w {
+				t.Fatalf("notification %q, want %q (in order %v)", p, w, want)
+			}
+		}
+	}
+	// The last notification 9.5 s ago: the next puts are inside the
+	// interval, and their round starts within 0.5 s.
+	postgres.SetNotifyAgo(f.db, "work", 9500*time.Millisecond)
+	b, c := begin(), begin()
+	if !postgres.Watching(f.db, "work") {
+		t.Skip("the puts notified themselves (the machine stalled for 0.5 s): the watch was not exercised")
+	}
+	roundWaits()
+	marker("m1")
+	if err := c.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	marker("m2")
+	if err := b.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect("m1", "m2", "work")
+
+	postgres.SetNotifyAgo(f.db, "work", 9500*time.Millisecond)
+	d := begin()
+	if !postgres.Watching(f.db, "work") {
+		t.Skip("the put notified itself (the machine stalled for 0.5 s)")
+	}
+	roundWaits()
+	if err := d.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the round to end", func() bool {
+		var k int
+		_ = f.db.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%ON CONFLICT (id) DO NOTHING%' AND state <> 'idle' AND pid <> pg_backend_pid()`).Scan(&k)
+		return k == 0
+	})
+	marker("m3")
+	expect("m3")
+}
+
+// TestQueuePut: a whole transaction in one round trip (BEGIN, the row, the
+// put, COMMIT in one batch) commits both; with ROLLBACK, neither.
+func TestQueuePut(t *testing.T) {
+	f := newTxFixture(t)
+	ctx := context.Background()
+	for _, end := range []string{"ROLLBACK", "COMMIT"} {
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		b.Queue(`INSERT INTO `+f.orders+` (note) VALUES ($1)`, end)
+		var id string
+		if err := postgres.QueuePut(ctx, b, f.q, []byte(end), queue.PutOptions{}, &id); err != nil {
+			t.Fatal(err)
+		}
+		b.Queue(end)
+		if err := f.db.Pool().SendBatch(ctx, b).Close(); err != nil {
+			t.Fatal(err)
+		}
+		if id == "" {
+			t.Fatal("no id")
+		}
+	}
+	ms, err := f.q.Peek(ctx, 32)
+	if err != nil || len(ms) != 1 || string(ms[0].Body) != "COMMIT" || f.count(t, "true") != 1 || f.count(t, "note = 'COMMIT'") != 1 {
+		t.Fatalf("want the committed row and message only: %v, %v", ms, err)
+	}
+	if err := postgres.QueuePut(ctx, &pgx.Batch{}, f.q, nil, queue.PutOptions{TTL: -2}, nil); !errors.Is(err, queue.ErrInvalidArgument) {
+		t.Fatalf("bad ttl: %v", err)
+	}
+}
