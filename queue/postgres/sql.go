@@ -17,6 +17,7 @@ type statements struct {
 	register, lookup       string
 	put, putNotify, notify string
 	putTx, putTxNotify     string
+	delTx                  string // del in a caller's transaction, its counter row chosen with txShard
 	awaitCommit            string
 	get, peek, peekAfter   string
 	del, delBatch, update  string
@@ -75,7 +76,7 @@ WITH m AS (
 ), c AS (
 	UPDATE {s}.counts SET n = n + 1 WHERE queue_id = $2 AND shard = {shard}
 )`
-	return statements{
+	st := statements{
 		register: f(`
 WITH ins AS (
 	INSERT INTO {s}.queues (name) VALUES ($1) ON CONFLICT (name) DO NOTHING RETURNING id
@@ -259,4 +260,6 @@ WITH v1 AS (
 )
 SELECT (SELECT count(*) FROM x), (SELECT count(*) FROM d), (SELECT count(*) FROM v1)`),
 	}
+	st.delTx = strings.Replace(st.del, "shard = "+shard, "shard = "+r.Replace(txShard), 1)
+	return st
 }

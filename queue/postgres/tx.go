@@ -231,7 +231,7 @@ func deleteTx(ctx context.Context, row rowFunc, q *queue.Queue, m *queue.Message
 			receipt = r
 		}
 		var deleted, live sql.NullBool
-		if err := row(ctx, pq.db.sql.del, pq.db.nowArg(), pq.st.id, n, receipt).Scan(&deleted, &live); err != nil {
+		if err := row(ctx, pq.db.sql.delTx, pq.db.nowArg(), pq.st.id, n, receipt).Scan(&deleted, &live); err != nil {
 			return pq.txErr("delete", err)
 		}
 		if deleted.Valid {
