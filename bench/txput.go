@@ -146,7 +146,7 @@ func txPutSection(ctx context.Context, e *Env, s *Section) error {
 	}
 	n, repeats := e.Sizes.TxPut, e.Sizes.Repeats
 	s.how("Each transaction: BEGIN, one INSERT of an application row (an orders table with a 200-byte text column, in the side's own schema), one enqueue of a 200-byte job, COMMIT. "+
-		"adaptq: `postgres.PutTx` (one statement: the message, its body, its counter and the pg_notify that leaves at the commit). River %s: `Client.InsertTx` of an insert-only client (riverpgxv5). "+
+		"adaptq: `postgres.PutTx` (one statement: the message, its body and its counter; the first put of each 5 ms notifies in it, the others are watched to their commit). River %s: `Client.InsertTx` of an insert-only client (riverpgxv5). "+
 		"Both in fresh schemas of the same database, synchronous_commit as the server has it, pools of %d connections, %d producers each; %s transactions per run, %d runs of each side alternating (median), after a warm-up of 500 each.",
 		riverVersion, pgPoolConns, txProducers, commas(int64(n)), repeats)
 	s.how("Command: `cd bench && go run ./cmd/benchreport -only txput -o -` (`-txput N -repeats R` to size it).")
