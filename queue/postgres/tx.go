@@ -135,6 +135,39 @@ func QueuePut(ctx context.Context, b *pgx.Batch, q *queue.Queue, body []byte, op
 	return nil
 }
 
+// PutBatchTx puts one message per body on q inside tx, in one round trip
+// (the statements of QueuePut, sent as one batch), and returns their ids
+// in order. Every body is checked first: one that fails the checks puts
+// nothing. A failure of a statement fails the call and aborts tx, so a
+// batch is put whole or not at all, at tx's commit.
+func PutBatchTx(ctx context.Context, tx pgx.Tx, q *queue.Queue, bodies [][]byte, opts queue.PutOptions) ([]string, error) {
+	if tx == nil {
+		return nil, fmt.Errorf("postgres: put batch in transaction: %w: tx is nil", queue.ErrInvalidArgument)
+	}
+	if _, err := txQueue(ctx, q, "put batch"); err != nil {
+		return nil, err
+	}
+	for i, body := range bodies {
+		if _, err := queue.CheckPut(body, opts, q.MaxBodySize()); err != nil {
+			return nil, fmt.Errorf("postgres: put batch in transaction %q: body %d: %w", q.Name(), i, err)
+		}
+	}
+	ids := make([]string, len(bodies))
+	if len(bodies) == 0 {
+		return ids, nil
+	}
+	b := &pgx.Batch{}
+	for i, body := range bodies {
+		if err := QueuePut(ctx, b, q, body, opts, &ids[i]); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
 // DeleteTx deletes m, got from q, inside tx: nil once deleted there (it is
 // gone when tx commits), queue.ErrReceiptMismatch if m's lease was lost,
 // queue.ErrNotFound if m is gone. Called by a handler a listener runs, it

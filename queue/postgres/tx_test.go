@@ -778,3 +778,37 @@ func TestQueuePut(t *testing.T) {
 		t.Fatalf("bad ttl: %v", err)
 	}
 }
+
+// TestPutBatchTx: a batch put in a transaction is there whole after the
+// commit, in order, and not at all after a rollback; a bad body puts
+// nothing.
+func TestPutBatchTx(t *testing.T) {
+	f := newTxFixture(t, postgres.WithMaxBodySize(8))
+	ctx := context.Background()
+	bodies := [][]byte{[]byte("a"), []byte("b"), []byte("c")}
+	for _, commit := range []bool{false, true} {
+		tx, err := f.db.Pool().Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := postgres.PutBatchTx(ctx, tx, f.q, bodies, queue.PutOptions{})
+		if err != nil || len(ids) != 3 || ids[0] == "" || ids[0] == ids[1] {
+			t.Fatalf("PutBatchTx = %v, %v", ids, err)
+		}
+		if _, err := postgres.PutBatchTx(ctx, tx, f.q, [][]byte{[]byte("ok"), []byte("123456789")}, queue.PutOptions{}); !errors.Is(err, queue.ErrTooLarge) || !strings.Contains(err.Error(), "body 1") {
+			t.Fatalf("a body over the limit: %v, want ErrTooLarge naming body 1", err)
+		}
+		if commit {
+			err = tx.Commit(ctx)
+		} else {
+			err = tx.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms, err := f.q.Peek(ctx, 32)
+	if err != nil || len(ms) != 3 || string(ms[0].Body)+string(ms[1].Body)+string(ms[2].Body) != "abc" {
+		t.Fatalf("Peek = %v, %v; want a, b, c once", ms, err)
+	}
+}
