@@ -31,8 +31,9 @@ const (
 
 // txSettle is the queue.TxSettler of message i of batch b.
 type txSettle struct {
-	b *batch
-	i int
+	b    *batch
+	i    int
+	from uint32 // the state BeginSettle took the message from
 }
 
 // settleContext gives message i's handler its TxSettler.
@@ -49,21 +50,23 @@ func (s *txSettle) BeginSettle(id string) (string, error) {
 	// read is the newest, and renewal skips the message from now on.
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch {
-	case b.state[s.i].CompareAndSwap(stRunning, stTxSettling):
-		return b.receipt(s.i), nil
-	case b.state[s.i].Load() == stTxSettled:
-		return "", fmt.Errorf("%w: message %s was settled already in this run", queue.ErrNotFound, id)
-	default:
-		return "", fmt.Errorf("%w: message %s: its lease was lost before the settle", queue.ErrReceiptMismatch, id)
+	// A message settled before in this run (a second delete, or a run
+	// again after a worker fault whose transaction rolled back) is left
+	// to the database to judge.
+	for _, from := range []uint32{stRunning, stTxSettled} {
+		if b.state[s.i].CompareAndSwap(from, stTxSettling) {
+			s.from = from
+			return b.receipt(s.i), nil
+		}
 	}
+	return "", fmt.Errorf("%w: message %s: its lease was lost before the settle", queue.ErrReceiptMismatch, id)
 }
 
 func (s *txSettle) EndSettle(_ string, deleted bool) {
 	if deleted {
 		s.b.state[s.i].CompareAndSwap(stTxSettling, stTxSettled)
 	} else {
-		s.b.state[s.i].CompareAndSwap(stTxSettling, stRunning)
+		s.b.state[s.i].CompareAndSwap(stTxSettling, s.from)
 	}
 }
 

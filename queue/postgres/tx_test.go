@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
@@ -810,5 +811,99 @@ func TestPutBatchTx(t *testing.T) {
 	ms, err := f.q.Peek(ctx, 32)
 	if err != nil || len(ms) != 3 || string(ms[0].Body)+string(ms[1].Body)+string(ms[2].Body) != "abc" {
 		t.Fatalf("Peek = %v, %v; want a, b, c once", ms, err)
+	}
+}
+
+// TestListenerSettleTwiceInOneRun: a handler that deletes its message
+// twice in its transaction gets ErrNotFound the second time, from the
+// database, and the message still counts once, as settled.
+func TestListenerSettleTwiceInOneRun(t *testing.T) {
+	f := newTxFixture(t)
+	ctx := context.Background()
+	if _, err := f.q.Put(ctx, []byte("x"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	second := make(chan error, 1)
+	h := func(ctx context.Context, m *queue.Message) error {
+		tx, err := f.db.Pool().Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck
+		if err := postgres.DeleteTx(ctx, tx, f.q, m); err != nil {
+			return err
+		}
+		second <- postgres.DeleteTx(ctx, tx, f.q, m)
+		return tx.Commit(ctx)
+	}
+	l, err := listener.New(f.q, h, listener.Options{Tasks: 1, MinTasks: 1, MaxTasks: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- l.Run(rctx) }()
+	err = <-second
+	waitFor(t, 30*time.Second, "the run to be counted", func() bool { return l.Stats().Processed == 1 })
+	cancel()
+	<-errc
+	if !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("second delete: %v, want ErrNotFound", err)
+	}
+	if st := l.Stats(); st.Deleted != 1 || st.NotFound != 0 || st.LeasesLost != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestListenerSettleAfterWorkerFault: a handler whose transaction deleted
+// its message and rolled back, failing for the worker's own resources,
+// runs again in the same delivery; its delete then succeeds and the
+// message counts once.
+func TestListenerSettleAfterWorkerFault(t *testing.T) {
+	f := newTxFixture(t)
+	ctx := context.Background()
+	if _, err := f.q.Put(ctx, []byte("x"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	done := make(chan error, 2)
+	h := func(ctx context.Context, m *queue.Message) error {
+		tx, err := f.db.Pool().Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck
+		err = postgres.DeleteTx(ctx, tx, f.q, m)
+		if runs.Add(1) == 1 {
+			if err == nil {
+				_ = tx.Rollback(ctx)
+				return handler.WorkerFault(errors.New("out of file descriptors"))
+			}
+		}
+		done <- err
+		if err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	l, err := listener.New(f.q, h, listener.Options{Tasks: 1, MinTasks: 1, MaxTasks: 1, ErrorBackoffInitial: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- l.Run(rctx) }()
+	err = <-done
+	waitFor(t, 30*time.Second, "the run to be counted", func() bool { s := l.Stats(); return s.Processed+s.Failed >= 2 })
+	cancel()
+	<-errc
+	if err != nil {
+		t.Fatalf("the delete of the run after the worker fault: %v", err)
+	}
+	if st := l.Stats(); st.Deleted != 1 || st.NotFound != 0 || runs.Load() != 2 {
+		t.Fatalf("runs %d, stats %+v", runs.Load(), st)
+	}
+	if n, _ := f.q.Count(ctx); n != 0 {
+		t.Fatalf("Count = %d", n)
 	}
 }
