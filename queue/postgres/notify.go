@@ -78,11 +78,15 @@ func (db *DB) trailingNotify(st *queueState) {
 
 // awaitCommits watches id, put without a notification in a caller's
 // transaction that has not committed yet: at the end of the queue's notify
-// interval, one round takes every id so watched, waits for their
-// transactions to end (awaitCommit), and notifies if any committed. A
-// round that waits on a long transaction holds a connection of the pool
-// until it ends; the next round, for the puts after it, does not wait for
-// it.
+// interval, a round takes every id so watched, waits for their
+// transactions to end (committed), and notifies if any committed. A
+// queue has one round at a time: ids put meanwhile wait for the next,
+// which starts when it ends. So watching holds at most one connection of
+// the pool per queue, however long the callers' transactions last; a
+// round that waits on a long transaction delays the wake of the puts
+// behind it until that transaction ends (puts that notify themselves,
+// the first of each interval, still wake the consumers at their commits,
+// and the consumers poll at their safety interval).
 func (db *DB) awaitCommits(st *queueState, id int64) {
 	l := &st.n
 	l.mu.Lock()
@@ -92,6 +96,15 @@ func (db *DB) awaitCommits(st *queueState, id int64) {
 		return
 	}
 	l.watching = true
+	l.mu.Unlock()
+	db.watchRound(st)
+}
+
+// watchRound runs one round for st after the rest of its notify
+// interval, then the next if ids came meanwhile. st.n.watching is set.
+func (db *DB) watchRound(st *queueState) {
+	l := &st.n
+	l.mu.Lock()
 	wait := max(db.notify-wallNow().Sub(l.last), 0)
 	l.mu.Unlock()
 	started := db.background(func(bg context.Context) {
@@ -106,16 +119,25 @@ func (db *DB) awaitCommits(st *queueState, id int64) {
 		}
 		l.mu.Lock()
 		ids := l.await
-		l.await, l.watching = nil, false
+		l.await = nil
 		l.mu.Unlock()
 		if db.committed(bg, ids) {
 			l.mu.Lock()
 			l.last = wallNow()
 			l.mu.Unlock()
 			ctx, cancel := context.WithTimeout(bg, 10*time.Second)
-			defer cancel()
 			// A failure leaves the consumers to their safety polls.
 			_, _ = db.pool.Exec(ctx, db.sql.notify, db.channel, st.name)
+			cancel()
+		}
+		l.mu.Lock()
+		next := len(l.await) > 0
+		if !next {
+			l.watching = false
+		}
+		l.mu.Unlock()
+		if next {
+			db.watchRound(st)
 		}
 	}, nil)
 	if !started {
