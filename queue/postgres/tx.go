@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 )
 
 // Transactional enqueue and settle (issue 30). The queue's tables live in
@@ -98,13 +99,9 @@ func QueuePut(ctx context.Context, b *pgx.Batch, q *queue.Queue, body []byte, op
 	if err != nil {
 		return err
 	}
-	ttlD, err := queue.CheckPut(body, opts, q.MaxBodySize())
+	ttl, err := checkPut(q, body, opts)
 	if err != nil {
 		return fmt.Errorf("postgres: put in batch %q: %w", q.Name(), err)
-	}
-	ttl := int64(-1)
-	if ttlD != queue.NoExpiry {
-		ttl = micros(ttlD)
 	}
 	if body == nil {
 		body = []byte{}
@@ -116,7 +113,7 @@ func QueuePut(ctx context.Context, b *pgx.Batch, q *queue.Queue, body []byte, op
 	if notify {
 		stmt = db.sql.putTxNotify
 	}
-	b.Queue(stmt, db.nowArg(), st.id, micros(opts.InitialVisibilityDelay), ttl, body, db.channel, st.name).QueryRow(func(row pgx.Row) error {
+	b.Queue(stmt, db.nowArg(), st.id, micros(opts.InitialVisibilityDelay), ttl, body, driver.EncodeMetadata(opts.Metadata), db.channel, st.name).QueryRow(func(row pgx.Row) error {
 		var n int64
 		if err := row.Scan(&n); err != nil {
 			if notify {
@@ -148,7 +145,7 @@ func PutBatchTx(ctx context.Context, tx pgx.Tx, q *queue.Queue, bodies [][]byte,
 		return nil, err
 	}
 	for i, body := range bodies {
-		if _, err := queue.CheckPut(body, opts, q.MaxBodySize()); err != nil {
+		if _, err := checkPut(q, body, opts); err != nil {
 			return nil, fmt.Errorf("postgres: put batch in transaction %q: body %d: %w", q.Name(), i, err)
 		}
 	}
@@ -189,6 +186,22 @@ func DeleteSQLTx(ctx context.Context, tx *sql.Tx, q *queue.Queue, m *queue.Messa
 	return deleteTx(ctx, sqlRow(tx), q, m)
 }
 
+// checkPut makes Queue.Put's checks (body, TTL, delay, metadata) and
+// returns the TTL in microseconds (-1: none).
+func checkPut(q *queue.Queue, body []byte, opts queue.PutOptions) (int64, error) {
+	ttlD, err := queue.CheckPut(body, opts, q.MaxBodySize())
+	if err == nil {
+		err = driver.CheckMetadata(opts.Metadata, q.Features().Metadata, len(body), q.MaxBodySize())
+	}
+	if err != nil {
+		return 0, err
+	}
+	if ttlD == queue.NoExpiry {
+		return -1, nil
+	}
+	return micros(ttlD), nil
+}
+
 // txQueue finds the driver behind q.
 func txQueue(ctx context.Context, q *queue.Queue, op string) (*pgQueue, error) {
 	if q == nil {
@@ -213,13 +226,9 @@ func putTx(ctx context.Context, row rowFunc, q *queue.Queue, body []byte, opts q
 	if err != nil {
 		return "", err
 	}
-	ttlD, err := queue.CheckPut(body, opts, q.MaxBodySize())
+	ttl, err := checkPut(q, body, opts)
 	if err != nil {
 		return "", fmt.Errorf("postgres: put in transaction %q: %w", q.Name(), err)
-	}
-	ttl := int64(-1)
-	if ttlD != queue.NoExpiry {
-		ttl = micros(ttlD)
 	}
 	if body == nil {
 		body = []byte{}
@@ -236,7 +245,7 @@ func putTx(ctx context.Context, row rowFunc, q *queue.Queue, body []byte, opts q
 		stmt = db.sql.putTxNotify
 	}
 	var id int64
-	err = row(ctx, stmt, db.nowArg(), st.id, micros(opts.InitialVisibilityDelay), ttl, body, db.channel, st.name).Scan(&id)
+	err = row(ctx, stmt, db.nowArg(), st.id, micros(opts.InitialVisibilityDelay), ttl, body, driver.EncodeMetadata(opts.Metadata), db.channel, st.name).Scan(&id)
 	if err != nil {
 		if notify {
 			lim.unclaim()

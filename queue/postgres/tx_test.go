@@ -174,7 +174,7 @@ func TestPutTxCommit(t *testing.T) {
 	if err := tx.QueryRow(ctx, `INSERT INTO `+f.orders+` (note) VALUES ('committed') RETURNING id`).Scan(&orderID); err != nil {
 		t.Fatal(err)
 	}
-	id, err := postgres.PutTx(ctx, tx, f.q, []byte(strconv.FormatInt(orderID, 10)), queue.PutOptions{})
+	id, err := postgres.PutTx(ctx, tx, f.q, []byte(strconv.FormatInt(orderID, 10)), queue.PutOptions{Metadata: map[string]string{"tenant": "t1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestPutTxCommit(t *testing.T) {
 		t.Fatal("Subscribe did not wake after the commit")
 	}
 	ms, err := f.q.Get(ctx, 1, time.Minute)
-	if err != nil || len(ms) != 1 || ms[0].ID != id || string(ms[0].Body) != strconv.FormatInt(orderID, 10) {
+	if err != nil || len(ms) != 1 || ms[0].ID != id || string(ms[0].Body) != strconv.FormatInt(orderID, 10) || ms[0].Metadata["tenant"] != "t1" {
 		t.Fatalf("Get after the commit = %v, %v; want message %s", ms, err, id)
 	}
 	if n := f.count(t, "id = "+strconv.FormatInt(orderID, 10)); n != 1 {

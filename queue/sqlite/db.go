@@ -134,9 +134,9 @@ type DB struct {
 // statements are prepared once per DB. database/sql prepares each again on
 // every connection it is used on; the write pool has one.
 type statements struct {
-	put, putBody, depth, get, del, exists, existsBatch, update *sql.Stmt // write pool
-	purgeBodies, purge, clearBodies, clear, clearDepth         *sql.Stmt // write pool
-	peek, peekAfter, count                                     *sql.Stmt // read pool
+	put, putBody, putBodyMeta, depth, get, del, exists, existsBatch, update *sql.Stmt // write pool
+	purgeBodies, purge, clearBodies, clear, clearDepth                      *sql.Stmt // write pool
+	peek, peekAfter, count                                                  *sql.Stmt // read pool
 
 	// bodies[k] is sqlBodies(1<<k), on the read pool.
 	bodies [deleteBatchClasses]*sql.Stmt
@@ -248,6 +248,7 @@ func (db *DB) prepare() error {
 	}{
 		{&db.st.put, sqlPut},
 		{&db.st.putBody, sqlPutBody},
+		{&db.st.putBodyMeta, sqlPutBodyMeta},
 		{&db.st.depth, sqlDepth},
 		{&db.st.get, sqlGet},
 		{&db.st.del, sqlDelete},

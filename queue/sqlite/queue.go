@@ -40,6 +40,9 @@ const (
 	sqlPut = `INSERT INTO messages (queue_id, inserted_at, visible_at, expires_at)
 		VALUES (?1, ?2, ?3, ?4)`
 	sqlPutBody = `INSERT INTO bodies (id, body) VALUES (?1, ?2)`
+	// sqlPutBodyMeta is sqlPutBody for a message with metadata: one without
+	// runs the statement it ran before metadata existed.
+	sqlPutBodyMeta = `INSERT INTO bodies (id, body, meta) VALUES (?1, ?2, ?3)`
 
 	// sqlDepth adds ?2 to the queue's depth. Every statement that adds or
 	// removes messages runs it in its transaction, with the number of
@@ -88,14 +91,14 @@ const (
 	sqlClear       = `DELETE FROM messages WHERE queue_id = ?1`
 	sqlClearDepth  = `UPDATE queues SET depth = 0 WHERE id = ?1`
 
-	sqlPeek = `SELECT m.id, b.body, m.dequeue_count, m.inserted_at, m.expires_at, m.visible_at
+	sqlPeek = `SELECT m.id, b.body, b.meta, m.dequeue_count, m.inserted_at, m.expires_at, m.visible_at
 		FROM messages AS m INDEXED BY messages_ready JOIN bodies AS b ON b.id = m.id
 		WHERE m.queue_id = ?1 AND m.visible_at <= ?2 AND m.expires_at > ?2
 		ORDER BY m.visible_at, m.id LIMIT ?3`
 
 	// sqlPeekAfter is a page of PeekAfter: the visible, unexpired messages
 	// whose id is above ?4, in id order (the order they were put).
-	sqlPeekAfter = `SELECT m.id, b.body, m.dequeue_count, m.inserted_at, m.expires_at, m.visible_at
+	sqlPeekAfter = `SELECT m.id, b.body, b.meta, m.dequeue_count, m.inserted_at, m.expires_at, m.visible_at
 		FROM messages AS m JOIN bodies AS b ON b.id = m.id
 		WHERE m.queue_id = ?1 AND m.id > ?4 AND m.visible_at <= ?2 AND m.expires_at > ?2
 		ORDER BY m.id LIMIT ?3`
@@ -139,7 +142,7 @@ func sqlBodies(n int) string {
 		}
 		fmt.Fprintf(&in, "?%d", 1+i)
 	}
-	return "SELECT id, body FROM bodies WHERE id IN (" + in.String() + ")"
+	return "SELECT id, body, meta FROM bodies WHERE id IN (" + in.String() + ")"
 }
 
 // sqlDeleteBodies deletes the bodies of n messages, ?1 … ?n (NULL ids
@@ -201,6 +204,7 @@ func (q *driverQueue) Features() driver.Features {
 		BatchDelete: true,
 		Siblings:    true,
 		Durability:  durability,
+		Metadata:    driver.DefaultMetadataLimits,
 	}
 }
 
@@ -254,6 +258,7 @@ func (q *driverQueue) Put(ctx context.Context, body []byte, opts driver.PutOptio
 		visibleAt:  now + int64(opts.InitialVisibilityDelay),
 		expiresAt:  exp,
 		body:       body,
+		meta:       driver.EncodeMetadata(opts.Metadata),
 	})
 	if err != nil {
 		return "", q.fail(err)
@@ -360,10 +365,11 @@ func (db *DB) readBodies(ctx context.Context, msgs []*driver.Message, pos []int6
 	}
 	defer rows.Close()
 	found := 0
+	var id int64
+	var meta []byte // one for the batch: it is NULL for most messages
 	for rows.Next() {
-		var id int64
 		var body []byte
-		if err := rows.Scan(&id, &body); err != nil {
+		if err := rows.Scan(&id, &body, &meta); err != nil {
 			return nil, nil, err
 		}
 		if m := byID[id]; m != nil {
@@ -371,6 +377,11 @@ func (db *DB) readBodies(ctx context.Context, msgs []*driver.Message, pos []int6
 				body = []byte{}
 			}
 			m.Body = body
+			if meta != nil {
+				if m.Metadata, err = driver.DecodeMetadata(meta); err != nil {
+					return nil, nil, err
+				}
+			}
 			found++
 		}
 	}
@@ -568,11 +579,16 @@ func (q *driverQueue) peekRows(rows *sql.Rows, err error) ([]*driver.Message, er
 	var msgs []*driver.Message
 	for rows.Next() {
 		var id, dc, ins, exp, vis int64
-		var body []byte
-		if err := rows.Scan(&id, &body, &dc, &ins, &exp, &vis); err != nil {
+		var body, meta []byte
+		if err := rows.Scan(&id, &body, &meta, &dc, &ins, &exp, &vis); err != nil {
+			return nil, q.fail(err)
+		}
+		md, err := driver.DecodeMetadata(meta)
+		if err != nil {
 			return nil, q.fail(err)
 		}
 		msgs = append(msgs, &driver.Message{
+			Metadata:      md,
 			ID:            strconv.FormatInt(id, 10),
 			Body:          body,
 			DequeueCount:  int(dc),

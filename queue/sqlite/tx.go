@@ -3,7 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +14,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 )
 
 // Transactional enqueue and settle (issue 30). The queues live in an
@@ -117,6 +118,9 @@ func PutTx(ctx context.Context, tx *sql.Tx, q *queue.Queue, body []byte, opts qu
 		return "", err
 	}
 	ttl, err := queue.CheckPut(body, opts, q.MaxBodySize())
+	if err == nil {
+		err = driver.CheckMetadata(opts.Metadata, q.Features().Metadata, len(body), q.MaxBodySize())
+	}
 	if err != nil {
 		return "", fmt.Errorf("sqlite: put in transaction %q: %w", q.Name(), err)
 	}
@@ -137,7 +141,11 @@ func PutTx(ctx context.Context, tx *sql.Tx, q *queue.Queue, body []byte, opts qu
 		if id, err = res.LastInsertId(); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, sqlPutBody, id, body); err != nil {
+		if meta := driver.EncodeMetadata(opts.Metadata); meta != nil {
+			if _, err := tx.ExecContext(ctx, sqlPutBodyMeta, id, body, meta); err != nil {
+				return err
+			}
+		} else if _, err := tx.ExecContext(ctx, sqlPutBody, id, body); err != nil {
 			return err
 		}
 		_, err = tx.ExecContext(ctx, sqlDepth, dq.qid, 1)
@@ -241,12 +249,12 @@ func (db *DB) SQL(onCommit func(queueName string)) (*sql.DB, error) {
 // noted (the pre-update hook), and at the commit the queues noted are
 // passed to onCommit; a rollback forgets them.
 type wakeConnector struct {
-	driver.Connector
+	sqldriver.Connector
 	db       *DB
 	onCommit func(string)
 }
 
-func (c *wakeConnector) Connect(ctx context.Context) (driver.Conn, error) {
+func (c *wakeConnector) Connect(ctx context.Context) (sqldriver.Conn, error) {
 	conn, err := c.Connector.Connect(ctx)
 	if err != nil || c.onCommit == nil {
 		return conn, err

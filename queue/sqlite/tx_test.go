@@ -86,7 +86,7 @@ func TestPutTxRollbackAndCommit(t *testing.T) {
 		if _, err := tx.Exec(`INSERT INTO orders (note) VALUES (?)`, note); err != nil {
 			t.Fatal(err)
 		}
-		id, err := PutTx(ctx, tx, q, []byte(note), queue.PutOptions{})
+		id, err := PutTx(ctx, tx, q, []byte(note), queue.PutOptions{Metadata: map[string]string{"note": note}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +116,7 @@ func TestPutTxRollbackAndCommit(t *testing.T) {
 		t.Fatalf("the commit woke %v, want [work]", got)
 	}
 	ms := mustGet(t, q, 32, time.Minute)
-	if len(ms) != 1 || ms[0].ID != id || string(ms[0].Body) != "committed" || orderRows(t, s, "note = 'committed'") != 1 {
+	if len(ms) != 1 || ms[0].ID != id || string(ms[0].Body) != "committed" || ms[0].Metadata["note"] != "committed" || orderRows(t, s, "note = 'committed'") != 1 {
 		t.Fatalf("after the commit: %v", ms)
 	}
 	// A transaction that puts nothing wakes nobody.
