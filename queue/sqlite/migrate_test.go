@@ -275,35 +275,30 @@ func TestVacuumWorthIt(t *testing.T) {
 	}
 }
 
-// TestGetLeavesOutMessagesDeletedMeanwhile: a message deleted between a
-// Get's UPDATE and the read of its body (expired and purged, or cleared) is
-// left out of the result; the rest keep their FIFO order.
-func TestGetLeavesOutMessagesDeletedMeanwhile(t *testing.T) {
+// TestGetWorksOnTheWriterAlone: a Get reads its bodies in its own write
+// transaction, on the writer, and opens no read connection. A read
+// connection drops its page cache and unmaps the file whenever the writer
+// wrote since its last read, so a Get that read its bodies there (as one
+// did from f60470d to issue 34) paid for a cold cache on every call: at
+// 200-byte bodies 3.4 µs of the 11.5 µs a Get cost per message, and a
+// munmap per Get.
+func TestGetWorksOnTheWriterAlone(t *testing.T) {
 	db, _, _ := newDB(t)
-	q := mustQueue(t, db, "gone")
-	var ids []string
-	for _, b := range []string{"a", "b", "c", "d"} {
-		ids = append(ids, mustPut(t, q, b, queue.PutOptions{}))
+	q := mustQueue(t, db, "writer")
+	for _, b := range []string{"a", "b", "c"} {
+		mustPut(t, q, b, queue.PutOptions{})
 	}
-	// As a Get's UPDATE returns them: unordered, each with its place.
-	var msgs []*driver.Message
-	var pos []int64
-	for _, i := range []int{2, 0, 3, 1} {
-		msgs = append(msgs, &driver.Message{ID: ids[i]})
-		pos = append(pos, int64(i))
-	}
-	if _, err := db.w.Exec("DELETE FROM bodies WHERE id = ?", ids[1]); err != nil {
-		t.Fatal(err)
-	}
-	msgs, pos, err := db.readBodies(ctx, msgs, pos)
-	if err != nil {
+	// Close the read pool: a Get that reads there fails.
+	if err := db.r.Close(); err != nil {
 		t.Fatal(err)
 	}
 	var got []string
-	for _, m := range fifo(msgs, pos) {
-		got = append(got, string(m.Body))
+	for range 2 {
+		for _, m := range mustGet(t, q, 2, time.Minute) {
+			got = append(got, string(m.Body))
+		}
 	}
-	if strings.Join(got, ",") != "a,c,d" {
-		t.Fatalf("got %v, want a,c,d", got)
+	if strings.Join(got, ",") != "a,b,c" {
+		t.Fatalf("got %v, want a,b,c", got)
 	}
 }
