@@ -299,10 +299,15 @@ func (db *DB) get(ctx context.Context, qid, now, visibleAt int64, n int) ([]*dri
 	)
 	for rows.Next() {
 		var id, dc, ins, exp int64
-		var body []byte
-		if err := rows.Scan(&id, &dc, &ins, &exp, &body); err != nil {
+		// RawBytes: the driver already copied the BLOB into a slice of
+		// its own for this row, which a []byte destination would make
+		// database/sql clone. The Get keeps the driver's copy
+		// (TestGotBodiesAreTheirOwn checks that nothing reuses it).
+		var raw sql.RawBytes
+		if err := rows.Scan(&id, &dc, &ins, &exp, &raw); err != nil {
 			return nil, err
 		}
+		body := []byte(raw)
 		if backing == nil {
 			backing = make([]driver.Message, 0, n)
 			msgs = make([]*driver.Message, 0, n)
