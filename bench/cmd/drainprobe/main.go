@@ -1,7 +1,7 @@
 // Command drainprobe drains an SQLite queue filled with n messages of one
 // size, side by side with goqite batched (ReceiveTx/DeleteTx, 32 per
 // transaction), in alternating rounds: adaptq through a listener with
-// default options (listener.Options{Concurrency: concurrency}), adaptq's raw Get(32)+DeleteBatch
+// default options (listener.Options{Tasks: tasks, Concurrency: concurrency}), adaptq's raw Get(32)+DeleteBatch
 // loop, and goqite. It prints each run's rate and CPU per message, and the
 // medians. It is the probe of issue 34, small enough to build at an old
 // revision too.
@@ -32,6 +32,7 @@ import (
 
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/memory"
 	"github.com/adaptq/adaptq/queue/sqlite"
 )
 
@@ -41,6 +42,8 @@ func main() {
 	rounds := flag.Int("rounds", 3, "rounds (sides alternate)")
 	sides := flag.String("sides", "goqite,listener,raw", "comma-separated sides: goqite, listener, raw, fill (adaptq's fill alone), goqitefill (goqite's)")
 	flag.IntVar(&producers, "producers", 8, "goroutines that fill adaptq's queue (1 for a fill that does the same work each run, as under callgrind)")
+	flag.StringVar(&driverName, "driver", "sqlite", "adaptq's driver: sqlite, or memory (the listener-overhead comparison: listener ÷ raw, the plain loop)")
+	flag.IntVar(&tasks, "tasks", 1, "listener tasks, and raw loop goroutines")
 	flag.IntVar(&concurrency, "concurrency", 0, "the listener's Concurrency (0: its default)")
 	prof := flag.String("cpuprofile", "", "write a CPU profile of adaptq's drains (listener and raw) here")
 	flag.Parse()
@@ -107,17 +110,26 @@ var (
 	profiling, profiled bool
 	concurrency         int
 	producers           int
+	tasks               int
+	driverName          string
 )
 
 func adaptqSide(ctx context.Context, dir string, n int, body []byte, side string, pf *os.File) (time.Duration, time.Duration, error) {
-	db, err := sqlite.Open(filepath.Join(dir, "adaptq.db"))
-	if err != nil {
-		return 0, 0, err
-	}
-	defer db.Close()
-	q, err := db.Queue("bench")
-	if err != nil {
-		return 0, 0, err
+	var q *queue.Queue
+	if driverName == "memory" {
+		var err error
+		if q, err = memory.NewStore().Queue("bench"); err != nil {
+			return 0, 0, err
+		}
+	} else {
+		db, err := sqlite.Open(filepath.Join(dir, "adaptq.db"))
+		if err != nil {
+			return 0, 0, err
+		}
+		defer db.Close()
+		if q, err = db.Queue("bench"); err != nil {
+			return 0, 0, err
+		}
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -156,13 +168,13 @@ func adaptqSide(ctx context.Context, dir string, n int, body []byte, side string
 	defer func() { lastWritten = float64(wchar()-w0) / float64(n) }()
 	switch side {
 	case "listener":
-		l, err := listener.New(q, func(context.Context, *queue.Message) error { return nil }, listener.Options{Concurrency: concurrency})
+		l, err := listener.New(q, func(context.Context, *queue.Message) error { return nil }, listener.Options{Tasks: tasks, Concurrency: concurrency})
 		if err != nil {
 			return 0, 0, err
 		}
 		rctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		if err := l.Start(rctx, 1); err != nil {
+		if err := l.Start(rctx, tasks); err != nil {
 			return 0, 0, err
 		}
 		for l.Drained() < int64(n) {
@@ -177,22 +189,20 @@ func adaptqSide(ctx context.Context, dir string, n int, body []byte, side string
 			return 0, 0, err
 		}
 	case "raw":
-		rs := make([]queue.Receipt, 0, 32)
-		for {
-			ms, err := q.Get(ctx, 32, time.Minute)
-			if err != nil {
-				return 0, 0, err
-			}
-			if len(ms) == 0 {
-				break
-			}
-			rs = rs[:0]
-			for _, m := range ms {
-				rs = append(rs, queue.Receipt{ID: m.ID, PopReceipt: m.PopReceipt})
-			}
-			if _, err := q.DeleteBatch(ctx, rs); err != nil {
-				return 0, 0, err
-			}
+		var wg sync.WaitGroup
+		var rerr atomic.Value
+		for range tasks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := rawLoop(ctx, q); err != nil {
+					rerr.Store(err)
+				}
+			}()
+		}
+		wg.Wait()
+		if e, ok := rerr.Load().(error); ok {
+			return 0, 0, e
 		}
 		d = time.Since(start)
 	}
@@ -206,6 +216,28 @@ func adaptqSide(ctx context.Context, dir string, n int, body []byte, side string
 		return 0, 0, fmt.Errorf("%d left (%v)", left, err)
 	}
 	return d, cpu, nil
+}
+
+// rawLoop is the hand-written consumer: get 32, no-op, delete the batch in
+// one call, until a get finds the queue empty.
+func rawLoop(ctx context.Context, q *queue.Queue) error {
+	rs := make([]queue.Receipt, 0, 32)
+	for {
+		ms, err := q.Get(ctx, 32, time.Minute)
+		if err != nil {
+			return err
+		}
+		if len(ms) == 0 {
+			return nil
+		}
+		rs = rs[:0]
+		for _, m := range ms {
+			rs = append(rs, queue.Receipt{ID: m.ID, PopReceipt: m.PopReceipt})
+		}
+		if _, err := q.DeleteBatch(ctx, rs); err != nil {
+			return err
+		}
+	}
 }
 
 func goqiteSide(ctx context.Context, dir string, n int, body []byte, fillOnly bool) (time.Duration, time.Duration, error) {
