@@ -144,6 +144,8 @@ type statements struct {
 	// sqlDeleteBodies(1<<k): batches are padded with NULLs to the next
 	// power of two, so six statements serve every size.
 	delBatch, delBodies [deleteBatchClasses]*sql.Stmt
+	// delBatchOne[k] is sqlDeleteBatchOne(1<<k).
+	delBatchOne [deleteBatchClasses]*sql.Stmt
 }
 
 // Open opens the SQLite database at path, creating the file and its
@@ -271,6 +273,10 @@ func (db *DB) prepare() error {
 			return fmt.Errorf("prepare delete batch of %d: %w", 1<<k, err)
 		}
 		db.st.delBatch[k] = st
+		if st, err = db.w.Prepare(sqlDeleteBatchOne(1 << k)); err != nil {
+			return fmt.Errorf("prepare delete batch of %d with one receipt: %w", 1<<k, err)
+		}
+		db.st.delBatchOne[k] = st
 		if st, err = db.w.Prepare(sqlDeleteBodies(1 << k)); err != nil {
 			return fmt.Errorf("prepare delete of %d bodies: %w", 1<<k, err)
 		}

@@ -364,3 +364,49 @@ func TestGotBodiesAreTheirOwn(t *testing.T) {
 		}
 	}
 }
+
+// TestDeleteBatchOfOneGet: the receipts of one Get (one receipt shared,
+// deleted with sqlDeleteBatchOne) are told apart as with receipts of
+// several: the current one deletes, one that a renewal replaced is stale,
+// one whose message is gone is not found.
+func TestDeleteBatchOfOneGet(t *testing.T) {
+	db, _, _ := newDB(t)
+	q := mustQueue(t, db, "one-get")
+	for _, b := range []string{"a", "b", "c", "d"} {
+		mustPut(t, q, b, queue.PutOptions{})
+	}
+	ms := mustGet(t, q, 4, time.Minute)
+	if len(ms) != 4 || ms[0].PopReceipt != ms[3].PopReceipt {
+		t.Fatalf("got %d messages; want 4 sharing one receipt", len(ms))
+	}
+	renewed, err := q.UpdateVisibility(ctx, ms[1].ID, ms[1].PopReceipt, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Delete(ctx, ms[2].ID, ms[2].PopReceipt); err != nil {
+		t.Fatal(err)
+	}
+	var rs []queue.Receipt
+	for _, m := range ms {
+		rs = append(rs, queue.Receipt{ID: m.ID, PopReceipt: m.PopReceipt})
+	}
+	res, err := q.DeleteBatch(ctx, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0] != nil || res[3] != nil {
+		t.Errorf("current receipts: %v, %v; want nil", res[0], res[3])
+	}
+	if !errors.Is(res[1], queue.ErrReceiptMismatch) {
+		t.Errorf("the renewed message's old receipt: %v, want ErrReceiptMismatch", res[1])
+	}
+	if !errors.Is(res[2], queue.ErrNotFound) {
+		t.Errorf("the deleted message: %v, want ErrNotFound", res[2])
+	}
+	if n, err := q.Count(ctx); err != nil || n != 1 {
+		t.Fatalf("Count = %d, %v; want 1 (b)", n, err)
+	}
+	if err := q.Delete(ctx, ms[1].ID, renewed); err != nil {
+		t.Fatalf("b with its renewed receipt: %v", err)
+	}
+}

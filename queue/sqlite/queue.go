@@ -122,6 +122,14 @@ func sqlDeleteBatch(n int) string {
 		") AND receipt = CASE id" + strings.Repeat(" WHEN ? THEN ?", n) + " END RETURNING id, expires_at"
 }
 
+// sqlDeleteBatchOne is sqlDeleteBatch for n ids that share one receipt,
+// as the messages of one Get do: its parameters are the queue's id, the
+// receipt and the n ids, and it compares each row's receipt with one
+// value instead of walking a CASE of n branches.
+func sqlDeleteBatchOne(n int) string {
+	return "DELETE FROM messages WHERE +queue_id = ? AND receipt = ? AND id IN (" + params(n) + ") RETURNING id, expires_at"
+}
+
 // deleteBatchArgs are sqlDeleteBatch's arguments for qid and pairs (id,
 // receipt, id, receipt …).
 func deleteBatchArgs(qid int64, pairs []any) []any {
@@ -663,7 +671,18 @@ func (q *driverQueue) deleteChunk(ctx context.Context, tx *sql.Tx, now int64, rs
 		for range size - k {
 			args = append(args, nil, nil) // NULL ids match nothing
 		}
-		rows, err := tx.StmtContext(ctx, st).QueryContext(ctx, deleteBatchArgs(q.qid, args[1:])...)
+		var qargs []any
+		if oneReceipt(args[1 : 1+2*k]) {
+			st = q.db.st.delBatchOne[bits.Len(uint(k-1))]
+			qargs = make([]any, 0, 2+size)
+			qargs = append(qargs, q.qid, args[2])
+			for i := range size {
+				qargs = append(qargs, args[1+2*i])
+			}
+		} else {
+			qargs = deleteBatchArgs(q.qid, args[1:])
+		}
+		rows, err := tx.StmtContext(ctx, st).QueryContext(ctx, qargs...)
 		if err != nil {
 			return err
 		}
@@ -799,6 +818,16 @@ func (q *driverQueue) deleteEach(ctx context.Context, tx *sql.Tx, now int64, rs 
 		}
 	}
 	return q.gone(ctx, tx, gone)
+}
+
+// oneReceipt tells whether the pairs (id, receipt …) share one receipt.
+func oneReceipt(pairs []any) bool {
+	for i := 3; i < len(pairs); i += 2 {
+		if pairs[i] != pairs[1] {
+			return false
+		}
+	}
+	return true
 }
 
 // deleteBatchClasses is the number of prepared sqlDeleteBatch sizes: 1, 2,
