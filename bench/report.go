@@ -306,6 +306,10 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		b.WriteString(t)
 		b.WriteString("\n\n<sub>Not rerun by `make bench`: embedded from `bench/throughput.md`, measured by hand with the commands it gives.</sub>\n\n")
 	}
+	if f := strings.TrimSpace(FlowControlLatest); f != "" {
+		b.WriteString(f)
+		b.WriteString("\n\n<sub>Not rerun by `make bench`: embedded from `bench/flowcontrol.md`, the simulator's output with the command it gives.</sub>\n\n")
+	}
 	if e := strings.TrimSpace(EmbeddingLatest); e != "" {
 		b.WriteString(e)
 		b.WriteString("\n\n<sub>Not rerun by `make bench`: embedded from `bench/embedding.md`, measured by hand with the commands it gives.</sub>\n\n")

@@ -332,6 +332,14 @@ var EmbeddingLatest string
 //go:embed throughput.md
 var ThroughputLatest string
 
+// FlowControlLatest is the section of BENCHMARKS.md on a downstream that
+// slows down (fixed vs adaptive concurrency, issue 32): the output of
+// `adaptq simulate --scenario slowdown`, kept by `make bench` as the
+// embedding section is.
+//
+//go:embed flowcontrol.md
+var FlowControlLatest string
+
 // SoakHeading starts the soak's section in BENCHMARKS.md.
 const SoakHeading = "## Soak:"
 

@@ -133,9 +133,9 @@ type DB struct {
 // statements are prepared once per DB. database/sql prepares each again on
 // every connection it is used on; the write pool has one.
 type statements struct {
-	put, putBody, depth, getSelect, del, exists, existsBatch, update *sql.Stmt // write pool
-	purgeBodies, purge, clearBodies, clear, clearDepth               *sql.Stmt // write pool
-	peek, peekAfter, count                                           *sql.Stmt // read pool
+	put, putBody, putBodyMeta, depth, getSelect, del, exists, existsBatch, update *sql.Stmt // write pool
+	purgeBodies, purge, clearBodies, clear, clearDepth                            *sql.Stmt // write pool
+	peek, peekAfter, count                                                        *sql.Stmt // read pool
 
 	// getHide[k] is sqlGetHide(1<<k), on the write pool.
 	getHide [deleteBatchClasses]*sql.Stmt
@@ -248,6 +248,7 @@ func (db *DB) prepare() error {
 	}{
 		{&db.st.put, sqlPut},
 		{&db.st.putBody, sqlPutBody},
+		{&db.st.putBodyMeta, sqlPutBodyMeta},
 		{&db.st.depth, sqlDepth},
 		{&db.st.getSelect, sqlGetSelect},
 		{&db.st.del, sqlDelete},

@@ -73,12 +73,17 @@ func TestMigrateV1(t *testing.T) {
 	if err := orders.Delete(ctx, "1", "570917ca370be480"); err != nil {
 		t.Fatalf("Delete of a with its v1 receipt: %v", err)
 	}
-	if ms := mustGet(t, ttl, 32, time.Minute); bodies(ms) != "f" || !ms[0].ExpiresAt.IsZero() {
+	if ms := mustGet(t, ttl, 32, time.Minute); bodies(ms) != "f" || !ms[0].ExpiresAt.IsZero() || ms[0].Metadata != nil {
 		t.Fatalf("Get(ttl) = %q, want f with no expiry", bodies(ms))
 	}
 	// Ids go on from the v1 sequence.
-	if id := mustPut(t, empty, "g", queue.PutOptions{}); id != "7" {
+	if id := mustPut(t, empty, "g", queue.PutOptions{Metadata: map[string]string{"tenant": "t1"}}); id != "7" {
 		t.Fatalf("first id after migration = %s, want 7", id)
+	}
+	// Version 3's metadata: kept for a message put after the migration,
+	// none for the ones from before.
+	if ps, err := empty.Peek(ctx, 32); err != nil || len(ps) != 1 || ps[0].Metadata["tenant"] != "t1" {
+		t.Fatalf("Peek(empty) after a put with metadata = %+v, %v", ps, err)
 	}
 	c.Advance(10 * time.Minute)
 	if ms := mustGet(t, orders, 32, time.Minute); bodies(ms) != "b,c,d" {

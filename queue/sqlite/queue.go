@@ -41,6 +41,9 @@ const (
 	sqlPut = `INSERT INTO messages (queue_id, inserted_at, visible_at, expires_at)
 		VALUES (?1, ?2, ?3, ?4)`
 	sqlPutBody = `INSERT INTO bodies (id, body) VALUES (?1, ?2)`
+	// sqlPutBodyMeta is sqlPutBody for a message with metadata: one without
+	// runs the statement it ran before metadata existed.
+	sqlPutBodyMeta = `INSERT INTO bodies (id, body, meta) VALUES (?1, ?2, ?3)`
 
 	// sqlDepth adds ?2 to the queue's depth. Every statement that adds or
 	// removes messages runs it in its transaction, with the number of
@@ -54,7 +57,7 @@ const (
 	// rows only, never a body. The bodies are read on the writer, inside
 	// the transaction: its page cache is warm, while a read connection
 	// drops its cache and unmaps the file each time the writer has written.
-	sqlGetSelect = `SELECT m.id, m.dequeue_count, m.inserted_at, m.expires_at, b.body
+	sqlGetSelect = `SELECT m.id, m.dequeue_count, m.inserted_at, m.expires_at, b.body, b.meta
 		FROM messages AS m INDEXED BY messages_ready JOIN bodies AS b ON b.id = m.id
 		WHERE m.queue_id = ?1 AND m.visible_at <= ?2 AND m.expires_at > ?2
 		ORDER BY m.visible_at, m.id LIMIT ?3`
@@ -87,14 +90,14 @@ const (
 	sqlClear       = `DELETE FROM messages WHERE queue_id = ?1`
 	sqlClearDepth  = `UPDATE queues SET depth = 0 WHERE id = ?1`
 
-	sqlPeek = `SELECT m.id, b.body, m.dequeue_count, m.inserted_at, m.expires_at, m.visible_at
+	sqlPeek = `SELECT m.id, b.body, b.meta, m.dequeue_count, m.inserted_at, m.expires_at, m.visible_at
 		FROM messages AS m INDEXED BY messages_ready JOIN bodies AS b ON b.id = m.id
 		WHERE m.queue_id = ?1 AND m.visible_at <= ?2 AND m.expires_at > ?2
 		ORDER BY m.visible_at, m.id LIMIT ?3`
 
 	// sqlPeekAfter is a page of PeekAfter: the visible, unexpired messages
 	// whose id is above ?4, in id order (the order they were put).
-	sqlPeekAfter = `SELECT m.id, b.body, m.dequeue_count, m.inserted_at, m.expires_at, m.visible_at
+	sqlPeekAfter = `SELECT m.id, b.body, b.meta, m.dequeue_count, m.inserted_at, m.expires_at, m.visible_at
 		FROM messages AS m JOIN bodies AS b ON b.id = m.id
 		WHERE m.queue_id = ?1 AND m.id > ?4 AND m.visible_at <= ?2 AND m.expires_at > ?2
 		ORDER BY m.id LIMIT ?3`
@@ -206,6 +209,7 @@ func (q *driverQueue) Features() driver.Features {
 		BatchDelete: true,
 		Siblings:    true,
 		Durability:  durability,
+		Metadata:    driver.DefaultMetadataLimits,
 	}
 }
 
@@ -259,6 +263,7 @@ func (q *driverQueue) Put(ctx context.Context, body []byte, opts driver.PutOptio
 		visibleAt:  now + int64(opts.InitialVisibilityDelay),
 		expiresAt:  exp,
 		body:       body,
+		meta:       driver.EncodeMetadata(opts.Metadata),
 	})
 	if err != nil {
 		return "", q.fail(err)
@@ -311,12 +316,16 @@ func (db *DB) get(ctx context.Context, qid, now, visibleAt int64, n int) ([]*dri
 		// its own for this row, which a []byte destination would make
 		// database/sql clone. The Get keeps the driver's copy
 		// (TestGotBodiesAreTheirOwn checks that nothing reuses it).
-		var raw sql.RawBytes
-		if err := rows.Scan(&cols[0], &cols[1], &cols[2], &cols[3], &raw); err != nil {
+		var raw, meta sql.RawBytes // meta is NULL for most messages
+		if err := rows.Scan(&cols[0], &cols[1], &cols[2], &cols[3], &raw, &meta); err != nil {
 			return nil, err
 		}
 		var v [4]int64
 		if err := ints(cols[:], v[:]); err != nil {
+			return nil, err
+		}
+		md, err := driver.DecodeMetadata(meta) // nil for none; decoded before the next row
+		if err != nil {
 			return nil, err
 		}
 		id, dc, ins, exp := v[0], v[1], v[2], v[3]
@@ -332,6 +341,7 @@ func (db *DB) get(ctx context.Context, qid, now, visibleAt int64, n int) ([]*dri
 		backing = append(backing, driver.Message{
 			ID:            strconv.FormatInt(id, 10),
 			Body:          body,
+			Metadata:      md,
 			PopReceipt:    pr,
 			DequeueCount:  int(dc) + 1,
 			InsertedAt:    fromNanos(ins),
@@ -559,11 +569,16 @@ func (q *driverQueue) peekRows(rows *sql.Rows, err error) ([]*driver.Message, er
 	var msgs []*driver.Message
 	for rows.Next() {
 		var id, dc, ins, exp, vis int64
-		var body []byte
-		if err := rows.Scan(&id, &body, &dc, &ins, &exp, &vis); err != nil {
+		var body, meta []byte
+		if err := rows.Scan(&id, &body, &meta, &dc, &ins, &exp, &vis); err != nil {
+			return nil, q.fail(err)
+		}
+		md, err := driver.DecodeMetadata(meta)
+		if err != nil {
 			return nil, q.fail(err)
 		}
 		msgs = append(msgs, &driver.Message{
+			Metadata:      md,
 			ID:            strconv.FormatInt(id, 10),
 			Body:          body,
 			DequeueCount:  int(dc),
