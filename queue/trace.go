@@ -53,17 +53,31 @@ func tracerOf(o options) Tracer {
 // tracedPut is Put under q's tracer: a span around the put, and the trace
 // context in the message's metadata.
 func (q *Queue) tracedPut(ctx context.Context, body []byte, opts PutOptions) (string, error) {
+	ctx, opts, end := q.TracePut(ctx, body, opts)
+	id, err := q.putUntraced(ctx, body, opts)
+	end(id, err)
+	return id, err
+}
+
+// TracePut is Put's tracing for a driver's own put paths (a put inside
+// the caller's transaction): it begins the span of a put of one message
+// with body and opts, and returns the context and the options to put with
+// (the trace context added to a copy of their metadata, where it fits the
+// backend's limits: a put never fails for tracing's sake), and end, to
+// call once with the put's id and error. Without a tracer it returns ctx,
+// opts and an end that does nothing.
+func (q *Queue) TracePut(ctx context.Context, body []byte, opts PutOptions) (context.Context, PutOptions, func(id string, err error)) {
+	if q.tracer == nil {
+		return ctx, opts, noEnd
+	}
 	ctx, span := q.tracer.StartPut(ctx, q, 1, opts.Metadata)
 	if span == nil {
-		return q.putUntraced(ctx, body, opts)
+		return ctx, opts, noEnd
 	}
-	// The trace context goes in only where it fits the backend's metadata
-	// limits: a put never fails for tracing's sake (metadata that breaks
-	// them on its own still fails as without tracing).
 	if md := span.Inject(opts.Metadata); driver.CheckMetadata(md, q.f.Metadata, len(body), q.f.MaxBody) == nil {
 		opts.Metadata = md
 	}
-	id, err := q.putUntraced(ctx, body, opts)
-	span.End(id, err)
-	return id, err
+	return ctx, opts, span.End
 }
+
+func noEnd(string, error) {}
