@@ -579,7 +579,9 @@ func (w *Worker) assemble(wq *workerQueue, h handler.Func) error {
 	l, err := listener.New(wq.q, h, listener.Options{
 		BatchSize:         qc.BatchSize,
 		VisibilityTimeout: qc.VisibilityTimeout,
-		Concurrency:       qc.Concurrency,
+		Concurrency:       qc.concurrency(),
+		Adaptive:          qc.adaptive(),
+		RateLimit:         qc.rateLimit(),
 		NewBatchThreshold: thr,
 		Tasks:             qc.Pool.Initial,
 		MinTasks:          qc.Pool.Min,

@@ -112,6 +112,8 @@ type QueueStats struct {
 	IdleTasks   int      `json:"idle_tasks"`
 	InFlight    int      `json:"in_flight"`
 	HandlerTime Duration `json:"handler_time"`
+	// Flow is the queue's concurrency limit and rate limit (see Flow).
+	Flow Flow `json:"flow"`
 
 	Processed         int64 `json:"processed"`
 	Failed            int64 `json:"failed"`

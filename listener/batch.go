@@ -302,7 +302,7 @@ func (b *batch) run(inline bool, ctx context.Context, cancel context.CancelFunc)
 			if !b.state[i].CompareAndSwap(stFetched, stRunning) {
 				break // renewal found its lease lost while it waited
 			}
-			err, end := b.runHandler(ctx, i, &start)
+			err, end := b.runHandler(b.settleContext(ctx, i), i, &start)
 			if err != nil {
 				// Once, at the source of every sink (the log, the poison
 				// envelope and the tools that read it): no URL's signature
@@ -314,6 +314,8 @@ func (b *batch) run(inline bool, ctx context.Context, cancel context.CancelFunc)
 				l.ewma.add(time.Since(start))
 			}
 			switch {
+			case b.settledInTx(i, err): // deleted in the handler's transaction (settle.go)
+				ok++
 			case err == nil && b.state[i].CompareAndSwap(stRunning, stSucceeded):
 				ok++
 			case err != nil && b.state[i].CompareAndSwap(stRunning, stSettling):
@@ -390,6 +392,9 @@ func (b *batch) failed(i int, err error) {
 	if handler.IsWorkerFault(err) {
 		b.workerFault(i, err, false)
 		return
+	}
+	if b.overloadFailed(i, err) {
+		return // overload, under an adaptive limit: not the message's fault (flow.go)
 	}
 	if l.o.Poison != nil {
 		switch {
@@ -474,7 +479,7 @@ func (b *batch) poison(i int, reason string, cause error) bool {
 // this listener remembers from its last run here.
 func (l *Listener) poisonRecord(m *queue.Message, cause error) poison.Message {
 	r := poison.Message{ID: m.ID, Queue: l.q.Name(), DequeueCount: m.DequeueCount, FailedAt: l.o.Clock.Now(),
-		InsertedAt: m.InsertedAt, ExpiresAt: m.ExpiresAt, Body: m.Body}
+		InsertedAt: m.InsertedAt, ExpiresAt: m.ExpiresAt, Body: m.Body, Metadata: m.Metadata}
 	last, known := l.failures.last(m.ID)
 	switch {
 	case cause == nil:

@@ -10,7 +10,6 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/internal/clock"
@@ -29,7 +28,7 @@ type Listener struct {
 	h   handler.Func
 	o   Options
 	log *zap.Logger
-	sem *semaphore.Weighted
+	sem *slots // handler slots, adaptive limit, rate limit (flow.go)
 
 	// Lifecycle and pool size, guarded by mu.
 	mu         sync.Mutex
@@ -107,6 +106,10 @@ func New(q *queue.Queue, h handler.Func, o Options) (*Listener, error) {
 		return nil, fmt.Errorf("%w (queue %q)", err, q.Name())
 	}
 	o.fitBatch(q.Features().MaxBatch)
+	sem, err := newSlots(&o)
+	if err != nil {
+		return nil, fmt.Errorf("%w (queue %q)", err, q.Name())
+	}
 	if q.Features().ServerPoison {
 		// The backend moves poison messages itself (an SQS queue with a
 		// RedrivePolicy): its rule wins, and the listener moves none.
@@ -130,9 +133,12 @@ func New(q *queue.Queue, h handler.Func, o Options) (*Listener, error) {
 		h:        handler.Chain(h, handler.Recover()),
 		o:        o,
 		log:      o.Logger.With(zap.String("queue", q.Name())),
-		sem:      semaphore.NewWeighted(int64(o.Concurrency)),
+		sem:      sem,
 		resizeCh: make(chan struct{}),
 		wakeCh:   make(chan struct{}),
+	}
+	if sem.aimd != nil {
+		l.h = handler.Chain(l.h, l.observeFlow)
 	}
 	l.failLog = failureLog{log: l.log, clock: o.Clock, lines: o.FailureLogLines, interval: o.FailureLogInterval}
 	l.ewma.init()

@@ -16,10 +16,28 @@ import (
 type statements struct {
 	register, lookup       string
 	put, putNotify, notify string
+	putTx, putTxNotify     string
+	delTx                  string // del in a caller's transaction, its counter row chosen with txShard
+	awaitCommit            string
 	get, peek, peekAfter   string
 	del, delBatch, update  string
 	count, clear, sweep    string
 }
+
+// putTxBase is put with the queue's id checked against its name ($8),
+// and its counter row chosen with txShard.
+func putTxBase(put string) string {
+	put = strings.Replace(put, "VALUES ($2,", "VALUES ((SELECT id FROM {s}.queues WHERE id = $2 AND name = $8),", 1)
+	return strings.Replace(put, "WHERE queue_id = $2 AND shard = {shard}", "WHERE queue_id = $2 AND shard = "+txShard, 1)
+}
+
+// txShard picks the counter row a statement in a caller's transaction
+// updates: the first, from the connection's own (shard), that no other
+// transaction holds, else its own. A caller's transaction holds the row
+// until it ends, so with the connection's row alone two transactions
+// whose backends share a row would commit one after the other.
+var txShard = `coalesce((SELECT shard FROM {s}.counts WHERE queue_id = $2
+	ORDER BY (shard - {shard} + ` + strconv.Itoa(countShards) + `) % ` + strconv.Itoa(countShards) + ` LIMIT 1 FOR UPDATE SKIP LOCKED), {shard})`
 
 // shard is the counter row a connection updates (see countShards).
 var shard = "pg_backend_pid() % " + strconv.Itoa(countShards)
@@ -54,11 +72,11 @@ WITH m AS (
 	        {now})
 	RETURNING id, expires_at
 ), b AS (
-	INSERT INTO {s}.bodies (id, body, queue_id, expires_at) SELECT id, $5, $2, expires_at FROM m
+	INSERT INTO {s}.bodies (id, body, queue_id, expires_at, meta) SELECT id, $5, $2, expires_at, $6::jsonb FROM m
 ), c AS (
 	UPDATE {s}.counts SET n = n + 1 WHERE queue_id = $2 AND shard = {shard}
 )`
-	return statements{
+	st := statements{
 		register: f(`
 WITH ins AS (
 	INSERT INTO {s}.queues (name) VALUES ($1) ON CONFLICT (name) DO NOTHING RETURNING id
@@ -77,8 +95,28 @@ SELECT id FROM q LIMIT 1`),
 		// count, and (putNotify) the notification, which PostgreSQL sends
 		// when the statement commits.
 		put:       f(put + `SELECT id FROM m`),
-		putNotify: f(put + `, n AS (SELECT pg_notify($6, $7)) SELECT m.id FROM m, n`),
+		putNotify: f(put + `, n AS (SELECT pg_notify($7, $8)) SELECT m.id FROM m, n`),
 		notify:    `SELECT pg_notify($1, $2)`,
+
+		// putTx and putTxNotify are put and putNotify in a caller's
+		// transaction (PutTx): PostgreSQL sends putTxNotify's notification
+		// when, and only when, the transaction commits. The queue's id is
+		// looked up with its name, so a transaction on another database,
+		// whose queues table lacks this queue (or gives its id to
+		// another), fails the statement (queue_id NOT NULL) and aborts the
+		// transaction rather than put a stray message. putTx's $7 and $8
+		// are unused (typed so that both take the same arguments).
+		putTx:       f(putTxBase(put) + `, n AS (SELECT $7::text, $8::text) SELECT m.id FROM m, n`),
+		putTxNotify: f(putTxBase(put) + `, n AS (SELECT pg_notify($7, $8)) SELECT m.id FROM m, n`),
+
+		// awaitCommit waits for the transactions that put the messages
+		// $1 (ids) to end, and returns the ids of those whose body is not
+		// there (rolled back, or already consumed): its speculative
+		// inserts into bodies wait, on the primary key, for every
+		// transaction still inserting the same id. It runs in a
+		// transaction that is always rolled back.
+		awaitCommit: f(`INSERT INTO {s}.bodies (id, body) SELECT x, ''::bytea FROM unnest($1::bigint[]) x
+	ON CONFLICT (id) DO NOTHING RETURNING id`),
 
 		// A Get is one statement: lock up to $3 visible messages, oldest
 		// first, skipping those another Get has locked; hide them, with a
@@ -103,12 +141,12 @@ WITH {async}picked AS (
 	WHERE m.ctid = ANY (ARRAY(SELECT ctid FROM picked)) AND m.id = picked.id
 	RETURNING m.id, m.receipt, m.dequeue_count, m.inserted_at, m.expires_at, m.visible_at, picked.visible_at AS was_visible_at
 )
-SELECT got.id, got.receipt, got.dequeue_count, got.inserted_at, nullif(got.expires_at, 'infinity'), got.visible_at, b.body
+SELECT got.id, got.receipt, got.dequeue_count, got.inserted_at, nullif(got.expires_at, 'infinity'), got.visible_at, b.body, b.meta
 FROM {and_async}got JOIN {s}.bodies b ON b.id = got.id
 ORDER BY got.was_visible_at, got.id`),
 
 		peek: f(`
-SELECT m.id, m.dequeue_count, m.inserted_at, nullif(m.expires_at, 'infinity'), m.visible_at, b.body
+SELECT m.id, m.dequeue_count, m.inserted_at, nullif(m.expires_at, 'infinity'), m.visible_at, b.body, b.meta
 FROM {s}.messages m JOIN {s}.bodies b ON b.id = m.id
 WHERE m.queue_id = $2 AND m.visible_at <= {now} AND m.expires_at > {now}
 ORDER BY m.visible_at, m.id
@@ -117,7 +155,7 @@ LIMIT $3`),
 		// PeekAfter: a page of the visible messages whose id is above $4,
 		// in id order (the order they were put).
 		peekAfter: f(`
-SELECT m.id, m.dequeue_count, m.inserted_at, nullif(m.expires_at, 'infinity'), m.visible_at, b.body
+SELECT m.id, m.dequeue_count, m.inserted_at, nullif(m.expires_at, 'infinity'), m.visible_at, b.body, b.meta
 FROM {s}.messages m JOIN {s}.bodies b ON b.id = m.id
 WHERE m.queue_id = $2 AND m.id > $4 AND m.visible_at <= {now} AND m.expires_at > {now}
 ORDER BY m.id
@@ -222,4 +260,6 @@ WITH v1 AS (
 )
 SELECT (SELECT count(*) FROM x), (SELECT count(*) FROM d), (SELECT count(*) FROM v1)`),
 	}
+	st.delTx = strings.Replace(st.del, "shard = "+shard, "shard = "+r.Replace(txShard), 1)
+	return st
 }

@@ -90,6 +90,8 @@ func run(t *testing.T, newHarness func(t *testing.T) *Harness, parallel bool) {
 		{"Names", testNames},
 		{"BodySize", testBodySize},
 		{"BodyRoundTrip", testBodyRoundTrip},
+		{"MetadataRoundTrip", testMetadataRoundTrip},
+		{"MetadataLimits", testMetadataLimits},
 		{"InvalidArguments", testInvalidArguments},
 		{"QueuesAreIsolated", testIsolation},
 		{"DeleteBatch", testDeleteBatch},

@@ -16,6 +16,7 @@ import (
 var features = driver.Features{
 	MaxPeek: queue.MaxPeek, ExactCount: true, BatchDelete: true, Siblings: true,
 	NativeNotify: true, Durability: driver.ServerMemory, TimeResolution: time.Microsecond,
+	Metadata: driver.DefaultMetadataLimits,
 }
 
 // harness opens queues on the test server under a prefix of their own.
