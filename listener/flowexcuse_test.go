@@ -1,0 +1,49 @@
+package listener_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/adaptq/adaptq/adaptqtest"
+	"github.com/adaptq/adaptq/handler"
+	"github.com/adaptq/adaptq/listener"
+	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/scaling"
+)
+
+// More messages refused for overload than the listener remembers failures
+// of (1,024): under an adaptive limit none is poisoned for it. The
+// excuses of a long outage's backlog must not be evicted while the
+// messages are still in the queue.
+func TestOverloadOfALargeBacklogNeverPoisons(t *testing.T) {
+	const n, refusals = 1500, 3
+	var mu sync.Mutex
+	refused := map[string]int{}
+	h := func(_ context.Context, m *queue.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if refused[m.ID] < refusals {
+			refused[m.ID]++
+			return handler.Overloaded(errors.New("downstream: too busy"))
+		}
+		return nil
+	}
+	k, err := adaptqtest.NewListener("work", h, listener.Options{MaxDequeueCount: 2,
+		Adaptive: &scaling.AIMDOptions{Min: 1, Max: 32, Initial: 32}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	for i := range n {
+		k.Put("work", fmt.Appendf(nil, "m%d", i))
+	}
+	if err := k.Settle(); err != nil {
+		t.Fatal(err)
+	}
+	if p := k.Listener("work").Stats().Poisoned; p != 0 {
+		t.Fatalf("%d of %d messages poisoned, each refused %d times for overload alone (max_dequeue_count 2)", p, n, refusals)
+	}
+}
