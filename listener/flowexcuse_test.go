@@ -47,3 +47,17 @@ func TestOverloadOfALargeBacklogNeverPoisons(t *testing.T) {
 		t.Fatalf("%d of %d messages poisoned, each refused %d times for overload alone (max_dequeue_count 2)", p, n, refusals)
 	}
 }
+
+// Adaptive.Max 0 is Concurrency: bounds within Concurrency are valid
+// (validation took Max for scaling's default of 64 instead).
+func TestAdaptiveMaxDefaultsToConcurrency(t *testing.T) {
+	k, err := adaptqtest.NewListener("work", func(context.Context, *queue.Message) error { return nil },
+		listener.Options{Concurrency: 200, Adaptive: &scaling.AIMDOptions{Min: 100}})
+	if err != nil {
+		t.Fatalf("concurrency 200, adaptive min 100: %v", err)
+	}
+	defer k.Close()
+	if f := k.Listener("work").Flow(); f.Min != 100 || f.Max != 200 || f.Limit != 100 {
+		t.Fatalf("flow %+v, want 100..200 starting at 100", f)
+	}
+}
