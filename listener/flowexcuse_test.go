@@ -61,3 +61,36 @@ func TestAdaptiveMaxDefaultsToConcurrency(t *testing.T) {
 		t.Fatalf("flow %+v, want 100..200 starting at 100", f)
 	}
 }
+
+// A handler that panics with an overload-looking error (a must() on a
+// call that timed out) crashed: under an adaptive limit it still counts
+// towards poisoning, and the message is poisoned at max_dequeue_count
+// rather than retried (here up to 5 runs, then it would succeed).
+func TestPanicIsNotAnOverloadExcuse(t *testing.T) {
+	var mu sync.Mutex
+	runs := 0
+	h := func(context.Context, *queue.Message) error {
+		mu.Lock()
+		runs++
+		r := runs
+		mu.Unlock()
+		if r <= 5 {
+			panic(fmt.Errorf("call: %w", context.DeadlineExceeded))
+		}
+		return nil
+	}
+	k, err := adaptqtest.NewListener("work", h, listener.Options{MaxDequeueCount: 2, Adaptive: &scaling.AIMDOptions{Min: 1, Max: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	k.Put("work", []byte("crash"))
+	if err := k.Settle(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if p := k.Listener("work").Stats().Poisoned; p != 1 || runs != 2 {
+		t.Fatalf("%d poisoned after %d runs, want 1 after 2 (max_dequeue_count)", p, runs)
+	}
+}
