@@ -25,11 +25,15 @@ var ErrRunning = errors.New("listener: already running")
 // tasks feeding one handler func. Create it with New, run it with Run (or
 // Start and Wait), and resize the pool with Resize while it runs.
 type Listener struct {
-	q   *queue.Queue
-	h   handler.Func
-	o   Options
-	log *zap.Logger
-	sem *semaphore.Weighted
+	q *queue.Queue
+	h handler.Func
+	// bh and pool, for a batch handler (NewBatch; h is nil), run its
+	// calls (see batchcall.go).
+	bh   handler.BatchFunc
+	pool *pool
+	o    Options
+	log  *zap.Logger
+	sem  *semaphore.Weighted
 
 	// Lifecycle and pool size, guarded by mu.
 	mu         sync.Mutex
@@ -101,6 +105,15 @@ func New(q *queue.Queue, h handler.Func, o Options) (*Listener, error) {
 	if h == nil {
 		return nil, fmt.Errorf("listener: handler for queue %q is nil", q.Name())
 	}
+	if o.BatchMax != 0 || o.BatchWait != 0 {
+		return nil, fmt.Errorf("listener: batch_handler is set but the handler of queue %q handles one message: use NewBatch", q.Name())
+	}
+	return newListener(q, o, func(l *Listener) { l.h = handler.Chain(h, handler.Recover()) })
+}
+
+// newListener makes the listener New and NewBatch return; set installs
+// the handler.
+func newListener(q *queue.Queue, o Options, set func(*Listener)) (*Listener, error) {
 	o.fitLatency(q.Features().Billed)
 	o = o.withDefaults()
 	if err := o.validate(); err != nil {
@@ -127,13 +140,13 @@ func New(q *queue.Queue, h handler.Func, o Options) (*Listener, error) {
 	}
 	l := &Listener{
 		q:        q,
-		h:        handler.Chain(h, handler.Recover()),
 		o:        o,
 		log:      o.Logger.With(zap.String("queue", q.Name())),
-		sem:      semaphore.NewWeighted(int64(o.Concurrency)),
 		resizeCh: make(chan struct{}),
 		wakeCh:   make(chan struct{}),
 	}
+	set(l)
+	l.sem = semaphore.NewWeighted(int64(o.slots(l.pool != nil)))
 	l.failLog = failureLog{log: l.log, clock: o.Clock, lines: o.FailureLogLines, interval: o.FailureLogInterval}
 	l.ewma.init()
 	return l, nil
@@ -256,6 +269,10 @@ func (l *Listener) beginDrain() {
 	l.draining.Store(true)
 	l.graceTimer = l.o.Clock.AfterFunc(l.o.ShutdownGrace, l.handlerCancel)
 	l.opsTimer = l.o.Clock.AfterFunc(l.o.ShutdownGrace+DefaultDeleteTimeout, l.opCancel)
+	if l.pool != nil {
+		// Messages waiting for a batch handler call are handed back now.
+		l.wg.Go(l.pool.drain)
+	}
 	l.log.Debug("listener: draining", zap.Duration("grace", l.o.ShutdownGrace))
 }
 
@@ -393,8 +410,10 @@ type State struct {
 // Stats are the listener's counters since New.
 type Stats struct {
 	// Processed handler calls returned nil; Failed returned an error
-	// (Panics of them panicked).
+	// (Panics of them panicked). With a batch handler they count
+	// messages by their own outcome, and Calls counts the calls.
 	Processed, Failed, Panics int64
+	Calls                     int64
 	// Deleted messages; ReceiptMismatches and NotFound are deletes that
 	// found the message taken by another consumer or gone (expected).
 	Deleted, ReceiptMismatches, NotFound int64
@@ -448,7 +467,7 @@ type counters struct {
 	getErrors, transientErrors, emptyGets       atomic.Int64
 	released, renewed, hidden, workDetected     atomic.Int64
 	poisoned, leasesLost, workerFaults          atomic.Int64
-	triggers                                    atomic.Int64
+	triggers, calls                             atomic.Int64
 	// lastGet and lastGetError are Unix nanoseconds of the listener's
 	// clock (0: never); lastGetErr is the newest get error.
 	lastGet, lastGetError atomic.Int64
@@ -478,6 +497,7 @@ func (l *Listener) Stats() Stats {
 		LastGet: unixNanos(c.lastGet.Load()), LastGetError: unixNanos(c.lastGetError.Load()),
 		PickupLatency: time.Duration(c.pickupNanos.Load()), PickedUp: c.pickedUp.Load(),
 		LastGetFailed: c.lastGetFailed.Load(), WorkerFaults: c.workerFaults.Load(),
+		Calls: c.calls.Load(),
 	}
 	if p := c.lastGetErr.Load(); p != nil {
 		s.LastGetErr = *p

@@ -111,7 +111,7 @@ func (t *task) loop() error {
 				return nil
 			}
 		}
-		held, ok := l.acquire(ctx, min(l.o.BatchSize, l.o.Concurrency))
+		held, ok := l.acquire(ctx, l.getSize())
 		if !ok {
 			return nil
 		}
