@@ -146,6 +146,10 @@ func (l *Listener) dispatchPooled(ms []*queue.Message) {
 		return
 	}
 	for i := range ms {
+		// Waiting for the clock (a call's fill wait, renewals) as a
+		// message held through a worker fault's pause does: the test
+		// kit's sign that only a move of the clock moves it on.
+		b.hold()
 		p.waiting = append(p.waiting, ref{b: b, i: i, at: b.got})
 	}
 	p.startLocked()
@@ -166,6 +170,9 @@ func (p *pool) startLocked() {
 		n := min(len(p.waiting), l.o.BatchMax)
 		call := make([]ref, n)
 		copy(call, p.waiting)
+		for _, r := range call {
+			r.b.unhold()
+		}
 		p.waiting = append(p.waiting[:0], p.waiting[n:]...)
 		p.running++
 		l.wg.Go(func() { p.run(call) })
@@ -207,6 +214,9 @@ func (p *pool) drain() {
 	rs := p.waiting
 	p.waiting = nil
 	p.stopTimerLocked()
+	for _, r := range rs {
+		r.b.unhold()
+	}
 	p.mu.Unlock()
 	p.release(rs, nil)
 }

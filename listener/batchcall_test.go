@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/adaptq/adaptq/handler"
+	"github.com/adaptq/adaptq/internal/kithook"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
 )
@@ -309,5 +310,25 @@ func (f *fixture) walk(d time.Duration) {
 		eventually(f.t, "the clock's work is done", func() bool {
 			return f.clock.Running() == 0 && f.clock.Unreceived() == 0
 		})
+	}
+}
+
+// Messages waiting for a call to fill wait for the clock: the test kit's
+// activity hook counts them held, and their batch not busy.
+func TestBatchWaitingMessagesCountAsHeld(t *testing.T) {
+	c := &calls{}
+	f, _ := newBatchFixture(t, c.handle, listener.Options{BatchMax: 100, BatchWait: time.Minute})
+	f.put(40)
+	f.start()
+	eventually(t, "the 40 are fetched, and the task paces or sleeps", func() bool {
+		return f.l.LocalState().InFlight == 40 && f.l.PacingTasks()+f.l.LocalState().IdleTasks > 0
+	})
+	if _, busy, held := kithook.Activity(f.l); held != 40 || busy != 0 {
+		t.Fatalf("activity: %d busy, %d held; want 0 and 40", busy, held)
+	}
+	f.walk(time.Minute)
+	eventually(t, "40 deleted", func() bool { return f.l.Stats().Deleted == 40 })
+	if _, busy, held := kithook.Activity(f.l); held != 0 || busy != 0 {
+		t.Fatalf("activity after the call: %d busy, %d held; want 0 and 0", busy, held)
 	}
 }
