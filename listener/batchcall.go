@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/queue"
@@ -286,6 +288,7 @@ func (p *pool) run(call []ref) {
 	res := handler.BatchResults(l.bh(ctx, ms), len(ms))
 	l.ewma.add(time.Since(start))
 	l.stats.calls.Add(1)
+	l.logWholeCall(ms, res[0])
 	for k, r := range runs {
 		b, i, err := r.b, r.i, res[k]
 		if err != nil {
@@ -337,4 +340,24 @@ func (t *settleTally) settle() {
 		b.settle(t.n[k], t.ok[k])
 	}
 	t.at, t.bs, t.n, t.ok = nil, nil, nil, nil
+}
+
+// logWholeCall writes one line of the failure log for a call that failed
+// as a whole (it panicked, or returned the wrong number of results), with
+// the call's size, within the log's rate limit; each message's own line
+// follows as for any failure.
+func (l *Listener) logWholeCall(ms []*queue.Message, first error) {
+	pe, panicked := errors.AsType[*handler.PanicError](first)
+	if !panicked && !errors.Is(first, handler.ErrBatchResults) {
+		return
+	}
+	ce := l.log.Check(zap.WarnLevel, "listener: batch handler call failed as a whole; each of its messages fails")
+	if ce == nil || !l.failLog.allow() {
+		return
+	}
+	fields := []zap.Field{zap.Int("call_size", len(ms)), zap.String("first_msg_id", ms[0].ID), zap.Error(queue.RedactError(first))}
+	if panicked {
+		fields = append(fields, zap.ByteString("stack", pe.Stack))
+	}
+	ce.Write(fields...)
 }

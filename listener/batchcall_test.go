@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/internal/kithook"
 	"github.com/adaptq/adaptq/listener"
@@ -330,5 +333,24 @@ func TestBatchWaitingMessagesCountAsHeld(t *testing.T) {
 	eventually(t, "40 deleted", func() bool { return f.l.Stats().Deleted == 40 })
 	if _, busy, held := kithook.Activity(f.l); held != 0 || busy != 0 {
 		t.Fatalf("activity after the call: %d busy, %d held; want 0 and 0", busy, held)
+	}
+}
+
+// A call that fails as a whole (a panic) is one line of the failure log,
+// with its size, besides its messages' lines.
+func TestBatchCallFailureIsLoggedOnce(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	f, _ := newBatchFixture(t, func(ctx context.Context, ms []*queue.Message) []error {
+		panic("bulk insert exploded")
+	}, listener.Options{BatchMax: 8, MaxDequeueCount: 100, Logger: zap.New(core), FailureLogLines: -1})
+	f.put(8)
+	f.start()
+	eventually(t, "8 failed", func() bool { return f.l.Stats().Failed == 8 })
+	eventually(t, "the call's line", func() bool {
+		return logs.FilterMessage("listener: batch handler call failed as a whole; each of its messages fails").Len() == 1
+	})
+	e := logs.FilterMessage("listener: batch handler call failed as a whole; each of its messages fails").All()[0]
+	if e.ContextMap()["call_size"] != int64(8) || e.ContextMap()["stack"] == nil {
+		t.Errorf("the call's line has %v, want call_size 8 and the stack", e.ContextMap())
 	}
 }

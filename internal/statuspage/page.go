@@ -68,6 +68,9 @@ type Queue struct {
 	// TotalTasks were ever started.
 	ActiveTasks, IdleTasks, TotalTasks int
 	Processed, Failed, Poisoned        int64
+	// BatchCalls counts a batch handler's calls (0: a handler of one
+	// message); Processed and Failed count messages either way.
+	BatchCalls int64
 	// CallsPerMessage is billed calls per deleted message (NaN before the
 	// first).
 	CallsPerMessage float64
