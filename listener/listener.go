@@ -77,8 +77,9 @@ type Listener struct {
 	// virtual time (see internal/kithook).
 	parked atomic.Int32
 	// held counts messages a runner keeps through a worker fault's pause
-	// (see batch.waitFaultPause), and heldBatches the open batches that
-	// have any: like parked tasks, they wait for the clock.
+	// (see batch.waitFaultPause), or a batch handler's pool keeps until a
+	// call takes them, and heldBatches the open batches that have any:
+	// like parked tasks, they wait for the clock.
 	held, heldBatches atomic.Int64
 	// busy mirrors wg: open batches (until their deletes are done) and
 	// flushes, the work of the listener that no task's loop does.
