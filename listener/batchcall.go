@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -253,6 +254,14 @@ func (p *pool) run(call []ref) {
 	}()
 	ctx, cancel := l.handlerContext()
 	defer cancel()
+	// Renewal calls a running message's cancel when it finds its lease
+	// lost: for a call, that cancels every message's handling, so the
+	// call remembers why (see bystander).
+	var leaseLost atomic.Bool
+	cancelCall := func() {
+		leaseLost.Store(true)
+		cancel()
+	}
 	var tally settleTally
 	defer tally.settle()
 	runs := make([]ref, 0, len(call))
@@ -271,7 +280,7 @@ func (p *pool) run(call []ref) {
 		default:
 			// Renewal reads the cancel only after it takes the message
 			// from running, so it is set first.
-			b.cancels[i] = cancel
+			b.cancels[i] = cancelCall
 			if b.state[i].CompareAndSwap(stFetched, stRunning) {
 				runs = append(runs, r)
 				ms = append(ms, m)
@@ -299,7 +308,11 @@ func (p *pool) run(call []ref) {
 			tally.add(b, true)
 			continue
 		case err != nil && b.state[i].CompareAndSwap(stRunning, stSettling):
-			b.failed(i, err)
+			if leaseLost.Load() && !handler.IsPermanent(err) {
+				b.bystander(i, err)
+			} else {
+				b.failed(i, err)
+			}
 			b.state[i].Store(stDone)
 		case err != nil:
 			// Renewal took it (lease lost) and cancelled the call.
@@ -360,4 +373,21 @@ func (l *Listener) logWholeCall(ms []*queue.Message, first error) {
 		fields = append(fields, zap.ByteString("stack", pe.Stack))
 	}
 	ce.Write(fields...)
+}
+
+// bystander settles a message whose batch call failed after the call was
+// cancelled because another of its messages lost its lease: its failure
+// is likely the cancellation's, not its own, so it is handed back at once
+// and the run does not count towards its poisoning (as a worker fault's
+// does not, without the gets' pause). A permanent failure is its own, and
+// takes the usual path.
+func (b *batch) bystander(i int, err error) {
+	l := b.l
+	m := b.msgs[i]
+	l.stats.failed.Add(1)
+	l.failures.excuse(m.ID)
+	if ce := l.log.Check(zap.WarnLevel, "listener: batch call cancelled because another of its messages lost its lease; this message is handed back and the run does not count towards its poisoning"); ce != nil && l.failLog.allow() {
+		ce.Write(failureFields(m, err, 0)...)
+	}
+	l.release(m.ID, b.newestReceipt(i))
 }

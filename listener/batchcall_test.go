@@ -18,6 +18,7 @@ import (
 	"github.com/adaptq/adaptq/internal/kithook"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/driver"
 )
 
 // calls records a batch handler's calls: the bodies of each.
@@ -352,5 +353,60 @@ func TestBatchCallFailureIsLoggedOnce(t *testing.T) {
 	e := logs.FilterMessage("listener: batch handler call failed as a whole; each of its messages fails").All()[0]
 	if e.ContextMap()["call_size"] != int64(8) || e.ContextMap()["stack"] == nil {
 		t.Errorf("the call's line has %v, want call_size 8 and the stack", e.ContextMap())
+	}
+}
+
+// loseLease refuses the renewals of one message, as if another consumer
+// had taken it.
+type loseLease struct {
+	driver.Queue
+	id atomic.Pointer[string]
+}
+
+func (q *loseLease) UpdateVisibility(ctx context.Context, id, receipt string, d time.Duration) (string, error) {
+	if p := q.id.Load(); p != nil && *p == id && d > 0 {
+		return "", driver.ErrReceiptMismatch
+	}
+	return q.Queue.UpdateVisibility(ctx, id, receipt, d)
+}
+
+// A call cancelled because one of its messages lost its lease fails the
+// others through no fault of theirs: they are handed back at once and the
+// run does not count towards their poisoning.
+func TestBatchLeaseLostCancelsTheCallWithoutBlamingTheOthers(t *testing.T) {
+	ll := &loseLease{}
+	var cancelled atomic.Int32
+	bh := func(ctx context.Context, ms []*queue.Message) []error {
+		<-ctx.Done()
+		cancelled.Add(1)
+		return handler.FailAll(len(ms), ctx.Err())
+	}
+	const vis = 10 * time.Second
+	o := listener.Options{BatchMax: 3, BatchWait: time.Hour, VisibilityTimeout: vis, MaxDequeueCount: 1}
+	f := newFixtureWith(t, func(context.Context, *queue.Message) error { return nil }, listener.Options{VisibilityTimeout: vis, MaxDequeueCount: 1},
+		func(d driver.Queue) driver.Queue { ll.Queue = d; return ll })
+	p, err := f.raw.Sibling(context.Background(), "work-poison")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Poison, o.Clock = p, f.clock
+	if f.l, err = listener.NewBatch(f.q, bh, o); err != nil {
+		t.Fatal(err)
+	}
+	ids := f.put(3)
+	ll.id.Store(&ids[0])
+	f.start()
+	eventually(t, "the call runs", func() bool { return f.l.LocalState().InFlight == 3 && f.clock.Pending() > 0 })
+	f.walk(vis/2 + time.Second)
+	eventually(t, "the call was cancelled and settled", func() bool {
+		st := f.l.Stats()
+		return cancelled.Load() == 1 && st.Released+st.Poisoned+st.Hidden >= 2
+	})
+	st := f.l.Stats()
+	if st.LeasesLost != 1 || st.Poisoned != 0 || st.Released != 2 {
+		t.Fatalf("stats %+v: want 1 lease lost, nothing poisoned, the other 2 handed back", st)
+	}
+	if n, _ := p.Count(context.Background()); n != 0 {
+		t.Fatalf("the poison queue holds %d", n)
 	}
 }
