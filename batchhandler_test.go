@@ -32,6 +32,7 @@ queues:
 		{"batch_handler: {wait: -1s}", "queues[0].batch_handler.wait: -1s is negative"},
 		{"batch_handler: {wait: 5}", "queues[0].batch_handler.wait"},
 		{"batch_handler: {maks: 5}", "queues[0].batch_handler.maks"},
+		{"concurrency: auto\n    batch_handler: {max: 5}", "queues[0].batch_handler: is set with concurrency auto"},
 		{"handler: 'exec: /bin/true'\n    batch_handler: {max: 5}", `queues[0].batch_handler: is for a batch handler (Worker.HandleBatch); handler "exec: /bin/true" handles one message`},
 	} {
 		y := "queues:\n  - url: sqlite://" + t.TempDir() + "/w.db?queue=rows\n    " + tc.yaml + "\n"

@@ -120,7 +120,15 @@ type QueueConfig struct {
 	Handler           string        `yaml:"handler"`
 	BatchSize         int           `yaml:"batch_size"`
 	VisibilityTimeout time.Duration `yaml:"visibility_timeout"`
-	Concurrency       int           `yaml:"concurrency"`
+	// Concurrency bounds the handlers running at once; ConcurrencyAuto
+	// ("auto" in YAML) adapts it to the downstream within
+	// adaptive_concurrency's bounds (see flowconfig.go).
+	Concurrency Concurrency `yaml:"concurrency"`
+	// AdaptiveConcurrency bounds an adaptive concurrency (concurrency:
+	// auto).
+	AdaptiveConcurrency AdaptiveConcurrencyConfig `yaml:"adaptive_concurrency"`
+	// RateLimit bounds the messages a second this worker starts.
+	RateLimit RateLimitConfig `yaml:"rate_limit"`
 	// NewBatchThreshold: get the next batch once this few of the current
 	// one are still running; unset means batch_size/2 (Azure Functions'
 	// rule), 0 or -1 wait for the whole batch.
@@ -679,6 +687,17 @@ func decode(path string, raw any, dst reflect.Value) []string {
 			return []string{fmt.Sprintf("%s: %q is not a duration: %s", path, s, durationhint.Explain(s))}
 		}
 		dst.SetInt(int64(d))
+	case t == concurrencyType:
+		if s, ok := text(raw); ok && strings.TrimSpace(s) == concurrencyAutoText {
+			dst.SetInt(int64(ConcurrencyAuto))
+			return nil
+		}
+		if problems := decode(path, raw, reflect.New(reflect.TypeOf(0)).Elem()); len(problems) > 0 {
+			return []string{problems[0] + " or " + concurrencyAutoText}
+		}
+		n := reflect.New(reflect.TypeOf(0)).Elem()
+		decode(path, raw, n)
+		dst.SetInt(n.Int())
 	case t.Kind() == reflect.Struct:
 		m, ok := raw.(map[string]any)
 		if !ok {
@@ -999,9 +1018,7 @@ func (q *QueueConfig) validate(at string) []string {
 	if q.VisibilityTimeout <= 0 || q.VisibilityTimeout > queue.MaxVisibilityTimeout {
 		add("visibility_timeout", "%s is outside (0s, %s]", q.VisibilityTimeout, queue.MaxVisibilityTimeout)
 	}
-	if q.Concurrency < 1 {
-		add("concurrency", "%d is below 1", q.Concurrency)
-	}
+	p = append(p, q.validateFlow(at)...)
 	if t := q.NewBatchThreshold; t != nil {
 		if *t < -1 {
 			add("new_batch_threshold", "%d is below -1", *t)
@@ -1079,6 +1096,9 @@ func (q *QueueConfig) validate(at string) []string {
 	}
 	if q.BatchHandler.set() && (strings.HasPrefix(q.Handler, ExecPrefix) || strings.HasPrefix(q.Handler, HTTPPrefix)) {
 		add("batch_handler", "%s", errNotBatch(q.Handler))
+	}
+	if q.BatchHandler.set() && q.Concurrency == ConcurrencyAuto {
+		add("batch_handler", "is set with concurrency auto: a batch handler's concurrency counts calls and is fixed (set a number)")
 	}
 	in := q.Instances
 	if in.TargetDrainTime <= 0 {

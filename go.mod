@@ -29,6 +29,7 @@ require (
 	go.uber.org/zap v1.28.0
 	go.yaml.in/yaml/v3 v3.0.4
 	golang.org/x/sync v0.24.0
+	golang.org/x/time v0.14.0
 	modernc.org/sqlite v1.61.1
 )
 

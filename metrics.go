@@ -241,6 +241,7 @@ func (c *workerCollector) Collect(ch chan<- prometheus.Metric) {
 		if lim := w.execLimit(name); lim != nil {
 			counter(descExecNotLogged, float64(lim.NotLogged()))
 		}
+		collectFlow(wq, func(d *prometheus.Desc, v float64) { counter(d, v) }, gauge)
 
 		m := wq.meter.Snapshot()
 		for _, k := range meter.Kinds() {

@@ -27,6 +27,11 @@ func readyWindow(o listener.Options) time.Duration {
 	if o.Notifier != nil {
 		longest = max(longest, o.SafetyInterval)
 	}
+	if r := o.RateLimit; r.PerSecond > 0 {
+		// A rate-limited task waits for a burst's tokens before it gets:
+		// a slow limit (one message a minute) makes gets that rare.
+		longest = max(longest, time.Duration(float64(max(r.Burst, 1))/r.PerSecond*float64(time.Second)))
+	}
 	return max(ReadyCadences*longest, ReadyMinWindow)
 }
 

@@ -27,6 +27,7 @@ func (w *Worker) Stats(ctx context.Context) admin.Stats {
 		if err != nil {
 			qs.DepthError = err.Error()
 		}
+		qs.Flow = flowStats(wq.l.Flow())
 		s.Queues = append(s.Queues, qs)
 	}
 	return s

@@ -89,6 +89,8 @@ func (s *Server) statusView(ctx context.Context, pageOf, after string) statuspag
 			Processed: q.Processed, Failed: q.Failed, Poisoned: q.Poisoned,
 			BatchCalls:      q.BatchCalls,
 			CallsPerMessage: cpm,
+			Concurrency:     q.Flow.concurrencyText(),
+			RateLimit:       q.Flow.rateText(),
 			Rate:            statuspage.Figure{Text: statuspage.FormatRate(q.LastMinute.Rate)},
 			PickupLatency:   pickupFigure(q.LastMinute),
 			MonthlyCost:     statuspage.Figure{Missing: "the worker has run less than a minute: too short to scale to a month"},

@@ -303,6 +303,14 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "<sub>Section run time: %s.</sub>\n\n", s.Elapsed.Round(100*time.Millisecond))
 	}
+	if t := strings.TrimSpace(ThroughputLatest); t != "" {
+		b.WriteString(t)
+		b.WriteString("\n\n<sub>Not rerun by `make bench`: embedded from `bench/throughput.md`, measured by hand with the commands it gives.</sub>\n\n")
+	}
+	if f := strings.TrimSpace(FlowControlLatest); f != "" {
+		b.WriteString(f)
+		b.WriteString("\n\n<sub>Not rerun by `make bench`: embedded from `bench/flowcontrol.md`, the simulator's output with the command it gives.</sub>\n\n")
+	}
 	if e := strings.TrimSpace(EmbeddingLatest); e != "" {
 		b.WriteString(e)
 		b.WriteString("\n\n<sub>Not rerun by `make bench`: embedded from `bench/embedding.md`, measured by hand with the commands it gives.</sub>\n\n")

@@ -400,6 +400,9 @@ func (b *batch) failed(i int, err error) {
 		b.workerFault(i, err, false)
 		return
 	}
+	if b.overloadFailed(i, err) {
+		return // overload, under an adaptive limit: not the message's fault (flow.go)
+	}
 	if l.o.Poison != nil {
 		switch {
 		case handler.IsPermanent(err):
@@ -483,7 +486,7 @@ func (b *batch) poison(i int, reason string, cause error) bool {
 // this listener remembers from its last run here.
 func (l *Listener) poisonRecord(m *queue.Message, cause error) poison.Message {
 	r := poison.Message{ID: m.ID, Queue: l.q.Name(), DequeueCount: m.DequeueCount, FailedAt: l.o.Clock.Now(),
-		InsertedAt: m.InsertedAt, ExpiresAt: m.ExpiresAt, Body: m.Body}
+		InsertedAt: m.InsertedAt, ExpiresAt: m.ExpiresAt, Body: m.Body, Metadata: m.Metadata}
 	last, known := l.failures.last(m.ID)
 	switch {
 	case cause == nil:

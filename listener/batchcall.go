@@ -72,7 +72,7 @@ func NewBatch(q *queue.Queue, h handler.BatchFunc, o Options) (*Listener, error)
 	if o.Concurrency == 0 {
 		o.Concurrency = DefaultBatchConcurrency
 	}
-	l, err := newListener(q, o, func(l *Listener) {
+	l, err := newListener(q, o, true, func(l *Listener) {
 		l.bh = handler.ChainBatch(h, handler.RecoverBatch())
 		l.pool = &pool{l: l}
 	})
@@ -89,6 +89,8 @@ func (o Options) validateBatch() error {
 		return fmt.Errorf("listener: batch_handler.max: %d is outside 1..%d", o.BatchMax, MaxBatchMax)
 	case o.BatchWait < 0:
 		return fmt.Errorf("listener: batch_handler.wait: %s is negative", o.BatchWait)
+	case o.Adaptive != nil:
+		return errors.New("listener: concurrency: an adaptive concurrency (auto) is not supported with a batch handler, whose concurrency counts calls")
 	}
 	return nil
 }

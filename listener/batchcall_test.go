@@ -19,6 +19,7 @@ import (
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/driver"
+	"github.com/adaptq/adaptq/scaling"
 )
 
 // calls records a batch handler's calls: the bodies of each.
@@ -287,6 +288,7 @@ func TestBatchOptionsAreValidated(t *testing.T) {
 		{listener.Options{BatchMax: -1}, "batch_handler.max: -1"},
 		{listener.Options{BatchMax: listener.MaxBatchMax + 1}, fmt.Sprintf("batch_handler.max: %d", listener.MaxBatchMax+1)},
 		{listener.Options{BatchWait: -time.Second}, "batch_handler.wait: -1s"},
+		{listener.Options{Adaptive: &scaling.AIMDOptions{Min: 1, Max: 4}}, "concurrency: an adaptive concurrency (auto) is not supported"},
 	} {
 		_, err := listener.NewBatch(f.q, bh, tc.o)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -11,3 +11,6 @@ func (l *Listener) RememberedFailures() int {
 	defer l.failures.mu.Unlock()
 	return len(l.failures.m)
 }
+
+// ParkedTasks counts tasks parked on a timer of the clock.
+func (l *Listener) ParkedTasks() int { return int(l.parked.Load()) }

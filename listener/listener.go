@@ -10,7 +10,6 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/internal/clock"
@@ -33,7 +32,7 @@ type Listener struct {
 	pool *pool
 	o    Options
 	log  *zap.Logger
-	sem  *semaphore.Weighted
+	sem  *slots // handler slots, adaptive limit, rate limit (flow.go)
 
 	// Lifecycle and pool size, guarded by mu.
 	mu         sync.Mutex
@@ -109,18 +108,33 @@ func New(q *queue.Queue, h handler.Func, o Options) (*Listener, error) {
 	if o.BatchMax != 0 || o.BatchWait != 0 {
 		return nil, fmt.Errorf("listener: batch_handler is set but the handler of queue %q handles one message: use NewBatch", q.Name())
 	}
-	return newListener(q, o, func(l *Listener) { l.h = handler.Chain(h, handler.Recover()) })
+	return newListener(q, o, false, func(l *Listener) { l.h = handler.Chain(h, handler.Recover()) })
 }
 
-// newListener makes the listener New and NewBatch return; set installs
-// the handler.
-func newListener(q *queue.Queue, o Options, set func(*Listener)) (*Listener, error) {
+// newListener makes the listener New and NewBatch return (batch: the
+// latter); set installs the handler.
+func newListener(q *queue.Queue, o Options, batch bool, set func(*Listener)) (*Listener, error) {
 	o.fitLatency(q.Features().Billed)
 	o = o.withDefaults()
 	if err := o.validate(); err != nil {
 		return nil, fmt.Errorf("%w (queue %q)", err, q.Name())
 	}
 	o.fitBatch(q.Features().MaxBatch)
+	so := o
+	if batch {
+		// A batch handler's Concurrency counts calls; its tasks' slots
+		// count the messages the calls and the one filling may hold.
+		so.Concurrency = o.slots(true)
+	}
+	sem, err := newSlots(&so)
+	if batch {
+		o.RateLimit = so.RateLimit
+	} else {
+		o = so
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w (queue %q)", err, q.Name())
+	}
 	if q.Features().ServerPoison {
 		// The backend moves poison messages itself (an SQS queue with a
 		// RedrivePolicy): its rule wins, and the listener moves none.
@@ -143,11 +157,14 @@ func newListener(q *queue.Queue, o Options, set func(*Listener)) (*Listener, err
 		q:        q,
 		o:        o,
 		log:      o.Logger.With(zap.String("queue", q.Name())),
+		sem:      sem,
 		resizeCh: make(chan struct{}),
 		wakeCh:   make(chan struct{}),
 	}
 	set(l)
-	l.sem = semaphore.NewWeighted(int64(o.slots(l.pool != nil)))
+	if sem.aimd != nil {
+		l.h = handler.Chain(l.h, l.observeFlow)
+	}
 	l.failLog = failureLog{log: l.log, clock: o.Clock, lines: o.FailureLogLines, interval: o.FailureLogInterval}
 	l.ewma.init()
 	return l, nil

@@ -69,8 +69,19 @@ type Options struct {
 	// VisibilityTimeout hides fetched messages; a handler still running at
 	// half of it has its messages' visibility extended.
 	VisibilityTimeout time.Duration
-	// Concurrency bounds the messages held by handlers at once.
+	// Concurrency bounds the messages held by handlers at once (with
+	// Adaptive: the most the adaptive limit may reach, unless Adaptive.Max
+	// says).
 	Concurrency int
+	// Adaptive, if set, makes the concurrency adapt to the downstream
+	// (scaling.AIMD): it climbs slowly from Adaptive.Initial while
+	// handlers succeed and their latency holds, and is cut on overload
+	// signals (handler.IsOverloaded: HTTP 429 or 503, Retry-After, a
+	// timeout, handler.Overloaded). A failure for overload does not count
+	// towards the message's poisoning. Max 0 is Concurrency.
+	Adaptive *scaling.AIMDOptions
+	// RateLimit bounds the messages started a second (see RateLimit).
+	RateLimit RateLimit
 	// NewBatchThreshold: a task fetches its next batch once no more than
 	// this many of its messages are still being handled. 0 means
 	// BatchSize/2 (Azure Functions' default); a negative value waits for
@@ -311,5 +322,5 @@ func (o Options) validate() error {
 	if err := o.Idle.Validate(); err != nil {
 		return fmt.Errorf("listener: idle: %w", err)
 	}
-	return nil
+	return o.validateFlow()
 }

@@ -111,8 +111,12 @@ func (t *task) loop() error {
 				return nil
 			}
 		}
-		held, ok := l.acquire(ctx, l.getSize())
-		if !ok {
+		held, r := l.admit(ctx)
+		switch r {
+		case sleepStop:
+			counted = false
+			return nil
+		case sleepCancelled:
 			return nil
 		}
 		// The get itself is not cancelled by shutdown: a get cut off midway
@@ -138,6 +142,7 @@ func (t *task) loop() error {
 			t.polled = 0
 			ms, err = l.q.Get(l.opCtx, held, l.o.VisibilityTimeout)
 		}
+		l.admitted(held, len(ms))
 		if err != nil {
 			l.sem.Release(int64(held))
 			if ctx.Err() != nil {
@@ -278,17 +283,6 @@ func (t *task) finished(n int) {
 		default:
 		}
 	}
-}
-
-// acquire waits for n handler slots. A task takes a whole batch's slots
-// before its get, so every get asks for a full batch (the fewest billed
-// calls) and no fetched message waits for a slot while its visibility
-// timeout runs.
-func (l *Listener) acquire(ctx context.Context, n int) (int, bool) {
-	if err := l.sem.Acquire(ctx, int64(n)); err != nil {
-		return 0, false
-	}
-	return n, true
 }
 
 func (l *Listener) newErrorBackoff() *backoff.ExponentialBackOff {

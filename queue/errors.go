@@ -36,7 +36,16 @@ var (
 	// ErrUnsupported: the backend does not have the operation (see
 	// Features).
 	ErrUnsupported = driver.ErrUnsupported
+	// ErrInvalidMetadata: a Put's metadata breaks the backend's limits
+	// (Features().Metadata) or the key rule (driver.ValidMetadataKey); the
+	// error is a *MetadataError naming the key and the limit, and nothing
+	// was written.
+	ErrInvalidMetadata = driver.ErrInvalidMetadata
 )
+
+// MetadataError is the typed error of refused metadata (errors.As): the
+// key and the limit it broke. It also matches ErrTooLarge for a size.
+type MetadataError = driver.MetadataError
 
 // ThrottleRetryAfter is how long to wait after a throttling error that gives
 // no hint of its own (the worker thread governance post: errors 40501, 10928 and 10929 say "back off

@@ -237,7 +237,8 @@ func (q *Queue) Close() error {
 }
 
 // Put adds a message and returns its id. A body larger than the driver's
-// limit is ErrTooLarge, and nothing is written. Once Put returns nil the
+// limit is ErrTooLarge, and metadata over Features().Metadata's limits a
+// *MetadataError (ErrInvalidMetadata); nothing is written then. Once Put returns nil the
 // message is stored (durably, on a durable driver). An error means nothing
 // was written, except a transient error from a network backend that cannot
 // know (a timeout after sending): a retry may then store the message twice,
@@ -247,6 +248,9 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts PutOptions) (string, 
 		return "", err
 	}
 	ttl, err := CheckPut(body, opts, q.f.MaxBody)
+	if err == nil {
+		err = driver.CheckMetadata(opts.Metadata, q.f.Metadata, len(body), q.f.MaxBody)
+	}
 	if err != nil {
 		return "", q.reject(OpPut, err)
 	}

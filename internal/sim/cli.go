@@ -106,6 +106,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		targetArgs names
 		plot       = fs.String("plot", "", "latency targets: also write the trade as an SVG image to this file")
 		policyArgs names
+		scenario   = fs.String("scenario", "", "slowdown: fixed vs adaptive concurrency vs a rate limit against a downstream whose capacity halves and recovers (--service, --concurrency apply)")
 	)
 	fs.Var(&targetArgs, "latency-targets", "latency targets to compare, comma-separated durations (default "+sweepDefaults()+")")
 	fs.Var(&policyArgs, "policy", "a policy to run, repeatable or comma-separated, or all (default: "+strings.Join(DefaultPolicies, ",")+")")
@@ -152,6 +153,33 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return bad("--burst-window: %s is negative", *window)
 	case *conc < 0:
 		return bad("--concurrency: %d is negative", *conc)
+	}
+	switch *scenario {
+	case "":
+	case "slowdown":
+		o := Options{Seed: *seed, Concurrency: *conc}
+		if fs.Changed("service") {
+			o.Service = *service
+		}
+		start := time.Now()
+		sd, err := RunSlowdown(ctx, o, 0)
+		if err == nil {
+			if *asJSON {
+				enc := json.NewEncoder(stdout)
+				enc.SetIndent("", "  ")
+				err = enc.Encode(sd)
+			} else {
+				err = sd.WriteTable(stdout)
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "adaptq simulate: %v\n", err)
+			return ExitError
+		}
+		fmt.Fprintf(stderr, "simulated %s of 3 policies in %s\n", fmtDuration(sd.Report.Length), time.Since(start).Round(time.Millisecond))
+		return ExitOK
+	default:
+		return bad("--scenario: %q is not slowdown (the only scenario)", *scenario)
 	}
 	if *rate != 0 || len(targetArgs) > 0 || *plot != "" {
 		if *rate < 0 {

@@ -151,7 +151,7 @@ func TestCLIUsage(t *testing.T) {
 		{[]string{"--service", "soon"}, sim.ExitUsage, `invalid argument "soon" for "--service" flag`},
 		{[]string{"--bogus"}, sim.ExitUsage, "unknown flag: --bogus\nRun 'adaptq simulate --help' for usage."},
 		{[]string{"--price", "0"}, sim.ExitUsage, "--price: 0 is not positive"},
-		{[]string{"--policy", "naive-3"}, sim.ExitUsage, `--policy: policy "naive-3" is not one of adaptq, adaptq-poll`},
+		{[]string{"--policy", "naive-3"}, sim.ExitUsage, `--policy: policy "naive-3" is not one of adaptq, adaptq-auto, adaptq-poll, adaptq-rate`},
 		{[]string{"extra"}, sim.ExitUsage, `unexpected argument "extra"`},
 		{[]string{"--burst-window", "-1s"}, sim.ExitUsage, "--burst-window: -1s is negative"},
 		{[]string{"--workload", "/nonexistent/day.yaml"}, sim.ExitError, "no such file"},

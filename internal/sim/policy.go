@@ -82,6 +82,18 @@ type Policy struct {
 	// batches (Options.BatchDelete), one per message otherwise. Without it
 	// each message is deleted by its own call, as in the source articles' loops.
 	CoalesceDeletes bool
+	// RateLimit, if set, is the listener's rate limit (messages a
+	// second) and RateBurst its burst (0: scaling.DefaultRateBurst), on
+	// the listener's scaling.RateGate: a task asks for no more messages
+	// than it has tokens for, and waits for them first.
+	RateLimit float64
+	RateBurst int
+	// Adaptive, if set, makes the concurrency adapt as the listener's
+	// does (concurrency: auto) with the real scaling.AIMD: Options.
+	// Concurrency (or Adaptive.Max) bounds it; a task gets when max(1,
+	// min(limit, batch)/2) slots are free. Under it, a refusal by the downstream
+	// (Options.Downstream) never counts towards poisoning.
+	Adaptive *scaling.AIMDOptions
 }
 
 func (p Policy) withDefaults() Policy {
@@ -126,11 +138,18 @@ func (p Policy) validate() error {
 		return bad("pace", p.Pace, "is negative")
 	case p.FixedPoll < 0:
 		return bad("fixed_poll", p.FixedPoll, "is negative")
+	case p.RateLimit < 0 || p.RateBurst < 0:
+		return bad("rate_limit", fmt.Sprintf("%v/s burst %d", p.RateLimit, p.RateBurst), "is negative")
 	case p.Trigger && p.SafetyInterval < p.Idle.Max:
 		return bad("safety_interval", p.SafetyInterval, fmt.Sprintf("is below idle.max %s", p.Idle.Max))
 	}
 	if err := p.Idle.Validate(); err != nil {
 		return fmt.Errorf("sim: policy %q: %w", p.Name, err)
+	}
+	if p.Adaptive != nil {
+		if err := p.Adaptive.Validate(); err != nil {
+			return fmt.Errorf("sim: policy %q: adaptive: %w", p.Name, err)
+		}
 	}
 	return nil
 }
@@ -143,7 +162,31 @@ const (
 	PolicySeedAdaptive    = "seed-adaptive"
 	PolicyAdaptq          = "adaptq"
 	PolicyAdaptqNoTrigger = "adaptq-poll"
+	PolicyAdaptqRate      = "adaptq-rate"
+	PolicyAdaptqAuto      = "adaptq-auto"
 )
+
+// DefaultRateLimit is the adaptq-rate policy's limit: 100 messages a
+// second (a downstream's published quota, say).
+const DefaultRateLimit = 100
+
+// AdaptqRate is adaptq's policy (with the trigger) limited to perSecond
+// messages a second, with the default burst.
+func AdaptqRate(name string, slaTarget time.Duration, perSecond float64) Policy {
+	p := Adaptq(name, slaTarget, listener.DefaultLatencyTargetBilled, true)
+	p.RateLimit = perSecond
+	p.About = fmt.Sprintf("adaptq with rate_limit: {per_second: %v} (a get asks only for the tokens it has)", perSecond)
+	return p
+}
+
+// AdaptqAuto is adaptq's policy (with the trigger) with concurrency: auto
+// between lo and hi (hi 0: Options.Concurrency, or 64).
+func AdaptqAuto(name string, slaTarget time.Duration, lo, hi int) Policy {
+	p := Adaptq(name, slaTarget, listener.DefaultLatencyTargetBilled, true)
+	p.Adaptive = &scaling.AIMDOptions{Min: lo, Max: hi}
+	p.About = fmt.Sprintf("adaptq with concurrency: auto (AIMD from %d; +1/limit a success, ×%.1f on overload)", max(lo, 1), scaling.DefaultAIMDBackoff)
+	return p
+}
 
 // Builtin returns the policies the report compares, in order. target is
 // the SLA policy's pickup-latency target (scaling.DefaultSLATarget if 0).
@@ -189,6 +232,8 @@ func Builtin(target time.Duration) []Policy {
 		},
 		Adaptq(PolicyAdaptq, target, listener.DefaultLatencyTargetBilled, true),
 		Adaptq(PolicyAdaptqNoTrigger, target, listener.DefaultLatencyTargetBilled, false),
+		AdaptqRate(PolicyAdaptqRate, target, DefaultRateLimit),
+		AdaptqAuto(PolicyAdaptqAuto, target, 1, 0),
 	}
 }
 

@@ -64,6 +64,15 @@ type Result struct {
 	WorkEdges, Triggers int64
 	// Events is how many simulation events the run took.
 	Events int64
+	// With Options.Downstream: Refused counts the calls it refused,
+	// Poisoned the messages moved to the poison queue, and P99Done is the
+	// 99th percentile from a message's put to the end of the run that
+	// succeeded. With an adaptive policy, MeanLimit is its concurrency
+	// limit averaged over time and EndLimit the limit at the end.
+	Refused, Poisoned int64
+	P99Done           time.Duration
+	MeanLimit         float64
+	EndLimit          int
 }
 
 // Result returns the result of the policy called name.

@@ -60,6 +60,42 @@ type Options struct {
 	// and grows, and at a high rate the backlog of its first seconds would
 	// otherwise be the p99 of a whole run (RunSweep sets it).
 	WarmUp time.Duration
+	// Downstream, if set, is the service every handler calls (see
+	// Downstream): a call it refuses fails, and the message comes back
+	// after its visibility timeout, or goes to the poison queue at
+	// MaxDequeueCount (unless an adaptive policy excuses the refusal).
+	Downstream *Downstream
+	// MaxDequeueCount is the runs before poisoning with a Downstream
+	// (listener.DefaultMaxDequeueCount).
+	MaxDequeueCount int
+}
+
+// Downstream is a service with a capacity: it serves Capacity calls at
+// once, each taking Options.Service, and refuses a call beyond them (an
+// HTTP 503: handler.IsOverloaded), which also takes Options.Service (the
+// caller learns of it when it would have had its answer). At each Change
+// the capacity becomes the change's.
+type Downstream struct {
+	Capacity int
+	Changes  []CapacityChange
+}
+
+// CapacityChange sets a Downstream's capacity from At (since the run's
+// start) on.
+type CapacityChange struct {
+	At       time.Duration
+	Capacity int
+}
+
+// capacity is the downstream's capacity at offset at.
+func (d *Downstream) capacity(at time.Duration) int {
+	c := d.Capacity
+	for _, ch := range d.Changes {
+		if at >= ch.At {
+			c = ch.Capacity
+		}
+	}
+	return c
 }
 
 func (o Options) withDefaults() Options {
@@ -74,6 +110,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Visibility == 0 {
 		o.Visibility = listener.DefaultVisibilityTimeout
+	}
+	if o.MaxDequeueCount == 0 {
+		o.MaxDequeueCount = listener.DefaultMaxDequeueCount
 	}
 	return o
 }
@@ -90,6 +129,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("sim: price: %v is negative", o.PricePer10k)
 	case o.Concurrency < 0:
 		return fmt.Errorf("sim: concurrency: %d is negative", o.Concurrency)
+	case o.Downstream != nil && o.Downstream.Capacity < 1:
+		return fmt.Errorf("sim: downstream capacity: %d is below 1", o.Downstream.Capacity)
 	}
 	return nil
 }
@@ -297,8 +338,11 @@ type task struct {
 
 // batch is the messages of one get, handled in parallel.
 type batch struct {
-	t  *task
-	ms []*queue.Message
+	t     *task
+	ms    []*queue.Message
+	start int64
+	// refused[i]: the downstream refused message i's call.
+	refused []bool
 }
 
 // engine runs one policy over one workload.
@@ -331,6 +375,15 @@ type engine struct {
 	agentPending bool
 
 	latencies   []time.Duration
+	doneLat     []time.Duration // put → the run that succeeded
+	gate        *scaling.RateGate
+	aimd        *scaling.AIMD
+	used        int // slots taken under the adaptive limit
+	dsBusy      int // calls the downstream serves
+	poisoned    int64
+	refused     int64
+	limitSum    float64 // Σ limit × seconds, for the mean limit
+	limitAt     int64
 	warmMax     time.Duration // the longest pickup of a message put in the warm-up
 	inFlight    int           // handlers running
 	maxInFlight int
@@ -377,6 +430,24 @@ func runPolicy(ctx context.Context, w Workload, p Policy, o Options) (Result, er
 	}
 	if o.Concurrency > 0 {
 		e.free = o.Concurrency
+	}
+	if p.RateLimit > 0 {
+		burst := p.RateBurst
+		if burst == 0 {
+			burst = scaling.DefaultRateBurst(p.RateLimit, p.BatchSize)
+		}
+		if e.gate, err = scaling.NewRateGate(p.RateLimit, burst); err != nil {
+			return Result{}, fmt.Errorf("sim: policy %q: %w", p.Name, err)
+		}
+	}
+	if p.Adaptive != nil {
+		a := *p.Adaptive
+		if a.Max == 0 {
+			a.Max = o.Concurrency
+		}
+		if e.aimd, err = scaling.NewAIMD(a); err != nil {
+			return Result{}, fmt.Errorf("sim: policy %q: %w", p.Name, err)
+		}
 	}
 	if p.Scaling != nil {
 		e.agent = scaling.NewAgent(simPool{e}, p.Scaling(), scaling.AgentOptions{
@@ -569,7 +640,20 @@ func (e *engine) paced(t *task) bool {
 // reports whether the loop goes on at once.
 func (e *engine) fetch(t *task) (bool, error) {
 	want := e.p.BatchSize
-	if e.o.Concurrency > 0 {
+	if e.aimd != nil {
+		if t.held == 0 {
+			limit := e.aimd.Limit()
+			need := max(1, min(limit, want)/2)
+			if limit-e.used < need || len(e.slotWaiters) > 0 {
+				t.state = taskWaitSlots
+				e.slotWaiters = append(e.slotWaiters, t)
+				return false, nil
+			}
+			t.held = min(want, limit-e.used)
+			e.used += t.held
+		}
+		want = t.held
+	} else if e.o.Concurrency > 0 {
 		want = min(want, e.o.Concurrency)
 		if t.held == 0 {
 			if e.free < want || len(e.slotWaiters) > 0 {
@@ -581,11 +665,33 @@ func (e *engine) fetch(t *task) (bool, error) {
 			t.held = want
 		}
 	}
+	if e.gate != nil {
+		n, wait := e.gate.Admit(e.clk.now, want, want)
+		if n == 0 {
+			// The listener's admit: hand the slots back, wait for the
+			// tokens (a resize may stop the task meanwhile), try again.
+			held := t.held
+			t.held = 0
+			e.release(held)
+			t.state = taskPacing
+			t.gen++
+			e.after(wait, event{kind: evTask, task: t, gen: t.gen})
+			return false, nil
+		}
+		if held := t.held; held > n {
+			t.held = n
+			e.release(held - n)
+		}
+		want = n
+	}
 	ms, err := e.q.Get(e.ctx, want, e.o.Visibility)
 	if err != nil {
 		return false, fmt.Errorf("sim: get: %w", err)
 	}
-	if e.o.Concurrency > 0 {
+	if e.gate != nil {
+		e.gate.Commit(e.clk.now, want, len(ms))
+	}
+	if e.o.Concurrency > 0 || e.aimd != nil {
 		e.release(t.held - len(ms))
 		t.held = 0
 	}
@@ -610,7 +716,22 @@ func (e *engine) fetch(t *task) (bool, error) {
 		e.workDetected()
 	}
 	now := e.clk.now
+	b := &batch{t: t, ms: ms, start: e.now}
+	if ds := e.o.Downstream; ds != nil {
+		b.refused = make([]bool, len(ms))
+		c := ds.capacity(time.Duration(e.now))
+		for i := range ms {
+			if e.dsBusy < c {
+				e.dsBusy++
+			} else {
+				b.refused[i] = true
+			}
+		}
+	}
 	for _, m := range ms {
+		if m.DequeueCount != 1 {
+			continue // a redelivery: its pickup was counted at its first
+		}
 		if m.InsertedAt.Sub(clock.Epoch) < e.o.WarmUp {
 			e.warmMax = max(e.warmMax, now.Sub(m.InsertedAt))
 			continue
@@ -620,7 +741,7 @@ func (e *engine) fetch(t *task) (bool, error) {
 	t.inFlight += len(ms)
 	e.inFlight += len(ms)
 	e.maxInFlight = max(e.maxInFlight, e.inFlight)
-	e.after(e.o.Service, event{kind: evDone, batch: &batch{t: t, ms: ms}})
+	e.after(e.o.Service, event{kind: evDone, batch: b})
 	return true, nil
 }
 
@@ -644,10 +765,14 @@ func (e *engine) queueEmpty(k int) (time.Duration, bool) {
 // DeleteBatch), their slots freed, and its task fetches again if it was
 // waiting at the threshold.
 func (e *engine) done(b *batch) error {
-	ok := 0
+	ok, poisoned := 0, 0
+	all := b.ms
+	if b.refused != nil || e.aimd != nil {
+		all, poisoned = e.judge(b)
+	}
 	if e.p.CoalesceDeletes {
-		rs := make([]queue.Receipt, len(b.ms))
-		for i, m := range b.ms {
+		rs := make([]queue.Receipt, len(all))
+		for i, m := range all {
 			rs[i] = queue.Receipt{ID: m.ID, PopReceipt: m.PopReceipt}
 		}
 		res, err := e.q.DeleteBatch(e.ctx, rs)
@@ -660,14 +785,16 @@ func (e *engine) done(b *batch) error {
 			}
 		}
 	} else {
-		for _, m := range b.ms {
+		for _, m := range all {
 			if err := e.q.Delete(e.ctx, m.ID, m.PopReceipt); err == nil {
 				ok++
 			}
 		}
 	}
-	e.deleted += int64(ok)
 	e.inQueue -= int64(ok)
+	ok -= poisoned
+	e.poisoned += int64(poisoned)
+	e.deleted += int64(ok)
 	t := b.t
 	t.inFlight -= len(b.ms)
 	e.inFlight -= len(b.ms)
@@ -689,6 +816,11 @@ func (e *engine) done(b *batch) error {
 // release frees n handler slots and grants them to waiting tasks in order,
 // as a weighted semaphore does.
 func (e *engine) release(n int) {
+	if e.aimd != nil {
+		e.used -= max(n, 0)
+		e.grantAdaptive()
+		return
+	}
 	if e.o.Concurrency <= 0 || n <= 0 {
 		return
 	}
@@ -829,6 +961,19 @@ func (e *engine) result(w Workload) Result {
 		Triggers:    e.triggers,
 		Events:      e.events,
 	}
+	r.Poisoned, r.Refused = e.poisoned, e.refused
+	if e.aimd != nil {
+		e.trackLimit()
+		if e.now > 0 {
+			r.MeanLimit = e.limitSum / float64(e.now)
+		}
+		r.EndLimit = e.aimd.Limit()
+	}
+	if n := len(e.doneLat); n > 0 {
+		slices.Sort(e.doneLat)
+		r.P99Done = percentile(e.doneLat, 99)
+	}
+	e.doneLat = nil
 	if n := len(e.latencies); n > 0 {
 		slices.Sort(e.latencies)
 		r.P50 = percentile(e.latencies, 50)
@@ -928,4 +1073,73 @@ func splitmix(x uint64) uint64 {
 	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
 	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
 	return x ^ (x >> 31)
+}
+
+// judge settles a batch's calls to the downstream: each refused one is an
+// overload signal (and, without an adaptive limit, counts towards its
+// message's poisoning: at MaxDequeueCount it goes to the poison queue);
+// each served one a success. It returns the messages to delete (the
+// successes, then the poisoned) and how many were poisoned; a refused
+// message that is not poisoned is left to reappear after its visibility
+// timeout, as the listener leaves it (RetryDelay's default for a 503
+// without Retry-After).
+func (e *engine) judge(b *batch) (del []*queue.Message, poisoned int) {
+	now := e.clk.now
+	start := clock.Epoch.Add(time.Duration(b.start))
+	var bad []*queue.Message
+	for i, m := range b.ms {
+		oc := scaling.Succeeded
+		if b.refused == nil {
+			del = append(del, m) // no downstream: every call succeeds
+		} else if b.refused[i] {
+			oc = scaling.Overloaded
+			e.refused++
+			if e.aimd == nil && m.DequeueCount >= e.o.MaxDequeueCount {
+				bad = append(bad, m)
+			}
+		} else {
+			e.dsBusy--
+			del = append(del, m)
+			if m.InsertedAt.Sub(clock.Epoch) >= e.o.WarmUp {
+				e.doneLat = append(e.doneLat, now.Sub(m.InsertedAt))
+			}
+		}
+		if e.aimd != nil {
+			e.trackLimit()
+			e.aimd.Observe(start, now.Sub(start), oc, e.inFlight, now)
+		}
+	}
+	if e.aimd != nil {
+		e.grantAdaptive()
+	}
+	return append(del, bad...), len(bad)
+}
+
+// trackLimit integrates the adaptive limit over time, for its mean.
+func (e *engine) trackLimit() {
+	e.limitSum += float64(e.aimd.Limit()) * float64(e.now-e.limitAt)
+	e.limitAt = e.now
+}
+
+// grantAdaptive grants waiting tasks their slots, in order, while the
+// adaptive limit leaves max(1, min(limit, batch)/2) free: the listener's
+// take.
+func (e *engine) grantAdaptive() {
+	for len(e.slotWaiters) > 0 {
+		t := e.slotWaiters[0]
+		if t.state != taskWaitSlots {
+			e.slotWaiters = e.slotWaiters[1:]
+			continue
+		}
+		limit := e.aimd.Limit()
+		if limit-e.used < max(1, min(limit, e.p.BatchSize)/2) {
+			return
+		}
+		e.slotWaiters = e.slotWaiters[1:]
+		t.held = min(e.p.BatchSize, limit-e.used)
+		e.used += t.held
+		t.state = taskReady
+		t.gen++
+		e.schedule(event{at: e.now, kind: evTask, task: t, gen: t.gen})
+	}
 }

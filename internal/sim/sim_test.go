@@ -379,7 +379,7 @@ func TestRunRejects(t *testing.T) {
 	if _, err := sim.Run(cctx, ok, ps, sim.Options{}); err == nil {
 		t.Error("a cancelled run returned no error")
 	}
-	if _, err := sim.Lookup([]string{"naive-2"}, 0); err == nil || err.Error() != `sim: policy "naive-2" is not one of adaptq, adaptq-poll, naive-1, naive-200, seed-adaptive, seed-fixed` {
+	if _, err := sim.Lookup([]string{"naive-2"}, 0); err == nil || err.Error() != `sim: policy "naive-2" is not one of adaptq, adaptq-auto, adaptq-poll, adaptq-rate, naive-1, naive-200, seed-adaptive, seed-fixed` {
 		t.Errorf("Lookup: %v", err)
 	}
 }

@@ -113,6 +113,9 @@ queues:
   - url: 'sqlite://`+filepath.Join(t.TempDir(), "q.db")+`?queue=emails'
     handler: jobs
     idle: {max: 200ms}
+    concurrency: auto
+    adaptive_concurrency: {min: 2, max: 30}
+    rate_limit: {per_second: 50}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -208,6 +211,14 @@ func TestStatusPageInABrowser(t *testing.T) {
 		if got := pageText(ctx, row+" ."+cell); got != want {
 			t.Errorf("the row of jobs shows %s %q, want %q", cell, got, want)
 		}
+	}
+
+	// Flow control: the adaptive limit with its bounds, the rate limit.
+	if got := pageText(ctx, `#queues tr[data-queue="emails"] .concurrency`); !strings.Contains(got, "2 of auto 2–30") || !strings.Contains(got, "50/s, burst 32") {
+		t.Errorf("the row of emails shows concurrency %q, want the limit 2 of auto 2–30 and 50/s, burst 32", got)
+	}
+	if got := pageText(ctx, row+" .concurrency"); got != "64" {
+		t.Errorf("the row of jobs shows concurrency %q, want 64", got)
 	}
 
 	// The page reloads itself: a message handled now shows up without a

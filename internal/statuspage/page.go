@@ -67,7 +67,11 @@ type Queue struct {
 	// ActiveTasks run now, IdleTasks of them sleep after an empty get,
 	// TotalTasks were ever started.
 	ActiveTasks, IdleTasks, TotalTasks int
-	Processed, Failed, Poisoned        int64
+	// Concurrency is the handlers the queue may run at once ("12 of
+	// auto 1–64", or "64"); RateLimit its rate limit ("100/s, burst 32"),
+	// empty without one.
+	Concurrency, RateLimit      string
+	Processed, Failed, Poisoned int64
 	// BatchCalls counts a batch handler's calls (0: a handler of one
 	// message); Processed and Failed count messages either way.
 	BatchCalls int64

@@ -155,6 +155,29 @@
 // Blob calls (upload, download, delete, list) are not queue calls: the cost
 // meter does not count them.
 //
+// # Metadata
+//
+// Azure keeps no metadata beside a message, so a message put with metadata
+// (queue.PutOptions.Metadata) carries it in an envelope in front of its
+// body: one line of JSON, a newline, then the body's bytes as they are (or
+// the claim-check envelope of a body stored as a blob), encoded as any
+// body (base64 or text):
+//
+//	{"adaptq":"metadata/v1","size":5,"metadata":{"tenant":"t1"}}
+//	hello
+//
+// size is the length of what follows the newline. Get and Peek take the
+// envelope off, so consumers see the body and Message.Metadata. A message
+// put without metadata is written byte for byte as before, except a body
+// that itself starts with {"adaptq":"metadata/v1": that one is enveloped
+// with no metadata, so it comes back as it went. Bytes that only look
+// like the envelope (a wrong size, other fields, no newline, a key outside
+// the key rule) are read as the body they are. The envelope counts against
+// the 64 KiB message (MetadataLimits): a body that fits inline alone but
+// not with its metadata goes to a blob, the metadata staying in the
+// message; without claim-check it is refused with a *queue.MetadataError
+// before anything is written.
+//
 // # Retries and errors
 //
 // The SDK's retry policy is off (one try per call): the caller's backoff

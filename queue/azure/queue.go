@@ -82,6 +82,7 @@ func (q *Queue) Features() driver.Features {
 		Billed:         true,
 		PricePer10k:    PricePer10k,
 		TimeResolution: time.Second,
+		Metadata:       MetadataLimits,
 	}
 }
 
@@ -259,18 +260,39 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts driver.PutOptions) (s
 	}
 	blobName := ""
 	wire := body
-	if len(body) > enc.inlineLimit() || isEnvelope(body) {
+	md := opts.Metadata
+	envelop := needsMetaEnvelope(body, md)
+	limit := enc.inlineLimit()
+	inline := len(body) <= limit && !isEnvelope(body)
+	if envelop && inline && len(metaLine(md, len(body)))+len(body) > limit {
+		if !q.a.claimCheck() {
+			return "", metaSizeError(len(metaLine(md, len(body)))+len(body), limit)
+		}
+		inline = false
+	}
+	if !inline {
 		if !q.a.claimCheck() {
 			if isEnvelope(body) {
 				return "", fmt.Errorf("%w: body starts like a claim-check envelope (%s…), which only claim-check may send", queue.ErrInvalidArgument, envelopePrefix)
 			}
 			return "", fmt.Errorf("%w: body of %d bytes is over the limit of %d", queue.ErrTooLarge, len(body), enc.inlineLimit())
 		}
+		if envelop {
+			// The metadata stays in the message, beside the claim-check
+			// envelope: checked before the blob is written.
+			cc := q.claimCheckSize(len(body))
+			if n := len(metaLine(md, cc)) + cc; n > limit {
+				return "", metaSizeError(n, limit)
+			}
+		}
 		var err error
 		wire, blobName, err = q.storePayload(ctx, body, ttl)
 		if err != nil {
 			return "", err
 		}
+	}
+	if envelop {
+		wire = append(metaLine(md, len(wire)), wire...)
 	}
 	text, err := enc.encode(wire)
 	if err != nil {
@@ -348,10 +370,12 @@ func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*dr
 		if dm == nil || dm.MessageID == nil || dm.PopReceipt == nil {
 			continue
 		}
+		md, body := openMetaEnvelope(q.a.cfg.Encoding.decode(deref(dm.MessageText)))
 		m := &driver.Message{
 			ID:            *dm.MessageID,
 			PopReceipt:    *dm.PopReceipt,
-			Body:          q.a.cfg.Encoding.decode(deref(dm.MessageText)),
+			Body:          body,
+			Metadata:      md,
 			DequeueCount:  int(deref(dm.DequeueCount)),
 			InsertedAt:    derefTime(dm.InsertionTime),
 			ExpiresAt:     expiry(dm.ExpirationTime),
@@ -564,9 +588,11 @@ func (q *Queue) Peek(ctx context.Context, n int) ([]*driver.Message, error) {
 		if pm == nil || pm.MessageID == nil {
 			continue
 		}
+		md, body := openMetaEnvelope(q.a.cfg.Encoding.decode(deref(pm.MessageText)))
 		ms = append(ms, &driver.Message{
 			ID:           *pm.MessageID,
-			Body:         q.a.cfg.Encoding.decode(deref(pm.MessageText)),
+			Body:         body,
+			Metadata:     md,
 			DequeueCount: int(deref(pm.DequeueCount)),
 			InsertedAt:   derefTime(pm.InsertionTime),
 			ExpiresAt:    expiry(pm.ExpirationTime),

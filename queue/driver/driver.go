@@ -174,6 +174,9 @@ type Features struct {
 	// each 64 KiB of a call's payload is one request); 0 when a call is
 	// one request whatever its size.
 	BillingChunk int
+	// Metadata bounds a message's metadata; zero when the driver stores
+	// none (the portable queue then refuses any).
+	Metadata MetadataLimits
 }
 
 type waitKey struct{}

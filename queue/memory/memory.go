@@ -187,6 +187,7 @@ func (q *memQueue) Features() driver.Features {
 		Siblings:     true,
 		NativeNotify: true,
 		Durability:   driver.InProcess,
+		Metadata:     driver.DefaultMetadataLimits,
 	}
 }
 
@@ -256,7 +257,7 @@ func (q *memQueue) Put(_ context.Context, body []byte, opts driver.PutOptions) (
 	e := &entry{
 		id:        q.s.ids.Add(1),
 		body:      append([]byte(nil), body...),
-		meta:      maps.Clone(opts.Metadata),
+		meta:      driver.CloneMetadata(opts.Metadata),
 		inserted:  now,
 		expires:   addSat(now, ttl),
 		visibleAt: now + int64(opts.InitialVisibilityDelay),

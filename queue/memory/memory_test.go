@@ -18,6 +18,7 @@ func features(maxBatch int) driver.Features {
 	return driver.Features{
 		Name: "memory", MaxBatch: maxBatch, MaxPeek: queue.MaxPeek, MaxBody: queue.DefaultMaxBodySize,
 		ExactCount: true, BatchDelete: true, Siblings: true, NativeNotify: true, Durability: driver.InProcess,
+		Metadata: driver.DefaultMetadataLimits,
 	}
 }
 

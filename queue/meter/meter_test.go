@@ -29,6 +29,7 @@ func TestConformance(t *testing.T) {
 			Advance: c.Advance,
 			Features: driver.Features{
 				MaxPeek: queue.MaxPeek, ExactCount: true, BatchDelete: true, Siblings: true, NativeNotify: true,
+				Metadata: driver.DefaultMetadataLimits,
 			},
 		}
 	})

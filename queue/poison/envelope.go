@@ -149,6 +149,13 @@ type Message struct {
 	Truncated bool
 	SHA256    string
 
+	// Metadata is the original's metadata (nil for none), put back with
+	// it by Requeue. MetadataDropped is set when it did not fit in the
+	// poison queue's limit beside the header and was left out, as the
+	// reason is cut first.
+	Metadata        map[string]string
+	MetadataDropped bool
+
 	// Enveloped is false for a poison message without the envelope
 	// (written before it existed, or by another program): its body is the
 	// whole poison message and every field above but PoisonID, PoisonedAt,
@@ -167,6 +174,10 @@ type header struct {
 	InsertedAt   time.Time  `json:"inserted_at"`
 	ExpiresAt    *time.Time `json:"expires_at,omitempty"`
 	Size         int        `json:"size"`
+	// Metadata is the original's (absent for none); MetadataDropped says
+	// it was left out for the limit. Both versions carry them.
+	Metadata        map[string]string `json:"metadata,omitempty"`
+	MetadataDropped bool              `json:"metadata_dropped,omitempty"`
 	// Version 2 only (Magic2): what follows the header is Stored bytes,
 	// the body compressed (Encoding "deflate-base64": raw DEFLATE in
 	// standard base64, so that the envelope of a text body stays text) or
@@ -201,6 +212,10 @@ func Encode(m Message, maxBody int) ([]byte, error) {
 		ID: m.ID, Queue: m.Queue, DequeueCount: m.DequeueCount, Rule: m.Rule,
 		Reason:   cutReason(cleanReason(m.Reason), MaxReason),
 		FailedAt: m.FailedAt.UTC(), InsertedAt: m.InsertedAt.UTC(), Size: len(m.Body),
+		Metadata: m.Metadata, MetadataDropped: m.MetadataDropped,
+	}
+	if len(h.Metadata) == 0 {
+		h.Metadata = nil
 	}
 	if !m.ExpiresAt.IsZero() {
 		t := m.ExpiresAt.UTC()
@@ -267,6 +282,10 @@ func envelope(magic string, h header, payload []byte, maxBody int) ([]byte, erro
 			out = append(append(append(out, magic...), line...), payload...)
 			return out, nil
 		}
+		if h.Reason == "" && h.Metadata != nil {
+			h.Metadata, h.MetadataDropped = nil, true // the reason went first
+			continue
+		}
 		if h.Reason == "" {
 			return nil, fmt.Errorf("%w: %d bytes of body and header, the limit is %d", ErrTooLarge, n, maxBody)
 		}
@@ -287,6 +306,10 @@ func fitHeader(h *header, maxBody int) ([]byte, error) {
 		n := len(Magic2) + len(line) + 1
 		if maxBody <= 0 || n <= maxBody {
 			return line, nil
+		}
+		if h.Reason == "" && h.Metadata != nil {
+			h.Metadata, h.MetadataDropped = nil, true
+			continue
 		}
 		if h.Reason == "" {
 			return nil, fmt.Errorf("%w: a header of %d bytes, the limit is %d", ErrTooLarge, n-1, maxBody)
@@ -432,6 +455,10 @@ func decodeN(pm *queue.Message, upTo int) Message {
 		m.ExpiresAt = *h.ExpiresAt
 	}
 	m.Body, m.Size, m.Enveloped = body, h.Size, true
+	if len(h.Metadata) > 0 {
+		m.Metadata = h.Metadata
+	}
+	m.MetadataDropped = h.MetadataDropped
 	if h.Truncated {
 		m.Truncated, m.SHA256 = true, h.SHA256
 	}
@@ -485,22 +512,24 @@ func parse(b []byte, upTo int) (header, []byte, bool) {
 // write it: times in RFC 3339 (null when unknown), the body as text when
 // it is valid UTF-8, else base64.
 type messageJSON struct {
-	PoisonID     string     `json:"poison_id"`
-	PoisonedAt   *time.Time `json:"poisoned_at"`
-	ID           string     `json:"id,omitempty"`
-	Queue        string     `json:"queue,omitempty"`
-	DequeueCount int        `json:"dequeue_count"`
-	Rule         Rule       `json:"rule,omitempty"`
-	Reason       string     `json:"reason,omitempty"`
-	FailedAt     *time.Time `json:"failed_at"`
-	InsertedAt   *time.Time `json:"inserted_at"`
-	ExpiresAt    *time.Time `json:"expires_at"`
-	Enveloped    bool       `json:"enveloped"`
-	Size         int        `json:"size"`
-	Truncated    bool       `json:"truncated,omitempty"`
-	SHA256       string     `json:"sha256,omitempty"`
-	Body         *string    `json:"body,omitempty"`
-	BodyBase64   *string    `json:"body_base64,omitempty"`
+	PoisonID        string            `json:"poison_id"`
+	PoisonedAt      *time.Time        `json:"poisoned_at"`
+	ID              string            `json:"id,omitempty"`
+	Queue           string            `json:"queue,omitempty"`
+	DequeueCount    int               `json:"dequeue_count"`
+	Rule            Rule              `json:"rule,omitempty"`
+	Reason          string            `json:"reason,omitempty"`
+	FailedAt        *time.Time        `json:"failed_at"`
+	InsertedAt      *time.Time        `json:"inserted_at"`
+	ExpiresAt       *time.Time        `json:"expires_at"`
+	Enveloped       bool              `json:"enveloped"`
+	Size            int               `json:"size"`
+	Truncated       bool              `json:"truncated,omitempty"`
+	SHA256          string            `json:"sha256,omitempty"`
+	Metadata        map[string]string `json:"metadata,omitempty"`
+	MetadataDropped bool              `json:"metadata_dropped,omitempty"`
+	Body            *string           `json:"body,omitempty"`
+	BodyBase64      *string           `json:"body_base64,omitempty"`
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -526,6 +555,7 @@ func (m Message) MarshalJSON() ([]byte, error) {
 		DequeueCount: m.DequeueCount, Rule: m.Rule, Reason: m.Reason,
 		FailedAt: timePtr(m.FailedAt), InsertedAt: timePtr(m.InsertedAt), ExpiresAt: timePtr(m.ExpiresAt),
 		Enveloped: m.Enveloped, Size: m.Size, Truncated: m.Truncated, SHA256: m.SHA256,
+		Metadata: m.Metadata, MetadataDropped: m.MetadataDropped,
 	}
 	if m.Body != nil {
 		if utf8.Valid(m.Body) {
@@ -550,6 +580,7 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 		DequeueCount: j.DequeueCount, Rule: j.Rule, Reason: j.Reason,
 		FailedAt: timeOf(j.FailedAt), InsertedAt: timeOf(j.InsertedAt), ExpiresAt: timeOf(j.ExpiresAt),
 		Enveloped: j.Enveloped, Size: j.Size, Truncated: j.Truncated, SHA256: j.SHA256,
+		Metadata: j.Metadata, MetadataDropped: j.MetadataDropped,
 	}
 	switch {
 	case j.Body != nil:

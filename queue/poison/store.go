@@ -532,7 +532,7 @@ func Requeue(ctx context.Context, pq *queue.Queue, dest Dest, sel Selection) (Re
 		if sum, ok := put[[2]string{m.Queue, m.ID}]; ok && m.Enveloped && sum == sha256.Sum256(m.Body) {
 			d.Duplicate = true
 		} else {
-			id, err := q.Put(ctx, m.Body, queue.PutOptions{TTL: ttlOf(m)})
+			id, err := q.Put(ctx, m.Body, queue.PutOptions{TTL: ttlOf(m), Metadata: m.Metadata})
 			if err != nil {
 				res.Failed = append(res.Failed, Failure{PoisonID: m.PoisonID, ID: m.ID, Error: fmt.Sprintf("put to %s: %v", q.Name(), err)})
 				return false

@@ -18,6 +18,7 @@ import (
 var features = driver.Features{
 	MaxPeek: queue.MaxPeek, BatchDelete: true, Siblings: true,
 	NativeNotify: true, Durability: driver.PowerLoss, TimeResolution: time.Microsecond,
+	Metadata: driver.DefaultMetadataLimits,
 }
 
 // TestConformance runs the contract's suite on the real server, each case

@@ -69,8 +69,16 @@ func TestMigrateFromVersion1(t *testing.T) {
 		t.Fatalf("Count = %d, %v; want 2", n, err)
 	}
 	ms, err := q.Get(ctx, queue.MaxBatchSize, time.Minute)
-	if err != nil || len(ms) != 2 {
-		t.Fatalf("Get = %d, %v; want the 2 live messages", len(ms), err)
+	if err != nil || len(ms) != 2 || ms[0].Metadata != nil {
+		t.Fatalf("Get = %d, %v; want the 2 live messages, without metadata", len(ms), err)
+	}
+	// Version 3's metadata column takes a message put after the upgrade.
+	md := map[string]string{"tenant": "t1"}
+	if _, err := q.Put(ctx, []byte("new"), queue.PutOptions{Metadata: md}); err != nil {
+		t.Fatal(err)
+	}
+	if ms, err := q.Get(ctx, 1, time.Minute); err != nil || len(ms) != 1 || ms[0].Metadata["tenant"] != "t1" {
+		t.Fatalf("Get after a put with metadata = %+v, %v", ms, err)
 	}
 }
 

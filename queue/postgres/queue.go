@@ -35,6 +35,7 @@ func (q *pgQueue) Features() driver.Features {
 		BatchDelete:    true,
 		Siblings:       true,
 		NativeNotify:   true,
+		Metadata:       driver.DefaultMetadataLimits,
 		Durability:     driver.PowerLoss,
 		TimeResolution: time.Microsecond,
 	}
@@ -86,14 +87,15 @@ func (q *pgQueue) Put(ctx context.Context, body []byte, opts driver.PutOptions) 
 	if body == nil {
 		body = []byte{}
 	}
+	meta := driver.EncodeMetadata(opts.Metadata) // nil: NULL
 	lim := &q.st.n
 	notify := lim.claim(wallNow(), q.db.notify)
 	var id int64
 	var err error
 	if notify {
-		err = q.db.pool.QueryRow(ctx, q.db.sql.putNotify, q.db.nowArg(), q.st.id, micros(opts.InitialVisibilityDelay), ttl, body, q.db.channel, q.st.name).Scan(&id)
+		err = q.db.pool.QueryRow(ctx, q.db.sql.putNotify, q.db.nowArg(), q.st.id, micros(opts.InitialVisibilityDelay), ttl, body, meta, q.db.channel, q.st.name).Scan(&id)
 	} else {
-		err = q.db.pool.QueryRow(ctx, q.db.sql.put, q.db.nowArg(), q.st.id, micros(opts.InitialVisibilityDelay), ttl, body).Scan(&id)
+		err = q.db.pool.QueryRow(ctx, q.db.sql.put, q.db.nowArg(), q.st.id, micros(opts.InitialVisibilityDelay), ttl, body, meta).Scan(&id)
 	}
 	if err != nil {
 		if notify {
@@ -124,10 +126,17 @@ func (q *pgQueue) Get(ctx context.Context, n int, visibility time.Duration) (_ [
 			id, receipt int64
 			m           driver.Message
 			expires     *time.Time
+			meta        []byte
 		)
-		if err := rows.Scan(&id, &receipt, &m.DequeueCount, &m.InsertedAt, &expires, &m.NextVisibleAt, &m.Body); err != nil {
+		if err := rows.Scan(&id, &receipt, &m.DequeueCount, &m.InsertedAt, &expires, &m.NextVisibleAt, &m.Body, &meta); err != nil {
 			rows.Close()
 			return nil, err
+		}
+		if meta != nil {
+			if m.Metadata, err = driver.DecodeMetadata(meta); err != nil {
+				rows.Close()
+				return nil, err
+			}
 		}
 		m.ID = strconv.FormatInt(id, 10)
 		m.PopReceipt = formatReceipt(receipt)
@@ -434,10 +443,17 @@ func (q *pgQueue) peekRows(rows pgx.Rows, err error) ([]*driver.Message, error) 
 			id      int64
 			m       driver.Message
 			expires *time.Time
+			meta    []byte
 		)
-		if err := rows.Scan(&id, &m.DequeueCount, &m.InsertedAt, &expires, &m.NextVisibleAt, &m.Body); err != nil {
+		if err := rows.Scan(&id, &m.DequeueCount, &m.InsertedAt, &expires, &m.NextVisibleAt, &m.Body, &meta); err != nil {
 			rows.Close()
 			return nil, err
+		}
+		if meta != nil {
+			if m.Metadata, err = driver.DecodeMetadata(meta); err != nil {
+				rows.Close()
+				return nil, err
+			}
 		}
 		m.ID = strconv.FormatInt(id, 10)
 		if expires != nil {

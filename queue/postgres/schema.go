@@ -14,7 +14,7 @@ import (
 )
 
 // SchemaVersion is the newest schema this package writes and reads.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // ErrSchemaTooNew: the database schema was written by a newer version of
 // this package; upgrade the program rather than run it against a schema it
@@ -86,6 +86,9 @@ ALTER TABLE {s}.bodies ADD COLUMN queue_id int, ADD COLUMN expires_at timestampt
 UPDATE {s}.bodies b SET queue_id = m.queue_id, expires_at = m.expires_at
 FROM {s}.messages m WHERE m.id = b.id;
 CREATE INDEX bodies_expiry ON {s}.bodies (queue_id, expires_at);
+`},
+	{3, "a message's metadata beside its body, NULL for none", `
+ALTER TABLE {s}.bodies ADD COLUMN meta jsonb;
 `},
 }
 

@@ -54,7 +54,7 @@ WITH m AS (
 	        {now})
 	RETURNING id, expires_at
 ), b AS (
-	INSERT INTO {s}.bodies (id, body, queue_id, expires_at) SELECT id, $5, $2, expires_at FROM m
+	INSERT INTO {s}.bodies (id, body, queue_id, expires_at, meta) SELECT id, $5, $2, expires_at, $6::jsonb FROM m
 ), c AS (
 	UPDATE {s}.counts SET n = n + 1 WHERE queue_id = $2 AND shard = {shard}
 )`
@@ -77,7 +77,7 @@ SELECT id FROM q LIMIT 1`),
 		// count, and (putNotify) the notification, which PostgreSQL sends
 		// when the statement commits.
 		put:       f(put + `SELECT id FROM m`),
-		putNotify: f(put + `, n AS (SELECT pg_notify($6, $7)) SELECT m.id FROM m, n`),
+		putNotify: f(put + `, n AS (SELECT pg_notify($7, $8)) SELECT m.id FROM m, n`),
 		notify:    `SELECT pg_notify($1, $2)`,
 
 		// A Get is one statement: lock up to $3 visible messages, oldest
@@ -103,12 +103,12 @@ WITH {async}picked AS (
 	WHERE m.ctid = ANY (ARRAY(SELECT ctid FROM picked)) AND m.id = picked.id
 	RETURNING m.id, m.receipt, m.dequeue_count, m.inserted_at, m.expires_at, m.visible_at, picked.visible_at AS was_visible_at
 )
-SELECT got.id, got.receipt, got.dequeue_count, got.inserted_at, nullif(got.expires_at, 'infinity'), got.visible_at, b.body
+SELECT got.id, got.receipt, got.dequeue_count, got.inserted_at, nullif(got.expires_at, 'infinity'), got.visible_at, b.body, b.meta
 FROM {and_async}got JOIN {s}.bodies b ON b.id = got.id
 ORDER BY got.was_visible_at, got.id`),
 
 		peek: f(`
-SELECT m.id, m.dequeue_count, m.inserted_at, nullif(m.expires_at, 'infinity'), m.visible_at, b.body
+SELECT m.id, m.dequeue_count, m.inserted_at, nullif(m.expires_at, 'infinity'), m.visible_at, b.body, b.meta
 FROM {s}.messages m JOIN {s}.bodies b ON b.id = m.id
 WHERE m.queue_id = $2 AND m.visible_at <= {now} AND m.expires_at > {now}
 ORDER BY m.visible_at, m.id
@@ -117,7 +117,7 @@ LIMIT $3`),
 		// PeekAfter: a page of the visible messages whose id is above $4,
 		// in id order (the order they were put).
 		peekAfter: f(`
-SELECT m.id, m.dequeue_count, m.inserted_at, nullif(m.expires_at, 'infinity'), m.visible_at, b.body
+SELECT m.id, m.dequeue_count, m.inserted_at, nullif(m.expires_at, 'infinity'), m.visible_at, b.body, b.meta
 FROM {s}.messages m JOIN {s}.bodies b ON b.id = m.id
 WHERE m.queue_id = $2 AND m.id > $4 AND m.visible_at <= {now} AND m.expires_at > {now}
 ORDER BY m.id

@@ -16,6 +16,7 @@ import (
 var features = driver.Features{
 	MaxPeek: queue.MaxPeek, ExactCount: true, BatchDelete: true, Siblings: true,
 	NativeNotify: true, Durability: driver.ServerMemory, TimeResolution: time.Microsecond,
+	Metadata: driver.DefaultMetadataLimits,
 }
 
 // harness opens queues on the test server under a prefix of their own.
@@ -72,14 +73,15 @@ func TestConformance(t *testing.T) {
 }
 
 // TestConformanceServerClock runs it again on the server's own clock, the
-// production setting: the time-based cases sleep, in whole seconds, so it
-// runs beside the other tests and not in -short mode.
+// production setting: the time-based cases sleep, in whole seconds, so its
+// cases run in parallel (each on a key prefix of its own), beside the
+// other tests, and not in -short mode.
 func TestConformanceServerClock(t *testing.T) {
 	if testing.Short() {
 		t.Skip("sleeps for about a minute; the virtual-time run covers the contract in -short mode")
 	}
 	t.Parallel()
-	queuetest.Run(t, func(t *testing.T) *queuetest.Harness {
+	queuetest.RunParallel(t, func(t *testing.T) *queuetest.Harness {
 		return harness(t, nil)
 	})
 }

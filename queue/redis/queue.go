@@ -40,6 +40,7 @@ func (q *redisQueue) Features() driver.Features {
 		Siblings:       true,
 		NativeNotify:   true,
 		Durability:     driver.ServerMemory,
+		Metadata:       driver.DefaultMetadataLimits,
 		TimeResolution: time.Microsecond,
 	}
 }
@@ -195,12 +196,13 @@ func (q *redisQueue) Put(ctx context.Context, body []byte, opts driver.PutOption
 	until := start.Add(putResendWindow)
 	id := ids.newID(wallNow())
 	now := q.c.now()
+	meta := driver.EncodeMetadata(opts.Metadata) // nil: sent as ""
 	args := func(ttl, delay time.Duration) []any {
 		t := int64(-1)
 		if expires {
 			t = us(ttl)
 		}
-		return []any{id, body, t, us(delay), sweep, now}
+		return []any{id, body, t, us(delay), sweep, now, meta}
 	}
 	first := true
 	v, err := q.againWith(ctx, putScript, q.keys3, until, func() []any {
@@ -268,11 +270,11 @@ func (q *redisQueue) get(ctx context.Context, n int, visibility time.Duration) (
 		return nil, false, err
 	}
 	a, ok := v.([]any)
-	if !ok || len(a) < 2 || (len(a)-2)%5 != 0 {
+	if !ok || len(a) < 2 || (len(a)-2)%6 != 0 {
 		return nil, false, fmt.Errorf("unexpected reply to get: %T of %d", v, len(a))
 	}
 	more := toInt(a[1]) == 1
-	k := (len(a) - 2) / 5
+	k := (len(a) - 2) / 6
 	if k == 0 {
 		return nil, more, nil
 	}
@@ -280,7 +282,7 @@ func (q *redisQueue) get(ctx context.Context, n int, visibility time.Duration) (
 	ms := make([]driver.Message, k)
 	out := make([]*driver.Message, k)
 	for i := range k {
-		f := a[2+5*i : 7+5*i]
+		f := a[2+6*i : 8+6*i]
 		id, _ := f[0].(string)
 		body, _ := f[1].(string)
 		ms[i] = driver.Message{
@@ -291,6 +293,11 @@ func (q *redisQueue) get(ctx context.Context, n int, visibility time.Duration) (
 			InsertedAt:    time.UnixMicro(toInt(f[3])),
 			ExpiresAt:     expires(toInt(f[4])),
 			NextVisibleAt: until,
+		}
+		if md, ok := f[5].(string); ok {
+			if ms[i].Metadata, err = driver.DecodeMetadata([]byte(md)); err != nil {
+				return nil, false, err
+			}
 		}
 		out[i] = &ms[i]
 	}
@@ -391,7 +398,7 @@ func (q *redisQueue) Peek(ctx context.Context, n int) ([]*driver.Message, error)
 			return nil, err
 		}
 		a, ok := v.([]any)
-		if !ok || len(a) < 1 || (len(a)-1)%6 != 0 {
+		if !ok || len(a) < 1 || (len(a)-1)%7 != 0 {
 			return nil, fmt.Errorf("unexpected reply to peek: %T", v)
 		}
 		if toInt(a[0]) == 1 {
@@ -400,11 +407,18 @@ func (q *redisQueue) Peek(ctx context.Context, n int) ([]*driver.Message, error)
 			}
 			continue
 		}
-		out := make([]*driver.Message, 0, (len(a)-1)/6)
-		for i := 1; i < len(a); i += 6 {
+		out := make([]*driver.Message, 0, (len(a)-1)/7)
+		for i := 1; i < len(a); i += 7 {
 			id, _ := a[i].(string)
 			body, _ := a[i+1].(string)
+			var md map[string]string
+			if m, ok := a[i+6].(string); ok {
+				if md, err = driver.DecodeMetadata([]byte(m)); err != nil {
+					return nil, err
+				}
+			}
 			out = append(out, &driver.Message{
+				Metadata:      md,
 				ID:            id,
 				Body:          []byte(body),
 				DequeueCount:  int(toInt(a[i+2])),

@@ -224,7 +224,8 @@ func script(body string, helpers ...string) *goredis.Script {
 }
 
 // putScript: KEYS z, x, w; ARGV id, body, ttl µs (-1: none), delay µs,
-// sweep limit, now. Returns {id, inserted µs}.
+// sweep limit, now, metadata ("" for none: the hash then has no m field).
+// Returns {id, inserted µs}.
 //
 // The id is the client's. A message with that id, or its tombstone, means
 // another send of the same put came first (the put sent again after its
@@ -245,7 +246,11 @@ sweep(now, tonumber(ARGV[5]))
 local ttl = tonumber(ARGV[3])
 local e = 0
 if ttl >= 0 then e = now + ttl end
-redis.call('HSET', h, 'b', ARGV[2], 'r', '', 'd', 0, 'i', now, 'e', e)
+if ARGV[7] == '' then
+  redis.call('HSET', h, 'b', ARGV[2], 'r', '', 'd', 0, 'i', now, 'e', e)
+else
+  redis.call('HSET', h, 'b', ARGV[2], 'r', '', 'd', 0, 'i', now, 'e', e, 'm', ARGV[7])
+end
 local vis = now + tonumber(ARGV[4])
 redis.call('ZADD', z, vis, id)
 if e > 0 then redis.call('ZADD', x, e, id) end
@@ -264,7 +269,7 @@ return {id, now}
 
 // getScript: KEYS z, x, w; ARGV n, visibility µs, receipt nonce, sweep
 // limit, now. Returns {until, more, id1, body1, dequeues1, inserted1,
-// expires1, id2, …}; the receipt of the k-th message (from 1) is nonce .. k.
+// expires1, metadata1 (nil for none), id2, …}; the receipt of the k-th message (from 1) is nonce .. k.
 // more is 1 when the batch is short and the sweep stopped at its limit:
 // expired messages may still hide live ones, and the caller calls again.
 //
@@ -283,7 +288,7 @@ local hide, gone = {}, {}
 local k = 0
 for _, id in ipairs(ids) do
   local h = mkey(id)
-  local f = redis.call('HMGET', h, 'b', 'd', 'i', 'e')
+  local f = redis.call('HMGET', h, 'b', 'd', 'i', 'e', 'm')
   if f[1] and (f[4] == '0' or tonumber(f[4]) > now) then
     k = k + 1
     local d = tonumber(f[2]) + 1
@@ -295,6 +300,7 @@ for _, id in ipairs(ids) do
     out[#out + 1] = d
     out[#out + 1] = f[3]
     out[#out + 1] = f[4]
+    out[#out + 1] = f[5]
   else
     -- expired, or a stray id without its hash
     if f[1] then redis.call('DEL', h) end
@@ -382,7 +388,7 @@ return 1
 `, luaKeys, luaClock, luaHeld, luaMs, luaMark)
 
 // peekScript: KEYS z, x; ARGV n, sweep limit, now. Returns {more, id,
-// body, dequeues, inserted, expires, visible-at, …} for up to n visible,
+// body, dequeues, inserted, expires, visible-at, metadata (nil for none), …} for up to n visible,
 // unexpired messages, oldest first. It first drops expired messages, up to
 // the limit: if it reached it, more may remain, and it returns {1} alone
 // for the caller to call again; else {0, …}. It changes nothing else.
@@ -394,7 +400,7 @@ local n = tonumber(ARGV[1])
 local out = {0}
 local ids = redis.call('ZRANGEBYSCORE', z, '-inf', now, 'WITHSCORES', 'LIMIT', 0, n)
 for j = 1, #ids, 2 do
-  local f = redis.call('HMGET', mkey(ids[j]), 'b', 'd', 'i', 'e')
+  local f = redis.call('HMGET', mkey(ids[j]), 'b', 'd', 'i', 'e', 'm')
   if f[1] and (f[4] == '0' or tonumber(f[4]) > now) then
     out[#out + 1] = ids[j]
     out[#out + 1] = f[1]
@@ -402,6 +408,7 @@ for j = 1, #ids, 2 do
     out[#out + 1] = f[3]
     out[#out + 1] = f[4]
     out[#out + 1] = ids[j + 1]
+    out[#out + 1] = f[5]
   end
 end
 return out

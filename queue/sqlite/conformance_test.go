@@ -53,7 +53,7 @@ func TestConformance(t *testing.T) {
 			Advance: c.Advance,
 			Features: driver.Features{
 				MaxPeek: queue.MaxPeek, ExactCount: true, BatchDelete: true, Siblings: true,
-				Durability: driver.ProcessCrash,
+				Durability: driver.ProcessCrash, Metadata: driver.DefaultMetadataLimits,
 			},
 			Reopen: func(context.Context) error {
 				mu.Lock()

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"sync"
 )
 
@@ -27,6 +28,7 @@ type putGroup struct {
 type putReq struct {
 	qid, insertedAt, visibleAt, expiresAt int64
 	body                                  []byte
+	meta                                  []byte // EncodeMetadata's; nil for none
 
 	taken bool          // in a transaction being written (under putGroup.mu)
 	done  bool          // id and err are set; written before wake is sent
@@ -131,6 +133,7 @@ func (db *DB) insert(group []*putReq) ([]int64, error) {
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 	put, putBody := tx.StmtContext(ctx, db.st.put), tx.StmtContext(ctx, db.st.putBody)
+	var putMeta *sql.Stmt // prepared in the transaction for the first message with metadata
 	for i, r := range group {
 		res, err := put.ExecContext(ctx, r.qid, r.insertedAt, r.visibleAt, r.expiresAt)
 		if err != nil {
@@ -139,7 +142,14 @@ func (db *DB) insert(group []*putReq) ([]int64, error) {
 		if ids[i], err = res.LastInsertId(); err != nil {
 			return nil, err
 		}
-		if _, err := putBody.ExecContext(ctx, ids[i], r.body); err != nil {
+		if r.meta != nil {
+			if putMeta == nil {
+				putMeta = tx.StmtContext(ctx, db.st.putBodyMeta)
+			}
+			if _, err := putMeta.ExecContext(ctx, ids[i], r.body, r.meta); err != nil {
+				return nil, err
+			}
+		} else if _, err := putBody.ExecContext(ctx, ids[i], r.body); err != nil {
 			return nil, err
 		}
 	}

@@ -55,6 +55,10 @@ var migrations = []string{
 	ALTER TABLE queues ADD COLUMN depth INTEGER NOT NULL DEFAULT 0; -- rows in messages, expired ones included
 	UPDATE queues SET depth = (SELECT count(*) FROM messages WHERE queue_id = queues.id);
 	CREATE INDEX messages_expiry ON messages (queue_id, expires_at);`,
+
+	// Version 3: a message's metadata (driver.EncodeMetadata's JSON) beside
+	// its body; NULL for a message without any, which costs nothing.
+	`ALTER TABLE bodies ADD COLUMN meta BLOB;`,
 }
 
 // schemaVersion is the version this build writes and understands.

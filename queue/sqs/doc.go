@@ -123,6 +123,16 @@
 // message size, less room for the driver's attributes (786,240 bytes at 1
 // MiB). Text bodies are held to the same limit.
 //
+// # Metadata
+//
+// A message's metadata (queue.PutOptions.Metadata) travels as message
+// attributes of type String, beside the driver's own (adaptq-encoding,
+// adaptq-ttl), so consumers in other languages read it as attributes: at
+// most 8 (SQS's 10 less the driver's two), and body and metadata share
+// the message size (MetadataLimits). Get receives every attribute: another
+// producer's String and Number attributes come as Message.Metadata,
+// Binary ones and the driver's own do not.
+//
 // # Cost
 //
 // Every call is a billed request, $0.40 per million (PricePer10k), and

@@ -43,6 +43,17 @@ const (
 	attrReserve = 256
 )
 
+// MetadataLimits are SQS's for a message's metadata, sent as message
+// attributes of type String: 10 attributes a message, less the driver's
+// own two (AttrEncoding, AttrTTL); names up to 256 characters; and every
+// attribute's name, type and value count against the message size, so
+// body and metadata together must fit Features().MaxBody. Values are
+// bounded as on the other engines.
+var MetadataLimits = driver.MetadataLimits{
+	MaxPairs: 8, MaxKey: driver.MaxMetadataKey, MaxValue: driver.DefaultMetadataValue,
+	InBody: true, PairOverhead: len("String"),
+}
+
 // Message attributes the driver writes. Other producers may leave them
 // out: a body without adaptq-encoding is text, one without adaptq-ttl
 // lives as long as the queue keeps messages.
@@ -109,6 +120,7 @@ func (q *Queue) Features() driver.Features {
 		LaxReceipts:    true,
 		ServerPoison:   q.redrive != "",
 		BillingChunk:   BillingChunk,
+		Metadata:       MetadataLimits,
 	}
 }
 
@@ -240,6 +252,9 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts driver.PutOptions) (s
 		}
 		in.DelaySeconds = seconds(d)
 	}
+	for k, v := range opts.Metadata {
+		in.MessageAttributes[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+	}
 	if len(in.MessageAttributes) == 0 {
 		in.MessageAttributes = nil
 	}
@@ -277,7 +292,7 @@ func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*dr
 		VisibilityTimeout:           seconds(visibility),
 		WaitTimeSeconds:             int32(wait / time.Second),
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameSentTimestamp, types.MessageSystemAttributeNameApproximateReceiveCount},
-		MessageAttributeNames:       []string{AttrEncoding, AttrTTL},
+		MessageAttributeNames:       []string{"All"}, // the driver's own and the metadata
 	}
 	rctx, cancel := q.c.ctx(ctx, wait)
 	defer cancel()
@@ -311,6 +326,7 @@ func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*dr
 			continue
 		}
 		m.Body = decodeBody(aws.ToString(sm.Body), sm.MessageAttributes[AttrEncoding].StringValue)
+		m.Metadata = metadata(sm.MessageAttributes)
 		m.PopReceipt = joinReceipt(m.ExpiresAt, q.name, *sm.ReceiptHandle)
 		ms = append(ms, m)
 	}
@@ -318,6 +334,26 @@ func (q *Queue) Get(ctx context.Context, n int, visibility time.Duration) ([]*dr
 		q.deleteExpired(context.WithoutCancel(ctx), expired)
 	}
 	return ms, nil
+}
+
+// metadata is a message's attributes but the driver's own: those of type
+// String or Number (and their custom subtypes), as text; Binary ones are
+// left out. Nil for none.
+func metadata(attrs map[string]types.MessageAttributeValue) map[string]string {
+	var md map[string]string
+	for k, a := range attrs {
+		if a.StringValue == nil || strings.HasPrefix(strings.ToLower(k), driver.ReservedMetadataPrefix) {
+			continue
+		}
+		if t := aws.ToString(a.DataType); !strings.HasPrefix(t, "String") && !strings.HasPrefix(t, "Number") {
+			continue
+		}
+		if md == nil {
+			md = make(map[string]string, len(attrs))
+		}
+		md[k] = *a.StringValue
+	}
+	return md
 }
 
 // decodeBody reverses Put's encoding.
