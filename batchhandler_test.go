@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,7 +59,14 @@ queues:
     batch_handler: {max: 40, wait: 50ms}
     max_dequeue_count: 1
 `)
-	w, err := New(cfg, WithLogger(zap.NewNop()))
+	var wrapped atomic.Int64
+	count := func(next handler.BatchFunc) handler.BatchFunc {
+		return func(ctx context.Context, ms []*queue.Message) []error {
+			wrapped.Add(1)
+			return next(ctx, ms)
+		}
+	}
+	w, err := New(cfg, WithLogger(zap.NewNop()), WithBatchMiddleware(count))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,8 +114,8 @@ queues:
 		}
 	}
 	mu.Unlock()
-	if int64(calls) != st.Calls {
-		t.Errorf("%d calls seen, Stats.Calls %d", calls, st.Calls)
+	if int64(calls) != st.Calls || wrapped.Load() != st.Calls {
+		t.Errorf("%d calls seen, %d through WithBatchMiddleware, Stats.Calls %d", calls, wrapped.Load(), st.Calls)
 	}
 	if o := l.Options(); o.BatchMax != 40 || o.BatchWait != 50*time.Millisecond || o.Concurrency != listener.DefaultBatchConcurrency {
 		t.Errorf("listener options: max %d, wait %s, concurrency %d", o.BatchMax, o.BatchWait, o.Concurrency)
