@@ -172,6 +172,10 @@ func (r *tortureRun) handle(ctx context.Context, m *queue.Message) error {
 		return errors.New("injected handler error")
 	case x < 85 && early:
 		panic("injected handler panic")
+	case x < 87 && early:
+		// The downstream says it is overloaded: under an adaptive limit
+		// the delivery is excused from poisoning and cuts the limit.
+		return handler.Overloaded(errors.New("injected overload"))
 	case x < 89:
 		return handler.Permanent(errors.New("injected permanent failure"))
 	case x < 94:
@@ -251,6 +255,15 @@ func runTorture(t *testing.T, seed uint64) (listener.Stats, int) {
 	if rng.IntN(4) > 0 {
 		o.Poison = pois
 	}
+	// Flow control: a rate limit (fast enough that a schedule still ends
+	// in seconds) and an adaptive concurrency, each on some schedules.
+	if rng.IntN(3) == 0 {
+		o.RateLimit = listener.RateLimit{PerSecond: float64(100 + rng.IntN(2000)), Burst: rng.IntN(batch + 1)}
+	}
+	if rng.IntN(3) == 0 {
+		lo := 1 + rng.IntN(3)
+		o.Adaptive = &scaling.AIMDOptions{Min: lo, Max: lo + rng.IntN(o.Concurrency+1)}
+	}
 	// A third of the schedules run a batch handler (its own generator, so
 	// that a seed's other choices stay what they were).
 	brng := rand.New(rand.NewPCG(seed, 2))
@@ -258,6 +271,7 @@ func runTorture(t *testing.T, seed uint64) (listener.Stats, int) {
 		o.BatchMax = 1 + brng.IntN(80)
 		o.BatchWait = time.Duration(brng.IntN(20)) * time.Millisecond
 		o.Concurrency = 1 + brng.IntN(4)
+		o.Adaptive = nil // a batch handler's concurrency counts calls, fixed
 	}
 	r.o = o
 	var l *listener.Listener
