@@ -99,6 +99,7 @@ var Sections = []Spec{
 	{Key: "steady", Title: "Pickup at steady rates", Run: steadyRatesSection},
 	{Key: "trigger", Title: "Push trigger", Run: trigger},
 	{Key: "postgres", Title: "PostgreSQL: adaptq's driver vs River", Run: postgresSection},
+	{Key: "txput", Title: "PostgreSQL: enqueue in the application's transaction, adaptq PutTx vs River InsertTx", Run: txPutSection},
 	{Key: "redis", Title: "Redis: adaptq's driver vs asynq", Run: redisSection},
 	{Key: "sqlite", Title: "Embedded SQLite: backlogs, space, two processes", Run: sqliteSection},
 }

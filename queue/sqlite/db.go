@@ -110,10 +110,11 @@ func WithBusyTimeout(d time.Duration) Option {
 // DB is one SQLite database file holding any number of queues. It is safe
 // for concurrent use; see the package doc for its concurrency model.
 type DB struct {
-	path    string
-	clock   queue.Clock
-	maxBody int
-	sync    Sync
+	path        string
+	clock       queue.Clock
+	maxBody     int
+	sync        Sync
+	busyTimeout time.Duration
 
 	w *sql.DB // writes: exactly one connection
 	r *sql.DB // Peek and Count: read-only connections
@@ -166,7 +167,7 @@ func Open(path string, opts ...Option) (*DB, error) {
 	if err := os.MkdirAll(filepath.Dir(abs), 0o750); err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
-	db := &DB{path: abs, clock: o.clock, maxBody: o.maxBody, sync: o.sync, queues: map[string]int64{}}
+	db := &DB{path: abs, clock: o.clock, maxBody: o.maxBody, sync: o.sync, busyTimeout: o.busyTimeout, queues: map[string]int64{}}
 	if err := db.open(o.busyTimeout, o.sync); err != nil {
 		db.closePools()
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, classify(err))

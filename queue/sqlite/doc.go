@@ -24,7 +24,8 @@
 // Source files: doc.go (this), db.go (Open, options, connection pools,
 // prepared statements), schema.go (the versioned schema and its migrations),
 // queue.go (the queue.Queue implementation and its SQL), group.go (Puts
-// sharing commits), vacuum.go (giving a drained file's space back), url.go
+// sharing commits), tx.go (puts and deletes in the application's
+// transaction, DB.SQL), vacuum.go (giving a drained file's space back), url.go
 // (the sqlite:// scheme).
 //
 // The database file is an ordinary SQLite database in WAL mode: name.db plus
