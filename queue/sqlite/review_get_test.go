@@ -347,10 +347,12 @@ func TestGetThatFailsHidesNothing(t *testing.T) {
 	}
 }
 
-// TestCancelledDeleteBatchUnderLock: a DeleteBatch whose ctx ends while it
-// waits for another connection's write lock fails and deletes nothing,
-// then or later: the messages stay deletable with their receipts, and
-// the calls after it are not interrupted.
+// TestCancelledDeleteBatchUnderLock: a DeleteBatch whose ctx is cancelled
+// as it starts, while another connection holds the write lock (the cancel
+// lands before the call or during its wait for the lock, whichever comes
+// first), fails and deletes nothing, then or later: the messages stay
+// deletable with their receipts, and the calls after it are not
+// interrupted.
 func TestCancelledDeleteBatchUnderLock(t *testing.T) {
 	db, _, path := newDB(t)
 	q := mustQueue(t, db, "cancel")
