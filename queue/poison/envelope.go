@@ -157,9 +157,11 @@ type Message struct {
 	MetadataDropped bool
 
 	// Enveloped is false for a poison message without the envelope
-	// (written before it existed, or by another program): its body is the
-	// whole poison message and every field above but PoisonID, PoisonedAt,
-	// Body and Size is unknown.
+	// (written before it existed, by another program, or moved by the
+	// backend's own redrive, as SQS's RedrivePolicy does): its body is the
+	// whole poison message, its Metadata the poison message's own (SQS
+	// moves the attributes with the message), and every field above but
+	// PoisonID, PoisonedAt, Body, Size and Metadata is unknown.
 	Enveloped bool
 }
 
@@ -447,6 +449,7 @@ func decodeN(pm *queue.Message, upTo int) Message {
 	m := Message{PoisonID: pm.ID, PoisonedAt: pm.InsertedAt, Body: pm.Body, Size: len(pm.Body)}
 	h, body, ok := parse(pm.Body, upTo)
 	if !ok {
+		m.Metadata = pm.Metadata // a bare message's own, which Requeue puts back
 		return m
 	}
 	m.ID, m.Queue, m.DequeueCount, m.Rule, m.Reason = h.ID, h.Queue, h.DequeueCount, h.Rule, h.Reason
