@@ -122,3 +122,22 @@ func TestRequeueKeepsABareMessagesMetadata(t *testing.T) {
 		}
 	})
 }
+
+// Metadata is left out only when the body does not fit beside it even
+// compressed: a body that fits verbatim alone but compressed beside the
+// metadata is compressed, and the metadata kept for Requeue.
+func TestEnvelopeCompressesBeforeDroppingMetadata(t *testing.T) {
+	t.Parallel()
+	body := bytes.Repeat([]byte("compressible "), 500) // 6,500 bytes
+	in := sample(body)
+	in.Metadata = map[string]string{"big": strings.Repeat("v", 2000)}
+	b, err := poison.Encode(in, 7000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := poison.Decode(&queue.Message{ID: "p", Body: b})
+	if !out.Enveloped || !bytes.Equal(out.Body, body) || !maps.Equal(out.Metadata, in.Metadata) || out.MetadataDropped {
+		t.Fatalf("decoded %d bytes (enveloped %v) with %d pairs of metadata (dropped %v); want the %d-byte body with its metadata",
+			len(out.Body), out.Enveloped, len(out.Metadata), out.MetadataDropped, len(body))
+	}
+}
