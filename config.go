@@ -677,6 +677,11 @@ func decode(path string, raw any, dst reflect.Value) []string {
 		}
 		n := reflect.New(reflect.TypeOf(0)).Elem()
 		decode(path, raw, n)
+		if n.Int() < 0 {
+			// -1 is ConcurrencyAuto's value: written as a number it is a
+			// mistake, not "auto".
+			return []string{fmt.Sprintf("%s: %d is below 1 (or %s, to adapt it)", path, n.Int(), concurrencyAutoText)}
+		}
 		dst.SetInt(n.Int())
 	case t.Kind() == reflect.Struct:
 		m, ok := raw.(map[string]any)

@@ -80,7 +80,11 @@ func (o Options) validateFlow() error {
 	case r.Burst > 0 && r.PerSecond == 0:
 		return fmt.Errorf("listener: rate_limit.burst: %d is set without rate_limit.per_second", r.Burst)
 	}
-	if a := o.Adaptive; a != nil {
+	if o.Adaptive != nil {
+		a := *o.Adaptive
+		if a.Max == 0 {
+			a.Max = o.Concurrency // as newSlots does, not scaling's default
+		}
 		if err := a.Validate(); err != nil {
 			return fmt.Errorf("listener: adaptive concurrency: %w", err)
 		}

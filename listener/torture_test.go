@@ -172,6 +172,10 @@ func (r *tortureRun) handle(ctx context.Context, m *queue.Message) error {
 		return errors.New("injected handler error")
 	case x < 85 && early:
 		panic("injected handler panic")
+	case x < 87 && early:
+		// The downstream says it is overloaded: under an adaptive limit
+		// the delivery is excused from poisoning and cuts the limit.
+		return handler.Overloaded(errors.New("injected overload"))
 	case x < 89:
 		return handler.Permanent(errors.New("injected permanent failure"))
 	case x < 94:
@@ -229,6 +233,15 @@ func runTorture(t *testing.T, seed uint64) (listener.Stats, int) {
 	}
 	if rng.IntN(4) > 0 {
 		o.Poison = pois
+	}
+	// Flow control: a rate limit (fast enough that a schedule still ends
+	// in seconds) and an adaptive concurrency, each on some schedules.
+	if rng.IntN(3) == 0 {
+		o.RateLimit = listener.RateLimit{PerSecond: float64(100 + rng.IntN(2000)), Burst: rng.IntN(batch + 1)}
+	}
+	if rng.IntN(3) == 0 {
+		lo := 1 + rng.IntN(3)
+		o.Adaptive = &scaling.AIMDOptions{Min: lo, Max: lo + rng.IntN(o.Concurrency+1)}
 	}
 	r.o = o
 	l, err := listener.New(r.lq, r.handle, o)
