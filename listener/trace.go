@@ -58,16 +58,54 @@ func (b *batch) traceStart(ctx context.Context, i int) context.Context {
 		return ctx
 	}
 	ctx, s := b.l.tracer.Start(ctx, b.msgs[i])
-	if s == nil {
-		return ctx
+	if s != nil {
+		b.setSpan(i, s)
 	}
+	return ctx
+}
+
+// setSpan makes s message i's span.
+func (b *batch) setSpan(i int, s MessageSpan) {
 	p := b.spans.Load()
 	if p == nil {
 		b.spans.CompareAndSwap(nil, new([queue.MaxBatchSize]MessageSpan))
 		p = b.spans.Load()
 	}
 	p[i] = s
-	return ctx
+}
+
+// traceCall begins the span of one call of a batch handler with ms (the
+// messages of runs), when the tracer follows calls (BatchTracer), and
+// makes each message's span the call's: what becomes of it is told there.
+func (l *Listener) traceCall(ctx context.Context, runs []ref, ms []*queue.Message) (context.Context, BatchSpan) {
+	bt, ok := l.tracer.(BatchTracer)
+	if !ok {
+		return ctx, nil
+	}
+	ctx, call := bt.StartBatch(ctx, ms)
+	if call == nil {
+		return ctx, nil
+	}
+	for k, r := range runs {
+		r.b.setSpan(r.i, call.Message(k))
+	}
+	return ctx, call
+}
+
+// traceCallEnd ends each message's part of call with its result, then
+// the call's span.
+func (l *Listener) traceCallEnd(call BatchSpan, runs []ref, res []error) {
+	if call == nil {
+		return
+	}
+	for k, r := range runs {
+		err := res[k]
+		if err != nil {
+			err = queue.RedactError(err)
+		}
+		r.b.traceEnd(r.i, err)
+	}
+	call.End()
 }
 
 // span is message i's span, nil if it has none. Only message i's runner

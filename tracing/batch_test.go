@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/memory"
@@ -147,5 +148,94 @@ func TestTraceContextOnlyWhereItFits(t *testing.T) {
 		if err := q.Delete(ctx, ms[0].ID, ms[0].PopReceipt); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A batch handler's call, run by the listener, is one span linked to the
+// messages' producers; a message it fails permanently is poisoned, and
+// the call's span says so.
+func TestListenerBatchCallIsOneSpan(t *testing.T) {
+	t.Parallel()
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	tr := tracing.New(tracing.WithTracerProvider(tp), tracing.WithPropagator(propagation.TraceContext{}))
+	store := memory.NewStore()
+	q, err := store.Queue("orders", tr.QueueOption())
+	if err != nil {
+		t.Fatal(err)
+	}
+	poisonQ, err := store.Queue("orders-poison", tr.QueueOption())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var ids []string
+	for _, body := range []string{"A1", "bad", "A3"} {
+		id, err := q.Put(ctx, []byte(body), queue.PutOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	var inCall trace.SpanContext
+	done := make(chan struct{})
+	l, err := listener.NewBatch(q, func(ctx context.Context, ms []*queue.Message) []error {
+		inCall = trace.SpanContextFromContext(ctx)
+		errs := make([]error, len(ms))
+		for k, m := range ms {
+			if string(m.Body) == "bad" {
+				errs[k] = handler.Permanent(errors.New("no such sku"))
+			}
+		}
+		close(done)
+		return errs
+	}, listener.Options{Tracer: tr.Listener(q), Poison: poisonQ, BatchMax: 3, BatchWait: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	if err := l.Start(lctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the batch handler was not called")
+	}
+	cancel()
+	if err := l.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	calls := spans(sr, "process orders")
+	if len(calls) != 1 {
+		t.Fatalf("%d call spans, want 1", len(calls))
+	}
+	c := calls[0]
+	if !inCall.Equal(c.SpanContext()) {
+		t.Error("the call's context does not carry its span")
+	}
+	if len(c.Links()) != 3 {
+		t.Errorf("%d links, want 3 (one per message's producer)", len(c.Links()))
+	}
+	if v, _ := attr(c, "messaging.batch.message_count"); v.AsInt64() != 3 {
+		t.Errorf("batch message count %d", v.AsInt64())
+	}
+	var poisoned string
+	for _, e := range c.Events() {
+		if e.Name != tracing.EventPoisoned {
+			continue
+		}
+		for _, a := range e.Attributes {
+			if a.Key == "messaging.message.id" {
+				poisoned = a.Value.AsString()
+			}
+		}
+	}
+	if poisoned != ids[1] || c.Status().Code != codes.Error {
+		t.Errorf("poisoned %q (want %q), status %+v", poisoned, ids[1], c.Status())
+	}
+	// The put to the poison queue is the call's child.
+	if ps := spans(sr, "send orders-poison"); len(ps) != 1 || ps[0].Parent().SpanID() != c.SpanContext().SpanID() {
+		t.Errorf("poison put spans %v, want one, child of the call", ps)
 	}
 }
