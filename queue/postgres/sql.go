@@ -24,10 +24,11 @@ type statements struct {
 	count, clear, sweep    string
 }
 
-// putTxBase is put with the queue's id checked against its name ($8),
-// and its counter row chosen with txShard.
+// putTxBase is put with the queue's id checked against its name ($8)
+// and the database's name ($9, current_database()), and its counter row
+// chosen with txShard.
 func putTxBase(put string) string {
-	put = strings.Replace(put, "VALUES ($2,", "VALUES ((SELECT id FROM {s}.queues WHERE id = $2 AND name = $8),", 1)
+	put = strings.Replace(put, "VALUES ($2,", "VALUES ((SELECT id FROM {s}.queues WHERE id = $2 AND name = $8 AND current_database() = $9::text),", 1)
 	return strings.Replace(put, "WHERE queue_id = $2 AND shard = {shard}", "WHERE queue_id = $2 AND shard = "+txShard, 1)
 }
 
@@ -101,9 +102,10 @@ SELECT id FROM q LIMIT 1`),
 		// putTx and putTxNotify are put and putNotify in a caller's
 		// transaction (PutTx): PostgreSQL sends putTxNotify's notification
 		// when, and only when, the transaction commits. The queue's id is
-		// looked up with its name, so a transaction on another database,
-		// whose queues table lacks this queue (or gives its id to
-		// another), fails the statement (queue_id NOT NULL) and aborts the
+		// looked up with its name and the database's, so a transaction on
+		// another database (whose queues table may lack this queue, give
+		// its id to another, or hold one alike: a database set up as this
+		// one) fails the statement (queue_id NOT NULL) and aborts the
 		// transaction rather than put a stray message. putTx's $7 and $8
 		// are unused (typed so that both take the same arguments).
 		putTx:       f(putTxBase(put) + `, n AS (SELECT $7::text, $8::text) SELECT m.id FROM m, n`),

@@ -39,9 +39,10 @@ import (
 //     deleted without deleting it again.
 //
 // The transaction must be on the database (and schema) of the queue's DB:
-// each statement looks the queue up by id and name in its schema, and a
-// transaction on another database fails with ErrOtherDatabase (which
-// aborts it). Each call is one statement, so it works through PgBouncer in
+// each put looks the queue up by id and name in its schema, and checks the
+// database's name, so a transaction on another database fails with
+// ErrOtherDatabase (which aborts it). A database of the same name on
+// another server, set up alike, is not told apart. Each call is one statement, so it works through PgBouncer in
 // transaction pooling too (only Subscribe needs a session).
 
 // ErrOtherDatabase: the transaction given to PutTx or DeleteTx is not on
@@ -113,7 +114,7 @@ func QueuePut(ctx context.Context, b *pgx.Batch, q *queue.Queue, body []byte, op
 	if notify {
 		stmt = db.sql.putTxNotify
 	}
-	b.Queue(stmt, db.nowArg(), st.id, micros(opts.InitialVisibilityDelay), ttl, body, driver.EncodeMetadata(opts.Metadata), db.channel, st.name).QueryRow(func(row pgx.Row) error {
+	b.Queue(stmt, db.nowArg(), st.id, micros(opts.InitialVisibilityDelay), ttl, body, driver.EncodeMetadata(opts.Metadata), db.channel, st.name, db.database).QueryRow(func(row pgx.Row) error {
 		var n int64
 		if err := row.Scan(&n); err != nil {
 			if notify {
@@ -245,7 +246,7 @@ func putTx(ctx context.Context, row rowFunc, q *queue.Queue, body []byte, opts q
 		stmt = db.sql.putTxNotify
 	}
 	var id int64
-	err = row(ctx, stmt, db.nowArg(), st.id, micros(opts.InitialVisibilityDelay), ttl, body, driver.EncodeMetadata(opts.Metadata), db.channel, st.name).Scan(&id)
+	err = row(ctx, stmt, db.nowArg(), st.id, micros(opts.InitialVisibilityDelay), ttl, body, driver.EncodeMetadata(opts.Metadata), db.channel, st.name, db.database).Scan(&id)
 	if err != nil {
 		if notify {
 			lim.unclaim()
@@ -300,7 +301,7 @@ func (q *pgQueue) txErr(op string, err error) error {
 		case pe.Code == "42P01" || pe.Code == "3F000": // undefined_table, invalid_schema_name
 			return fmt.Errorf("%w: %s in transaction %q: schema %q has no queue tables there (%s)", ErrOtherDatabase, op, q.st.name, q.db.schema, pe.Message)
 		case pe.Code == "23502" && pe.ColumnName == "queue_id": // not_null_violation: the lookup found no queue
-			return fmt.Errorf("%w: %s in transaction %q: schema %q there has no queue %q with id %d", ErrOtherDatabase, op, q.st.name, q.db.schema, q.st.name, q.st.id)
+			return fmt.Errorf("%w: %s in transaction %q: the transaction's database is not %q, or its schema %q has no queue %q with id %d", ErrOtherDatabase, op, q.st.name, q.db.database, q.db.schema, q.st.name, q.st.id)
 		}
 	}
 	return fmt.Errorf("postgres: %s in transaction %q: %w", op, q.st.name, err)

@@ -907,3 +907,43 @@ func TestListenerSettleAfterWorkerFault(t *testing.T) {
 		t.Fatalf("Count = %d", n)
 	}
 }
+
+// TestPutTxOtherDatabaseSameQueue: a transaction on another database of
+// the server, whose schema of the same name holds a queue of the same
+// name at the same id (two databases set up alike: per tenant, staging),
+// is refused with ErrOtherDatabase, and commits no stray message there.
+func TestPutTxOtherDatabaseSameQueue(t *testing.T) {
+	f := newTxFixture(t)
+	ctx := context.Background()
+	other := strings.Replace(f.url, "/test?", "/postgres?", 1)
+	if other == f.url {
+		t.Skip("cannot name another database in " + f.url)
+	}
+	db2, err := postgres.Open(ctx, other, postgres.WithSchema(f.schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db2.Close(); _ = pgtest.Drop(other, f.schema) })
+	if _, err := db2.Queue(ctx, "work"); err != nil { // id 1 there too
+		t.Fatal(err)
+	}
+	for _, batch := range []bool{false, true} {
+		tx, err := db2.Pool().Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if batch {
+			_, err = postgres.PutBatchTx(ctx, tx, f.q, [][]byte{[]byte("x")}, queue.PutOptions{})
+		} else {
+			_, err = postgres.PutTx(ctx, tx, f.q, []byte("x"), queue.PutOptions{})
+		}
+		if !errors.Is(err, postgres.ErrOtherDatabase) {
+			t.Errorf("batch %v: put = %v, want ErrOtherDatabase", batch, err)
+		}
+		_ = tx.Commit(ctx)
+	}
+	var n int
+	if err := db2.Pool().QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{f.schema, "messages"}.Sanitize()).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the other database holds %d stray messages (%v)", n, err)
+	}
+}
