@@ -2,6 +2,7 @@ package listener
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/adaptq/adaptq/queue"
@@ -86,8 +87,38 @@ func (b *batch) settledInTx(i int, err error) bool {
 		b.l.stats.deleted.Add(1)
 		return true
 	}
-	if !b.state[i].CompareAndSwap(stTxSettled, stRunning) {
+	if b.state[i].CompareAndSwap(stTxSettled, stRunning) {
+		// Its delete succeeded in the transaction, which may have
+		// committed (the handler failed after its commit): poisoning
+		// checks first (heldAfterTx).
+		b.txDeleted[i] = true
+	} else {
 		b.state[i].CompareAndSwap(stTxSettling, stRunning)
 	}
 	return false
+}
+
+// heldAfterTx reports whether message i, which its runner settles after
+// its handler deleted it in a transaction and then failed, is still in
+// the queue under this lease: the transaction rolled back. It renews the
+// lease to find out (carrying the new receipt forward). A message the
+// transaction deleted (ErrNotFound), or lost meanwhile, is not held; on
+// any other error it is taken as held, so that it is poisoned as before
+// (a duplicate at worst, never a loss).
+func (b *batch) heldAfterTx(i int) bool {
+	if !b.txDeleted[i] {
+		return true
+	}
+	l := b.l
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	nr, err := l.q.UpdateVisibility(l.opCtx, b.msgs[i].ID, b.receipt(i), l.o.VisibilityTimeout)
+	switch {
+	case err == nil:
+		b.setReceipt(i, nr)
+		return true
+	case errors.Is(err, queue.ErrNotFound), errors.Is(err, queue.ErrReceiptMismatch):
+		return false
+	}
+	return true
 }

@@ -947,3 +947,50 @@ func TestPutTxOtherDatabaseSameQueue(t *testing.T) {
 		t.Fatalf("the other database holds %d stray messages (%v)", n, err)
 	}
 }
+
+// TestListenerSettledThenFailedNotPoisoned: a handler whose transaction
+// deleted its message and committed, and which then fails permanently
+// (a step after the commit), leaves no copy in the poison queue: the
+// message left its queue with the handler's writes, and a poisoned copy
+// would be replayed as a duplicate.
+func TestListenerSettledThenFailedNotPoisoned(t *testing.T) {
+	f := newTxFixture(t)
+	ctx := context.Background()
+	dead, err := f.db.Queue(ctx, "dead")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.q.Put(ctx, []byte("x"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan struct{}, 1)
+	h := func(ctx context.Context, m *queue.Message) error {
+		err := f.handleInTx(ctx, m, false)
+		ran <- struct{}{}
+		if err != nil {
+			return err
+		}
+		return handler.Permanent(errors.New("a step after the commit failed"))
+	}
+	l, err := listener.New(f.q, h, listener.Options{Tasks: 1, MinTasks: 1, MaxTasks: 1, Poison: dead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- l.Run(rctx) }()
+	<-ran
+	cancel()
+	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	if c := f.count(t, "true"); c != 1 {
+		t.Fatalf("%d order rows, want 1", c)
+	}
+	if c, err := dead.Count(ctx); err != nil || c != 0 {
+		t.Fatalf("the poison queue holds %d messages (%v), want 0: the handled message was poisoned", c, err)
+	}
+	if st := l.Stats(); st.Poisoned != 0 || st.Failed != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
