@@ -19,6 +19,7 @@ type statements struct {
 	putTx, putTxNotify     string
 	delTx                  string // del in a caller's transaction, its counter row chosen with txShard
 	awaitCommit            string
+	committedIDs           string
 	get, peek, peekAfter   string
 	del, delBatch, update  string
 	count, clear, sweep    string
@@ -119,6 +120,9 @@ SELECT id FROM q LIMIT 1`),
 		// transaction that is always rolled back.
 		awaitCommit: f(`INSERT INTO {s}.bodies (id, body) SELECT x, ''::bytea FROM unnest($1::bigint[]) x
 	ON CONFLICT (id) DO NOTHING RETURNING id`),
+		// committedIDs: those of the messages $1 whose put has committed
+		// and that are still there, read without waiting.
+		committedIDs: f(`SELECT id FROM {s}.bodies WHERE id = ANY ($1::bigint[])`),
 
 		// A Get is one statement: lock up to $3 visible messages, oldest
 		// first, skipping those another Get has locked; hide them, with a

@@ -994,3 +994,90 @@ func TestListenerSettledThenFailedNotPoisoned(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestPutTxWatchBehindLongTransaction: a watched put that commits wakes
+// the consumers while an earlier watched put's transaction stays open
+// (a long or forgotten transaction must not hold back the wake of every
+// later put of its queue until it ends).
+func TestPutTxWatchBehindLongTransaction(t *testing.T) {
+	f := newTxFixture(t, postgres.WithNotifyInterval(10*time.Second))
+	ctx := context.Background()
+	lc := f.listen(t)
+	begin := func() pgx.Tx {
+		tx, err := f.db.Pool().Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(ctx) })
+		if _, err := postgres.PutTx(ctx, tx, f.q, []byte("w"), queue.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	postgres.SetNotifyAgo(f.db, "work", 9500*time.Millisecond)
+	_ = begin() // stays open to the end of the test
+	if !postgres.Watching(f.db, "work") {
+		t.Skip("the put notified itself (the machine stalled for 0.5 s): the watch was not exercised")
+	}
+	waitFor(t, 30*time.Second, "the watch round to wait for the open transaction", func() bool {
+		var k int
+		_ = f.db.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%ON CONFLICT (id) DO NOTHING%'`).Scan(&k)
+		return k > 0
+	})
+	// A notification just now: b's put is inside the interval, watched
+	// too; once it has committed, the interval is made over, so that the
+	// round after the one waiting starts at once.
+	postgres.SetNotifyAgo(f.db, "work", 0)
+	b := begin()
+	if err := b.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	postgres.SetNotifyAgo(f.db, "work", 20*time.Second)
+	if p := nextNotification(t, lc); p != "work" {
+		t.Fatalf("notification %q, want work", p)
+	}
+	ms, err := f.q.Get(ctx, 2, time.Minute)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("Get = %d messages (%v), want the committed one", len(ms), err)
+	}
+}
+
+// TestCloseDuringWatch: Close returns while a commit watch round waits
+// for a transaction that stays open (the round's goroutine ends with it),
+// and the transaction, on a pool of its own, commits its message after.
+func TestCloseDuringWatch(t *testing.T) {
+	f := newTxFixture(t, postgres.WithNotifyInterval(10*time.Second))
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	postgres.SetNotifyAgo(f.db, "work", 9500*time.Millisecond)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := postgres.PutTx(ctx, tx, f.q, []byte("w"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !postgres.Watching(f.db, "work") {
+		t.Skip("the put notified itself (the machine stalled for 0.5 s): the watch was not exercised")
+	}
+	waitFor(t, 30*time.Second, "the watch round to wait for the open transaction", func() bool {
+		var k int
+		_ = pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%ON CONFLICT (id) DO NOTHING%'`).Scan(&k)
+		return k > 0
+	})
+	if err := f.db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{f.schema, "messages"}.Sanitize()).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d messages (%v), want 1", n, err)
+	}
+}
