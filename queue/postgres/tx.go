@@ -42,11 +42,24 @@ import (
 // each put looks the queue up by id and name in its schema, and checks the
 // database's name, so a transaction on another database fails with
 // ErrOtherDatabase (which aborts it). A database of the same name on
-// another server, set up alike, is not told apart. Each call is one statement, so it works through PgBouncer in
+// another server, set up alike, is not told apart.
+//
+// Isolation: run the transaction READ COMMITTED (PostgreSQL's default).
+// A put or delete updates one of the queue's counter rows, which every
+// other put and delete of the queue updates too, and a delete also needs
+// the message's row as its last renewal left it; in a REPEATABLE READ or
+// SERIALIZABLE transaction whose snapshot predates such an update, the
+// statement fails with a serialization failure (SQLSTATE 40001) and the
+// transaction must be retried whole: with a few producers at work, most
+// such puts fail (measured: 9 in 10 with 16 other producers' puts in
+// between).
+//
+// Each call is one statement, so it works through PgBouncer in
 // transaction pooling too (only Subscribe needs a session).
 
 // ErrOtherDatabase: the transaction given to PutTx or DeleteTx is not on
-// the queue's database (its schema lacks the queue's tables or the queue).
+// the queue's database (another database's name, or its schema lacks the
+// queue's tables or the queue).
 var ErrOtherDatabase = errors.New("postgres: the transaction is not on the queue's database")
 
 // rowFunc runs one statement of a caller's transaction.
