@@ -1081,3 +1081,43 @@ func TestCloseDuringWatch(t *testing.T) {
 		t.Fatalf("%d messages (%v), want 1", n, err)
 	}
 }
+
+// TestWatchLeavesThePool: with a small pool shared by the application's
+// transactions (DB.Pool), a commit watch round waiting for an open
+// transaction does not keep the pool's last connection from a call that
+// transaction makes before its commit (which would wait for the round,
+// and the round for it, until the caller's deadline).
+func TestWatchLeavesThePool(t *testing.T) {
+	f := newTxFixtureURL(t, "pool_max_conns=2", postgres.WithNotifyInterval(10*time.Second))
+	ctx := context.Background()
+	mon, err := pgxpool.New(ctx, f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mon.Close()
+	postgres.SetNotifyAgo(f.db, "work", 9500*time.Millisecond)
+	tx, err := f.db.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := postgres.PutTx(ctx, tx, f.q, []byte("w"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !postgres.Watching(f.db, "work") {
+		t.Skip("the put notified itself (the machine stalled for 0.5 s): the watch was not exercised")
+	}
+	waitFor(t, 30*time.Second, "the watch round to wait for the open transaction", func() bool {
+		var k int
+		_ = mon.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%ON CONFLICT (id) DO NOTHING%'`).Scan(&k)
+		return k > 0
+	})
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second) // a hang guard only
+	defer cancel()
+	if _, err := f.q.Put(cctx, []byte("outside"), queue.PutOptions{}); err != nil {
+		t.Fatalf("a put outside the transaction, before its commit: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
