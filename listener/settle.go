@@ -87,15 +87,22 @@ func (b *batch) settledInTx(i int, err error) bool {
 		b.l.stats.deleted.Add(1)
 		return true
 	}
+	b.unsettleTx(i)
+	return false
+}
+
+// unsettleTx takes message i, whose handler failed after deleting it in
+// its transaction, back to running: the transaction most likely rolled
+// back, so renewal extends the message again (through a worker fault's
+// pause too), and finds it gone if not. Its delete may have committed
+// (the handler failed after its commit): poisoning checks first
+// (heldAfterTx). Only its runner calls it, after the handler returned.
+func (b *batch) unsettleTx(i int) {
 	if b.state[i].CompareAndSwap(stTxSettled, stRunning) {
-		// Its delete succeeded in the transaction, which may have
-		// committed (the handler failed after its commit): poisoning
-		// checks first (heldAfterTx).
 		b.txDeleted[i] = true
 	} else {
 		b.state[i].CompareAndSwap(stTxSettling, stRunning)
 	}
-	return false
 }
 
 // heldAfterTx reports whether message i, which its runner settles after
