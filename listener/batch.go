@@ -90,6 +90,9 @@ type batch struct {
 	// and then failed (settle.go); only its runner reads and writes it.
 	txDeleted [queue.MaxBatchSize]bool
 
+	// pooled: a batch handler's pool runs the messages (batchcall.go);
+	// t is nil and they do not count towards a task's threshold.
+	pooled    bool
 	mu        sync.Mutex  // guards the fields below
 	receipts  []string    // newest pop receipts; nil while none has changed
 	closed    bool        // completed
@@ -145,6 +148,10 @@ func (b *batch) armMaintenance() {
 // reports whether the batch's watchdog handed the task's loop to another
 // goroutine, in which case the caller must end.
 func (l *Listener) dispatch(t *task, ms []*queue.Message) (handedOff bool) {
+	if l.pool != nil {
+		l.dispatchPooled(ms)
+		return false
+	}
 	n := len(ms)
 	b := &batch{l: l, t: t, msgs: ms}
 	b.left.Store(int32(n))
@@ -375,7 +382,9 @@ func (b *batch) settle(n, ok int) {
 		l.faultsOver() // the worker has what it needs again
 	}
 	l.inFlight.Add(-int64(n))
-	b.t.finished(n)
+	if !b.pooled {
+		b.t.finished(n)
+	}
 	if b.left.Add(-int32(n)) == 0 {
 		b.complete()
 	}
