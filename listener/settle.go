@@ -12,7 +12,8 @@ import (
 // delete its own message inside its own transaction (postgres.DeleteTx,
 // sqlite.DeleteTx), so that its writes and the delete commit or roll back
 // together. The listener gives each handler's context a txSettle for its
-// message (queue.WithTxSettler); the driver's delete reads the newest
+// message (queue.WithTxSettler), and a batch handler's call one for each
+// of its messages (callSettle); the driver's delete reads the newest
 // receipt through it, which moves the message out of renewal's reach:
 //
 //	running ──BeginSettle──▶ txSettling ──EndSettle(deleted)──▶ txSettled
@@ -40,6 +41,33 @@ type txSettle struct {
 // settleContext gives message i's handler its TxSettler.
 func (b *batch) settleContext(ctx context.Context, i int) context.Context {
 	return queue.WithTxSettler(ctx, &txSettle{b: b, i: i})
+}
+
+// callSettle is the queue.TxSettler of a batch handler call: it settles
+// each message of the call as txSettle does for a runner's.
+type callSettle map[string]*txSettle
+
+// callContext gives a batch handler call over runs its TxSettler.
+func callContext(ctx context.Context, runs []ref) context.Context {
+	s := make(callSettle, len(runs))
+	for _, r := range runs {
+		s[r.b.msgs[r.i].ID] = &txSettle{b: r.b, i: r.i}
+	}
+	return queue.WithTxSettler(ctx, s)
+}
+
+func (s callSettle) BeginSettle(id string) (string, error) {
+	t, ok := s[id]
+	if !ok {
+		return "", fmt.Errorf("%w: settle: message %s is not one this call runs", queue.ErrInvalidArgument, id)
+	}
+	return t.BeginSettle(id)
+}
+
+func (s callSettle) EndSettle(id string, deleted bool) {
+	if t, ok := s[id]; ok {
+		t.EndSettle(id, deleted)
+	}
 }
 
 func (s *txSettle) BeginSettle(id string) (string, error) {

@@ -1121,3 +1121,72 @@ func TestWatchLeavesThePool(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestBatchHandlerSettleInTx: a batch handler deletes its messages in its
+// transaction (one row each, then the deletes, one commit): the listener
+// counts them deleted and deletes none again, and a receipt renewed
+// during the call (the call outlasts half the visibility timeout) is the
+// one the delete uses.
+func TestBatchHandlerSettleInTx(t *testing.T) {
+	f := newTxFixture(t)
+	ctx := context.Background()
+	const n = 6
+	for i := range n {
+		if _, err := f.q.Put(ctx, []byte(strconv.Itoa(i)), queue.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var calls atomic.Int64
+	var l *listener.Listener
+	h := func(ctx context.Context, ms []*queue.Message) []error {
+		calls.Add(1)
+		errs := make([]error, len(ms))
+		tx, err := f.db.Pool().Begin(ctx)
+		if err != nil {
+			for i := range errs {
+				errs[i] = err
+			}
+			return errs
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck
+		// Outlast half the visibility timeout: the messages are renewed,
+		// and their receipts change, before the deletes.
+		renewed := l.Stats().Renewed
+		waitFor(t, 30*time.Second, "a renewal during the call", func() bool { return l.Stats().Renewed > renewed })
+		for i, m := range ms {
+			if _, err := tx.Exec(ctx, `INSERT INTO `+f.orders+` (note, msg_id) VALUES ('batch', $1)`, m.ID); err != nil {
+				errs[i] = err
+				continue
+			}
+			errs[i] = postgres.DeleteTx(ctx, tx, f.q, m)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			for i := range errs {
+				errs[i] = err
+			}
+		}
+		return errs
+	}
+	var err error
+	l, err = listener.NewBatch(f.q, h, listener.Options{Tasks: 1, MinTasks: 1, MaxTasks: 1, BatchSize: n, BatchMax: n,
+		BatchWait: time.Second, VisibilityTimeout: 400 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- l.Run(rctx) }()
+	waitFor(t, 60*time.Second, "every message handled", func() bool { return l.Stats().Processed >= n })
+	cancel()
+	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	st := l.Stats()
+	if st.Processed != n || st.Deleted != n || st.NotFound != 0 || st.ReceiptMismatches != 0 || st.Failed != 0 {
+		t.Fatalf("stats: processed %d deleted %d notFound %d mismatches %d failed %d (%d calls); want %d, %d, 0, 0, 0",
+			st.Processed, st.Deleted, st.NotFound, st.ReceiptMismatches, st.Failed, calls.Load(), n, n)
+	}
+	if c := f.count(t, "true"); c != n {
+		t.Fatalf("%d order rows, want %d", c, n)
+	}
+}
