@@ -296,7 +296,7 @@ func (p *pool) run(call []ref) {
 		return
 	}
 	start := time.Now()
-	hctx, span := l.traceCall(ctx, runs, ms)
+	hctx, span := l.traceCall(callContext(ctx, runs), runs, ms)
 	res := handler.BatchResults(l.bh(hctx, ms), len(ms))
 	l.ewma.add(time.Since(start))
 	l.stats.calls.Add(1)
@@ -307,6 +307,9 @@ func (p *pool) run(call []ref) {
 			err = queue.RedactError(err)
 		}
 		switch {
+		case b.settledInTx(i, err): // deleted in the handler's transaction (settle.go)
+			tally.add(b, true)
+			continue
 		case err == nil && b.state[i].CompareAndSwap(stRunning, stSucceeded):
 			tally.add(b, true)
 			continue
