@@ -246,11 +246,26 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts PutOptions) (string, 
 	if err := q.begin(ctx, OpPut); err != nil {
 		return "", err
 	}
-	ttl, err := CheckPut(body, opts, q.f.MaxBody)
+	dopts, err := q.checkPut(body, opts)
 	if err != nil {
 		return "", q.reject(OpPut, err)
 	}
-	id, err := q.d.Put(ctx, body, driver.PutOptions{TTL: ttl, InitialVisibilityDelay: opts.InitialVisibilityDelay, Metadata: opts.Metadata})
+	return q.put(ctx, body, dopts)
+}
+
+// checkPut checks one message as Put and PutBatch take it, and resolves
+// its options for the driver.
+func (q *Queue) checkPut(body []byte, opts PutOptions) (driver.PutOptions, error) {
+	ttl, err := CheckPut(body, opts, q.f.MaxBody)
+	if err != nil {
+		return driver.PutOptions{}, err
+	}
+	return driver.PutOptions{TTL: ttl, InitialVisibilityDelay: opts.InitialVisibilityDelay, Metadata: opts.Metadata}, nil
+}
+
+// put is one checked Put's call of the driver.
+func (q *Queue) put(ctx context.Context, body []byte, dopts driver.PutOptions) (string, error) {
+	id, err := q.d.Put(ctx, body, dopts)
 	if err != nil {
 		return "", q.fail(ctx, OpPut, 0, err)
 	}
@@ -686,9 +701,12 @@ const (
 	OpClear
 	OpSibling
 	OpSubscribe
+	// OpPutBatch is one backend call that stored many messages (a
+	// driver.PutBatcher's).
+	OpPutBatch
 )
 
-var opNames = []string{"put", "get", "delete", "delete batch", "update visibility", "peek", "count", "clear", "sibling", "subscribe"}
+var opNames = []string{"put", "get", "delete", "delete batch", "update visibility", "peek", "count", "clear", "sibling", "subscribe", "put batch"}
 
 // String names the operation as errors do.
 func (o Op) String() string {
@@ -712,7 +730,8 @@ type Call struct {
 	Queue string
 	Op    Op
 	// Messages counts what the call moved: 1 for a put, delete or update,
-	// the messages a get or peek returned, those a batch delete deleted,
+	// the messages a get or peek returned, those a batch put stored or a
+	// batch delete deleted,
 	// the count a Count returned.
 	Messages int
 	// Units is how many requests the backend bills the call as: 1, or
