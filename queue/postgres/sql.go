@@ -14,12 +14,12 @@ import (
 // (microseconds); a message put with queue.NoExpiry expires at 'infinity'.
 // Durations are passed in microseconds.
 type statements struct {
-	register, lookup       string
-	put, putNotify, notify string
+	register, lookup         string
+	put, putNotify, notify   string
 	putBatch, putBatchNotify string
-	get, peek, peekAfter   string
-	del, delBatch, update  string
-	count, clear, sweep    string
+	get, peek, peekAfter     string
+	del, delBatch, update    string
+	count, clear, sweep      string
 }
 
 // shard is the counter row a connection updates (see countShards).
