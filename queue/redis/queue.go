@@ -196,11 +196,7 @@ func (q *redisQueue) Put(ctx context.Context, body []byte, opts driver.PutOption
 	id := ids.newID(wallNow())
 	now := q.c.now()
 	args := func(ttl, delay time.Duration) []any {
-		t := int64(-1)
-		if expires {
-			t = us(ttl)
-		}
-		return []any{id, body, t, us(delay), sweep, now}
+		return append(putFields(id, body, ttl, delay, expires), sweep, now)
 	}
 	first := true
 	v, err := q.againWith(ctx, putScript, q.keys3, until, func() []any {
