@@ -207,3 +207,62 @@ func testPutBatchWakes(t *testing.T, e *env) {
 		t.Fatal("no signal within 30 s of a batch put")
 	}
 }
+
+// testLostReplyPutBatch: a PutBatch whose reply is lost after the server
+// stored its messages fails transiently for each message it could not
+// confirm and leaves at most one copy of each; a message that returned an
+// id left exactly one message with it.
+func testLostReplyPutBatch(t *testing.T, e *faultEnv) {
+	name := e.name("lost-batch")
+	q := e.open(t, name)
+	d := e.direct(t, name)
+	e.warm(t, q)
+	// Ready the batch path (a script to load, a statement to prepare), so
+	// that the lost reply is the batch's own.
+	if res, err := q.PutBatch(e.ctx, []queue.PutMessage{{Body: []byte("warm-batch")}}); err != nil || res[0].Err != nil {
+		t.Fatalf("PutBatch with no fault: %v, %v", res, err)
+	}
+	ids := map[string]string{} // body → id, for the messages that returned one
+	var failed []string        // bodies of the messages that failed
+	for i := 0; i < faultTries && len(failed) == 0; i++ {
+		msgs := make([]queue.PutMessage, 3)
+		for k := range msgs {
+			msgs[k].Body = []byte(fmt.Sprintf("lost-batch-%d-%d", i, k))
+		}
+		before := e.h.Proxy.Counts()
+		e.h.Proxy.LoseReplies(e.attempts())
+		res, err := q.PutBatch(e.ctx, msgs)
+		e.h.Proxy.LoseReplies(0)
+		if err != nil {
+			t.Fatalf("PutBatch refused as a whole: %v", err)
+		}
+		for k, r := range res {
+			if r.Err == nil {
+				ids[string(msgs[k].Body)] = r.ID
+				continue
+			}
+			if !queue.IsTransient(r.Err) {
+				t.Fatalf("message %d of a PutBatch whose reply was lost failed with %v, which is not transient: the caller cannot know to retry", k, r.Err)
+			}
+			landed(t, e.h.Proxy, before)
+			failed = append(failed, string(msgs[k].Body))
+		}
+	}
+	if len(failed) == 0 {
+		t.Fatalf("no PutBatch failed in %d tries with a reply lost each time", faultTries)
+	}
+	seen := map[string][]string{} // body → ids stored
+	for _, m := range e.all(t, d) {
+		seen[string(m.Body)] = append(seen[string(m.Body)], m.ID)
+	}
+	for body, id := range ids {
+		if got := seen[body]; len(got) != 1 || got[0] != id {
+			t.Errorf("PutBatch gave %q id %s; the server holds %v", body, id, got)
+		}
+	}
+	for _, body := range failed {
+		if got := seen[body]; len(got) > 1 {
+			t.Errorf("a message (%q) of a PutBatch whose reply was lost left %d messages %v: never duplicated under a new id", body, len(got), got)
+		}
+	}
+}
