@@ -16,7 +16,10 @@
 //     (0, MaxVisibilityTimeout]; UpdateVisibility's d is in
 //     [0, MaxVisibilityTimeout].
 //   - Put's body is at most Features.MaxBody bytes; its TTL is resolved
-//     (NoExpiry or positive, never 0) and its delay is in [0, TTL).
+//     (NoExpiry or positive, never 0) and its delay is in [0, TTL). A
+//     PutBatcher's PutBatch gets 1 to Features.MaxBatch requests, each
+//     checked as Put's, their bodies within Features.MaxBatchBytes in all
+//     where that is set (a single request may exceed it).
 //   - DeleteBatch is called only when Features.BatchDelete, with 1 to
 //     Features.MaxBatch receipts, an id possibly twice; the slice is the
 //     caller's, to read during the call and neither change nor keep; Peek only when
