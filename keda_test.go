@@ -47,20 +47,30 @@ type kedaDoc struct {
 
 func loadKEDAExample(t *testing.T) map[string]kedaDoc {
 	t.Helper()
-	data, err := os.ReadFile(kedaExample)
+	docs := map[string]kedaDoc{}
+	for _, d := range yamlDocs[kedaDoc](t, kedaExample) {
+		docs[d.Kind] = d
+	}
+	return docs
+}
+
+// yamlDocs decodes every document of the YAML file at path.
+func yamlDocs[T any](t *testing.T, path string) []T {
+	t.Helper()
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs := map[string]kedaDoc{}
+	var docs []T
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for {
-		var d kedaDoc
+		var d T
 		if err := dec.Decode(&d); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
-			t.Fatalf("%s: %v", kedaExample, err)
+			t.Fatalf("%s: %v", path, err)
 		}
-		docs[d.Kind] = d
+		docs = append(docs, d)
 	}
 	return docs
 }

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/internal/clock"
+	"github.com/adaptq/adaptq/scaling"
 )
 
 // ScalingDepthInterval is how often the scaling signal reads the depth of
@@ -62,34 +62,20 @@ func (w *Worker) Scaling(ctx context.Context) (admin.Scaling, error) {
 	return s, failed
 }
 
-// signalDepth is the depth the scaling signal last read of a queue on a
-// billed backend, and when.
-type signalDepth struct {
-	mu    sync.Mutex
-	read  bool
-	at    time.Time
-	depth int
-	err   error
-}
-
 // scalingDepth reads the queue's depth for the scaling signal: at each
 // call on a free backend, at most once per ScalingDepthInterval on a
-// billed one (concurrent signals wait for one read).
+// billed one, concurrent signals sharing the read in flight
+// (scaling.BoundedDepth, as `adaptq scaler` reads it).
 func (wq *workerQueue) scalingDepth(ctx context.Context, c clock.Clock) (int, error) {
 	if !wq.q.Features().Billed {
 		return wq.l.Depth(ctx)
 	}
-	d := &wq.sig
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	now := c.Now()
-	if age := now.Sub(d.at); d.read && age >= 0 && age < ScalingDepthInterval {
-		return d.depth, d.err
+	wq.sigOnce.Do(func() {
+		wq.sig = scaling.NewBoundedDepth(wq.l.Depth, scaling.BoundedDepthOptions{Interval: ScalingDepthInterval, Clock: c})
+	})
+	r, err := wq.sig.Depth(ctx)
+	if err != nil {
+		return 0, err
 	}
-	n, err := wq.l.Depth(ctx)
-	if ctx.Err() == nil {
-		// A read cut short by its caller says nothing of the queue.
-		d.read, d.at, d.depth, d.err = true, now, n, err
-	}
-	return n, err
+	return r.Depth, r.Err
 }

@@ -85,7 +85,10 @@ type workerQueue struct {
 	agent  *scaling.Agent
 	depth  *depthCache   // the depth metrics show, read at an interval
 	win    *queueWindows // samples of the counters, for the last minute and hour
-	sig    signalDepth   // the depth the scaling signal read, on a billed backend
+	// sig reads the depth for the scaling signal on a billed backend, made
+	// at its first use (scalingDepth).
+	sig     *scaling.BoundedDepth
+	sigOnce sync.Once
 }
 
 // Option configures a Worker.

@@ -36,4 +36,8 @@
 // admin.address is set. The JSON documents the routes serve (Stats,
 // Scaling, PoisonPage …) are this package's types, which the worker fills
 // and `adaptq stats` decodes.
+//
+// StartScaler serves the scaling signal and the probes alone, for a
+// ScalingSource that runs no worker (`adaptq scaler`, adaptq.Scaler),
+// behind the same guards (the same code: listen and serve).
 package admin

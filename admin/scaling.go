@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 
@@ -47,15 +48,48 @@ type QueueScaling struct {
 	MaxInstances        int      `json:"max_instances"`
 }
 
+// ScalingSource is what serves the scaling signal: a worker (Worker), or
+// a scaler that runs no handler (StartScaler).
+type ScalingSource interface {
+	// Scaling is the signal, GET ScalingPath; an error (a depth that could
+	// not be read, ErrNotRunning) makes the answer a 503.
+	Scaling(ctx context.Context) (Scaling, error)
+	// Readiness says whether the source is ready and, per queue, why or
+	// why not: GET ReadyPath. It must make no backend call (the probes
+	// are open without the token).
+	Readiness() (ready bool, lines []string)
+}
+
 // serveScaling answers GET /v1/scaling: 200 with the signal, 503 with what
 // is known when a depth could not be read.
-func (s *Server) serveScaling(rw http.ResponseWriter, r *http.Request) {
-	sig, err := s.w.Scaling(r.Context())
-	rw.Header().Set("Content-Type", "application/json")
-	if err != nil {
-		rw.WriteHeader(http.StatusServiceUnavailable)
+func serveScaling(src ScalingSource) http.HandlerFunc {
+	return func(rw http.ResponseWriter, r *http.Request) {
+		sig, err := src.Scaling(r.Context())
+		rw.Header().Set("Content-Type", "application/json")
+		rw.Header().Set("Cache-Control", "no-store")
+		if err != nil {
+			rw.WriteHeader(http.StatusServiceUnavailable)
+		}
+		enc := json.NewEncoder(rw)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(sig)
 	}
-	enc := json.NewEncoder(rw)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(sig)
+}
+
+// StartScaler listens on o.Address and serves src's scaling signal
+// (ScalingPath) and the probes, nothing else, until Stop: the endpoint of
+// `adaptq scaler`, which answers an autoscaler while no worker runs. It
+// has the admin endpoint's guards, the same code: the token (and its
+// throttle of wrong tokens), the Host check without one, the cross-site
+// refusal, and the bounds on connections, timeouts and bodies.
+func StartScaler(src ScalingSource, o Options) (*Server, error) {
+	s, ln, err := listen(o)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	s.probeRoutes(mux, src)
+	mux.Handle("GET "+ScalingPath, serveScaling(src))
+	s.serve(mux, ln, o)
+	return s, nil
 }

@@ -213,44 +213,13 @@ type Server struct {
 // address that is not loopback needs o.Token: anyone who reaches the
 // endpoint could otherwise read and drive the worker.
 func Start(w Worker, o Options) (*Server, error) {
-	addr := o.Address
-	if host, _, err := net.SplitHostPort(addr); err == nil && o.Token == "" && !loopbackHost(host) {
-		return nil, fmt.Errorf("admin.address: %q is not a loopback address; set a token so that only holders of it can trigger and read the worker", addr)
-	}
-	if o.Token != "" {
-		if err := CheckToken(o.Token); err != nil {
-			return nil, err
-		}
-	}
-	if o.MaxConns < 0 {
-		return nil, fmt.Errorf("admin.max_connections: %d is negative", o.MaxConns)
-	}
-	ln, err := net.Listen("tcp", addr)
+	s, ln, err := listen(o)
 	if err != nil {
-		return nil, fmt.Errorf("admin.address: %q: %w", addr, err)
+		return nil, err
 	}
-	s := &Server{w: w, token: o.Token, log: o.Logger, clock: o.Clock, addr: ln.Addr().String(), done: make(chan struct{})}
-	if s.log == nil {
-		s.log = zap.NewNop()
-	}
-	if s.clock == nil {
-		s.clock = clock.Real
-	}
-	s.throttle = newAuthThrottle(s.clock, s.log)
+	s.w = w
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+HealthPath, func(rw http.ResponseWriter, _ *http.Request) {
-		rw.Header().Set("Content-Type", "text/plain")
-		_, _ = rw.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("GET "+ReadyPath, func(rw http.ResponseWriter, _ *http.Request) {
-		ready, lines := s.w.Readiness()
-		rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		rw.Header().Set("Cache-Control", "no-store")
-		if !ready {
-			rw.WriteHeader(http.StatusServiceUnavailable)
-		}
-		_, _ = io.WriteString(rw, strings.Join(lines, "\n")+"\n")
-	})
+	s.probeRoutes(mux, w)
 	mux.Handle("GET "+MetricsPath, promhttp.HandlerFor(w.Metrics(), promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET "+StatsPath, func(rw http.ResponseWriter, r *http.Request) {
 		rw.Header().Set("Content-Type", "application/json")
@@ -258,7 +227,7 @@ func Start(w Worker, o Options) (*Server, error) {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(s.w.Stats(r.Context()))
 	})
-	mux.HandleFunc("GET "+ScalingPath, s.serveScaling)
+	mux.Handle("GET "+ScalingPath, serveScaling(w))
 	mux.HandleFunc("POST "+TriggerPath, func(rw http.ResponseWriter, r *http.Request) {
 		if err := s.w.Trigger(r.PathValue("name")); err != nil {
 			http.Error(rw, err.Error(), http.StatusNotFound)
@@ -268,6 +237,60 @@ func Start(w Worker, o Options) (*Server, error) {
 	})
 	s.poisonRoutes(mux)
 	s.serveStatusPage(mux, ln.Addr().String())
+	s.serve(mux, ln, o)
+	return s, nil
+}
+
+// listen checks o and listens on o.Address: the part of starting an
+// endpoint that Start and StartScaler share.
+func listen(o Options) (*Server, net.Listener, error) {
+	addr := o.Address
+	if host, _, err := net.SplitHostPort(addr); err == nil && o.Token == "" && !loopbackHost(host) {
+		return nil, nil, fmt.Errorf("admin.address: %q is not a loopback address; set a token so that only holders of it can trigger and read the worker", addr)
+	}
+	if o.Token != "" {
+		if err := CheckToken(o.Token); err != nil {
+			return nil, nil, err
+		}
+	}
+	if o.MaxConns < 0 {
+		return nil, nil, fmt.Errorf("admin.max_connections: %d is negative", o.MaxConns)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("admin.address: %q: %w", addr, err)
+	}
+	s := &Server{token: o.Token, log: o.Logger, clock: o.Clock, addr: ln.Addr().String(), done: make(chan struct{})}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
+	if s.clock == nil {
+		s.clock = clock.Real
+	}
+	s.throttle = newAuthThrottle(s.clock, s.log)
+	return s, ln, nil
+}
+
+// probeRoutes adds the probes, open without the token: alive, and ready
+// as r says.
+func (s *Server) probeRoutes(mux *http.ServeMux, r interface{ Readiness() (bool, []string) }) {
+	mux.HandleFunc("GET "+HealthPath, func(rw http.ResponseWriter, _ *http.Request) {
+		rw.Header().Set("Content-Type", "text/plain")
+		_, _ = rw.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET "+ReadyPath, func(rw http.ResponseWriter, _ *http.Request) {
+		ready, lines := r.Readiness()
+		rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		rw.Header().Set("Cache-Control", "no-store")
+		if !ready {
+			rw.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_, _ = io.WriteString(rw, strings.Join(lines, "\n")+"\n")
+	})
+}
+
+// serve serves mux on ln behind every guard of the endpoint, until Stop.
+func (s *Server) serve(mux *http.ServeMux, ln net.Listener, o Options) {
 	// Outermost first: the body limit, the cross-site refusal (a web page's
 	// request of any method), the Host check (DNS rebinding), the
 	// cross-origin check (a web page posting to loopback), the token.
@@ -288,7 +311,6 @@ func Start(w Worker, o Options) (*Server, error) {
 		}
 	}()
 	s.log.Info("adaptq: admin endpoint", zap.String("address", ln.Addr().String()))
-	return s, nil
 }
 
 // Addr is the address the endpoint listens on (the port chosen, if

@@ -23,6 +23,9 @@
 //     answers how many worker instances a backlog needs, from the drain
 //     rate one instance measured, for an autoscaler outside the process
 //     (the worker serves it at GET /v1/scaling; configs/keda reads it).
+//     DesiredOrZero is the same answer from a scaler that runs no worker
+//     (`adaptq scaler`), which may be 0, and BoundedDepth bounds the depth
+//     reads of a signal anyone may poll.
 //
 // The agent grows the pool and trims it while work remains. Shrinking to
 // one task when the queue stays empty is the QueueEmpty stop rule's job;

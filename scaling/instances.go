@@ -14,7 +14,8 @@ const (
 	DefaultTargetDrainTime = time.Minute
 	// DefaultMinInstances keeps one instance running: the signal is served
 	// by the workers themselves, so with none left nobody would answer the
-	// autoscaler (scaling to zero needs a scaler that reads the queue).
+	// autoscaler (scaling to zero needs a scaler that reads the queue:
+	// `adaptq scaler`, DesiredOrZero).
 	DefaultMinInstances = 1
 )
 
@@ -31,6 +32,10 @@ const (
 	// not busy throughout, so the rate said what arrived, not what it can
 	// drain); MessagesPerInstance decided.
 	BasisMessagesPerInstance Basis = "messages_per_instance"
+	// BasisEmptyUnconfirmed: the queue read zero, but not for long enough
+	// to believe it (an approximate count, Instances.DesiredOrZero); the
+	// answer stays at least one.
+	BasisEmptyUnconfirmed Basis = "empty_unconfirmed"
 )
 
 // Instances is the dynamic scaling agent of the Best Practices article

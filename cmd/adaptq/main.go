@@ -149,6 +149,7 @@ Exit codes: 0 success, 1 runtime failure, 2 bad usage, input or configuration.`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(
 		newRunCmd(e),
+		newScalerCmd(e),
 		newEnqueueCmd(e),
 		newPeekCmd(e),
 		newStatsCmd(e),

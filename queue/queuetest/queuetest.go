@@ -55,7 +55,15 @@ type Harness struct {
 const unit = time.Second
 
 // Run runs the whole suite. newHarness is called once per case.
-func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
+func Run(t *testing.T, newHarness func(t *testing.T) *Harness) { run(t, newHarness, false) }
+
+// RunParallel runs the whole suite with its cases in parallel: for a
+// backend on real time, whose time-based cases sleep, when every harness
+// newHarness returns is isolated from the others (a queue prefix of its
+// own) and Reopen touches only its own.
+func RunParallel(t *testing.T, newHarness func(t *testing.T) *Harness) { run(t, newHarness, true) }
+
+func run(t *testing.T, newHarness func(t *testing.T) *Harness, parallel bool) {
 	cases := []struct {
 		name string
 		fn   func(*testing.T, *env)
@@ -101,6 +109,9 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			if parallel {
+				t.Parallel()
+			}
 			h := newHarness(t)
 			if h == nil || h.NewQueue == nil {
 				t.Fatal("queuetest: harness without NewQueue")

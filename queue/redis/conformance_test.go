@@ -72,14 +72,15 @@ func TestConformance(t *testing.T) {
 }
 
 // TestConformanceServerClock runs it again on the server's own clock, the
-// production setting: the time-based cases sleep, in whole seconds, so it
-// runs beside the other tests and not in -short mode.
+// production setting: the time-based cases sleep, in whole seconds, so its
+// cases run in parallel (each on a key prefix of its own), beside the
+// other tests, and not in -short mode.
 func TestConformanceServerClock(t *testing.T) {
 	if testing.Short() {
 		t.Skip("sleeps for about a minute; the virtual-time run covers the contract in -short mode")
 	}
 	t.Parallel()
-	queuetest.Run(t, func(t *testing.T) *queuetest.Harness {
+	queuetest.RunParallel(t, func(t *testing.T) *queuetest.Harness {
 		return harness(t, nil)
 	})
 }
