@@ -101,6 +101,7 @@ var Sections = []Spec{
 	{Key: "postgres", Title: "PostgreSQL: adaptq's driver vs River", Run: postgresSection},
 	{Key: "redis", Title: "Redis: adaptq's driver vs asynq", Run: redisSection},
 	{Key: "sqlite", Title: "Embedded SQLite: backlogs, space, two processes", Run: sqliteSection},
+	{Key: "putbatch", Title: "Batch put: PutBatch vs Put on every engine", Run: putBatchSection},
 }
 
 // Env is what a section runs with.

@@ -87,6 +87,12 @@ type Sizes struct {
 	SQLiteBacklogs []int
 	SQLiteAfter    time.Duration
 	SQLiteTwoProc  int
+
+	// PutBatch is the number of messages each run of the batch-put
+	// section puts on each engine, PutBatchRounds how many times Put and
+	// PutBatch each put them.
+	PutBatch       int
+	PutBatchRounds int
 }
 
 // DefaultSizes finish in under ten minutes on a two-core machine.
@@ -128,6 +134,8 @@ func DefaultSizes() Sizes {
 		RedisWakeTrials: 300,
 		RedisIdle:       30 * time.Second,
 		SteadyWindow:    5 * time.Second,
+		PutBatch:        3_000,
+		PutBatchRounds:  2,
 	}
 }
 
@@ -171,6 +179,8 @@ func TinySizes() Sizes {
 		RedisWakeTrials: 5,
 		RedisIdle:       time.Second,
 		SteadyWindow:    200 * time.Millisecond,
+		PutBatch:        100,
+		PutBatchRounds:  1,
 	}
 }
 
@@ -192,6 +202,8 @@ func (s *Sizes) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&s.SQSRounds, "sqs-rounds", s.SQSRounds, "drains per consumer in the SQS section")
 	fs.DurationVar(&s.SQSIdle, "sqs-idle", s.SQSIdle, "how long the SQS section watches an idle listener")
 	fs.IntVar(&s.Calls, "calls", s.Calls, "messages per calls-per-message run")
+	fs.IntVar(&s.PutBatch, "putbatch", s.PutBatch, "messages per run of the batch-put section, per engine")
+	fs.IntVar(&s.PutBatchRounds, "putbatch-rounds", s.PutBatchRounds, "runs of Put and of PutBatch per engine in the batch-put section")
 	fs.IntVar(&s.Burst, "burst", s.Burst, "messages in a burst")
 	fs.IntVar(&s.BurstTrials, "burst-trials", s.BurstTrials, "bursts per mode")
 	fs.DurationVar(&s.BurstIdleMax, "burst-idle-max", s.BurstIdleMax, "idle.max of the burst listener without a trigger")
@@ -227,6 +239,7 @@ func (s Sizes) Validate() error {
 		"postgres": s.Postgres, "postgres-long": s.PostgresLong, "postgres-wake": s.PostgresWake,
 		"redis": s.Redis, "redis-wake-trials": s.RedisWakeTrials,
 		"embedded-bytes": s.EmbeddedBytes, "sqlite-two-proc": s.SQLiteTwoProc,
+		"putbatch": s.PutBatch, "putbatch-rounds": s.PutBatchRounds,
 	} {
 		if v < 1 {
 			bad = append(bad, fmt.Sprintf("-%s %d is below 1", name, v))
