@@ -39,13 +39,16 @@ const putBatchParallel = MaxBatchSize
 // stores many in one call (driver.PutBatcher: memory, SQLite in one
 // transaction, PostgreSQL in one statement, Redis in one script, SQS's
 // SendMessageBatch), each call takes up to Features().MaxBatch messages
-// (and Features().MaxBatchBytes of bodies, where set); other drivers
+// (and Features().MaxBatchBytes of bodies, where set, metadata included
+// where Features().Metadata.InBody); other drivers
 // (Azure) get one Put per message, up to 32 at once.
 //
-// Each message is checked as Put checks one: a body over the limit or a
-// bad option fails that message alone (ErrTooLarge, ErrInvalidArgument,
-// naming the message's place in the batch, the field and its value), it
-// is not written, and the others still go. A message whose result holds
+// Each message is checked as Put checks one: a body over the limit, a bad
+// option or metadata over Features().Metadata's limits fails that message
+// alone (ErrTooLarge, ErrInvalidArgument, a *MetadataError; naming the
+// message's place in the batch, the field and its value), it is not
+// written, and the others still go. Metadata is stored with its message
+// as Put stores it. A message whose result holds
 // an error was not written, except, as for Put, a transient error from a
 // network backend that could not know (a reply lost after sending): the
 // message may then be stored, and a retry may store it twice. Failures are
@@ -105,13 +108,18 @@ func (q *Queue) PutBatch(ctx context.Context, msgs []PutMessage) (results []PutR
 }
 
 // chunkEnd is the end of the chunk of reqs that starts at start: at most
-// MaxBatch requests and MaxBatchBytes of bodies (at least one request).
+// MaxBatch requests and MaxBatchBytes of bodies, with their metadata where
+// it counts against the message size (Metadata.InBody: SQS sends it as
+// attributes within the call's payload), at least one request.
 func (q *Queue) chunkEnd(reqs []driver.PutRequest, start int) int {
 	end := min(start+q.f.MaxBatch, len(reqs))
 	if lim := q.f.MaxBatchBytes; lim > 0 {
 		size := 0
 		for k := start; k < end; k++ {
 			size += len(reqs[k].Body)
+			if md := q.f.Metadata; md.InBody {
+				size += driver.MetadataSize(reqs[k].Opts.Metadata, md.PairOverhead)
+			}
 			if size > lim && k > start {
 				return k
 			}

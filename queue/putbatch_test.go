@@ -283,3 +283,74 @@ func TestPutBatchRefusedAsAWhole(t *testing.T) {
 		t.Errorf("closed: %v", err)
 	}
 }
+
+// Where metadata counts against the message size (Features().Metadata.
+// InBody: SQS sends it as attributes within the call's payload), the size
+// split counts each message's metadata with its body; elsewhere only the
+// bodies.
+func TestPutBatchSplitCountsMetadataInBody(t *testing.T) {
+	for _, c := range []struct {
+		inBody bool
+		want   string
+	}{{true, "[2 2 2]"}, {false, "[6]"}} {
+		t.Run(fmt.Sprint("InBody=", c.inBody), func(t *testing.T) {
+			b, _, q := newBatcher(t, func(f *driver.Features) {
+				f.MaxBatch, f.MaxBatchBytes, f.MaxBody = 10, 300<<10, 256<<10
+				f.Metadata = driver.MetadataLimits{MaxPairs: 8, MaxKey: driver.MaxMetadataKey, MaxValue: 64 << 10, InBody: c.inBody, PairOverhead: 6}
+			})
+			in := msgs(6, func(int) []byte { return bytes.Repeat([]byte{'x'}, 50<<10) })
+			for i := range in {
+				in[i].Opts.Metadata = map[string]string{"k": strings.Repeat("v", 50<<10)}
+			}
+			res, err := q.PutBatch(context.Background(), in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, r := range res {
+				if r.Err != nil {
+					t.Fatalf("message %d: %v", i, r.Err)
+				}
+			}
+			// 6 bodies of 50 KiB fit 300 KiB; with 50 KiB of metadata each, 2 do.
+			if fmt.Sprint(b.calls) != c.want {
+				t.Fatalf("calls of %v messages, want %s", b.calls, c.want)
+			}
+		})
+	}
+}
+
+// A message whose metadata breaks the rules fails alone with the typed
+// *MetadataError, naming its place in the batch; nothing is written for
+// it, and the others are stored with their own metadata.
+func TestPutBatchBadMetadataFailsAlone(t *testing.T) {
+	b, m, q := newBatcher(t, nil)
+	in := msgs(3, small)
+	in[0].Opts.Metadata = map[string]string{"tenant": "a"}
+	in[1].Opts.Metadata = map[string]string{"ok": "v", "a b": "v"}
+	in[2].Opts.Metadata = map[string]string{"tenant": "c"}
+	res, err := q.PutBatch(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var me *queue.MetadataError
+	if !errors.As(res[1].Err, &me) || !errors.Is(res[1].Err, queue.ErrInvalidMetadata) || me.Key != "a b" ||
+		me.Limit != "key characters" || !strings.Contains(res[1].Err.Error(), "message 1 of 3") || res[1].ID != "" {
+		t.Fatalf("message with bad metadata: id %q, error %v; want a *MetadataError for key %q", res[1].ID, res[1].Err, "a b")
+	}
+	if fmt.Sprint(b.calls) != "[2]" {
+		t.Errorf("calls of %v, want one of the 2 valid messages", b.calls)
+	}
+	if s := m.Snapshot(); s.Rejected != 1 || s.MessagesPut != 2 {
+		t.Errorf("meter: %d rejected, %d put; want 1 and 2", s.Rejected, s.MessagesPut)
+	}
+	ms, err := q.Get(context.Background(), 10, 60e9)
+	if err != nil || len(ms) != 2 {
+		t.Fatalf("Get = %d, %v; want the 2 valid messages", len(ms), err)
+	}
+	for _, msg := range ms {
+		want := map[string]string{res[0].ID: "a", res[2].ID: "c"}[msg.ID]
+		if msg.Metadata["tenant"] != want || len(msg.Metadata) != 1 {
+			t.Errorf("message %s (%q): metadata %q, want tenant %q", msg.ID, msg.Body, msg.Metadata, want)
+		}
+	}
+}

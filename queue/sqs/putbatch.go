@@ -17,8 +17,9 @@ import (
 var _ driver.PutBatcher = (*Queue)(nil)
 
 // PutBatch sends up to MaxBatch messages with one SendMessageBatch (the
-// portable queue keeps their bodies within Features().MaxBatchBytes, so
-// that the call fits SQS's total size), each encoded as Put encodes one.
+// portable queue keeps their bodies and metadata within
+// Features().MaxBatchBytes, so that the call fits SQS's total size), each
+// encoded as Put encodes one, its metadata as message attributes.
 // SQS answers per entry: a refused entry's result is what Put would have
 // returned (ErrTooLarge for one over the queue's size, a permanent error
 // for another fault of the sender, a transient one otherwise), and an

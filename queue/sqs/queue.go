@@ -130,11 +130,14 @@ func (q *Queue) Features() driver.Features {
 // base64, four bytes for three.
 func (q *Queue) maxBody() int { return (q.maxMessage - attrReserve) / 4 * 3 }
 
-// maxBatchBytes bounds the bodies of one PutBatch so that its
-// SendMessageBatch fits the queue's MaximumMessageSize in all (SQS: "the
-// maximum total payload size (the sum of the individual lengths of all of
-// the batched messages)" is the message limit) whatever their bytes: each
-// may go in base64, with its padding and the driver's attributes.
+// maxBatchBytes bounds the bodies of one PutBatch, with their metadata
+// (MetadataLimits.InBody: the portable queue counts it with each body), so
+// that its SendMessageBatch fits the queue's MaximumMessageSize in all
+// (SQS: "the maximum total payload size (the sum of the individual lengths
+// of all of the batched messages)" is the message limit) whatever their
+// bytes: each body may go in base64, with its padding and the driver's
+// attributes; metadata goes as it is, so counting it as body bytes is
+// within the bound.
 func (q *Queue) maxBatchBytes() int { return (q.maxMessage - MaxBatch*(attrReserve+4)) / 4 * 3 }
 
 // Classify reads the marks classify put on the driver's errors.
