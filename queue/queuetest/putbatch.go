@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"testing"
@@ -27,11 +28,21 @@ func (e *env) putBatch(t *testing.T, q *queue.Queue, msgs []queue.PutMessage) []
 	return res
 }
 
-// drain gets every visible message of q (up to want+1 of them) and
+// drainAll gets every visible message of q (up to want+1 of them) and
 // deletes none: bodies by id.
 func (e *env) drainAll(t *testing.T, q *queue.Queue, want int) map[string][]byte {
 	t.Helper()
 	got := map[string][]byte{}
+	for id, m := range e.drainMessages(t, q, want) {
+		got[id] = m.Body
+	}
+	return got
+}
+
+// drainMessages is drainAll with the whole messages, metadata included.
+func (e *env) drainMessages(t *testing.T, q *queue.Queue, want int) map[string]*queue.Message {
+	t.Helper()
+	got := map[string]*queue.Message{}
 	for empty := 0; len(got) <= want && empty < 2; {
 		ms := e.get(t, q, e.batch(), 600*unit) // held until the end: none got twice
 		if len(ms) == 0 {
@@ -42,7 +53,7 @@ func (e *env) drainAll(t *testing.T, q *queue.Queue, want int) map[string][]byte
 			if _, dup := got[m.ID]; dup {
 				t.Fatalf("message %s got twice within its visibility timeout", m.ID)
 			}
-			got[m.ID] = m.Body
+			got[m.ID] = m
 		}
 	}
 	return got
@@ -268,6 +279,141 @@ func testLostReplyPutBatch(t *testing.T, e *faultEnv) {
 	for _, body := range failed {
 		if got := seen[body]; len(got) > 1 {
 			t.Errorf("a message (%q) of a PutBatch whose reply was lost left %d messages %v: never duplicated under a new id", body, len(got), got)
+		}
+	}
+}
+
+// testPutBatchMetadata: PutBatch stores each message's metadata as Put
+// does, in a batch of more than one backend call, and Get returns it; a
+// message put with none (nil or empty) has none; the caller's changes to
+// its maps after PutBatch touch nothing stored. A message whose metadata
+// breaks the rules fails alone with a *MetadataError that names its place
+// and the key, and nothing is written for it.
+func testPutBatchMetadata(t *testing.T, e *env) {
+	q := e.open(t, "put-batch-metadata")
+	if e.f.Metadata.MaxPairs == 0 {
+		res := e.putBatch(t, q, []queue.PutMessage{{Body: []byte("plain")}, {Body: []byte("m"), Opts: queue.PutOptions{Metadata: map[string]string{"k": "v"}}}})
+		wantErr(t, "PutBatch with metadata on a driver without it", res[1].Err, queue.ErrInvalidMetadata)
+		if res[0].Err != nil {
+			t.Fatalf("the message without metadata: %v", res[0].Err)
+		}
+		if n := e.count(t, q); n != 1 {
+			t.Fatalf("Count = %d, want 1 (nothing written for the refused message)", n)
+		}
+		t.Skip("the driver's Features say it stores no metadata")
+	}
+	base := metadataSample()
+	for len(base) > e.f.Metadata.MaxPairs-1 { // room for "seq"
+		for k := range base {
+			delete(base, k)
+			break
+		}
+	}
+	const bad = 2
+	n := e.batch() + 1 // two backend calls where the driver batches
+	msgs := make([]queue.PutMessage, n)
+	want := make([]map[string]string, n)
+	for i := range msgs {
+		msgs[i].Body = []byte(fmt.Sprint("md-", i))
+		switch i % 3 {
+		case 0:
+			md := maps.Clone(base)
+			md["seq"] = fmt.Sprint(i)
+			msgs[i].Opts.Metadata, want[i] = md, maps.Clone(md)
+		case 2:
+			msgs[i].Opts.Metadata = map[string]string{} // empty: none
+		}
+	}
+	msgs[bad].Opts.Metadata = map[string]string{"seq": "2", "a b": "v"}
+	res := e.putBatch(t, q, msgs)
+	for _, m := range msgs {
+		for k := range m.Opts.Metadata {
+			m.Opts.Metadata[k] = "changed by the caller after PutBatch"
+		}
+	}
+	byID := map[string]int{}
+	for i, r := range res {
+		if i == bad {
+			var me *queue.MetadataError
+			if !errors.As(r.Err, &me) || !errors.Is(r.Err, queue.ErrInvalidMetadata) || me.Key != "a b" || me.Limit != "key characters" ||
+				r.ID != "" || !strings.Contains(r.Err.Error(), fmt.Sprint("message ", bad)) {
+				t.Fatalf("message %d (bad metadata): id %q, error %v; want a *MetadataError naming message %d and key %q", i, r.ID, r.Err, bad, "a b")
+			}
+			continue
+		}
+		if r.Err != nil || r.ID == "" {
+			t.Fatalf("message %d: id %q, error %v", i, r.ID, r.Err)
+		}
+		byID[r.ID] = i
+	}
+	if c := e.count(t, q); c != n-1 {
+		t.Errorf("Count = %d, want %d (nothing written for the refused message)", c, n-1)
+	}
+	got := e.drainMessages(t, q, n-1)
+	if len(got) != n-1 {
+		t.Fatalf("got %d messages back, want %d", len(got), n-1)
+	}
+	for id, m := range got {
+		i, ok := byID[id]
+		if !ok || string(m.Body) != fmt.Sprint("md-", i) {
+			t.Fatalf("got message %s %q, not one PutBatch stored under that id", id, m.Body)
+		}
+		if !maps.Equal(m.Metadata, want[i]) || (want[i] == nil) != (m.Metadata == nil) {
+			t.Errorf("message %d: metadata %q, want %q", i, m.Metadata, want[i])
+		}
+	}
+}
+
+// testPutBatchLargeMetadata: a full batch of large bodies, each with 8 KiB
+// of metadata, is stored whole, every body and its metadata intact. The
+// bodies alone fill one backend call where the driver bounds a call's
+// bytes: where metadata counts against the message size (SQS's
+// attributes), the batch must be split by bodies and metadata together to
+// fit.
+func testPutBatchLargeMetadata(t *testing.T, e *env) {
+	lim := e.f.Metadata
+	e.need(t, lim.MaxPairs > 0, "metadata", nil)
+	q := e.open(t, "put-batch-large-metadata")
+	n := e.batch()
+	// No call limit to cross: keep it cheap, and within Azure's message
+	// with the metadata (which stays in the message).
+	size := min(e.maxBody()/3, 16<<10)
+	if e.f.MaxBatchBytes > 0 {
+		size = e.f.MaxBatchBytes / n
+	}
+	pairs := min(lim.MaxPairs, 8)
+	value := 1 << 10
+	if lim.MaxValue > 0 {
+		value = min(value, lim.MaxValue)
+	}
+	if lim.InBody {
+		value = min(value, (e.maxBody()-size)/(2*pairs)) // with room for keys and encoding
+	}
+	msgs := make([]queue.PutMessage, n)
+	for i := range msgs {
+		b := bytes.Repeat([]byte{0xFE, byte(i)}, size/2+1) // not text: the widest encoding
+		md := map[string]string{}
+		for j := range pairs {
+			md[fmt.Sprintf("k%02d", j)] = strings.Repeat(string(rune('a'+(i+j)%26)), value)
+		}
+		msgs[i] = queue.PutMessage{Body: b[:size], Opts: queue.PutOptions{Metadata: md}}
+	}
+	res := e.putBatch(t, q, msgs)
+	want := map[string]int{}
+	for i, r := range res {
+		if r.Err != nil {
+			t.Fatalf("message %d (a %d-byte body, %d pairs of %d-byte values): %v", i, size, pairs, value, r.Err)
+		}
+		want[r.ID] = i
+	}
+	got := e.drainMessages(t, q, n)
+	if len(got) != n {
+		t.Fatalf("got %d messages back, want %d", len(got), n)
+	}
+	for id, m := range got {
+		i, ok := want[id]
+		if !ok || !bytes.Equal(m.Body, msgs[i].Body) || !maps.Equal(m.Metadata, msgs[i].Opts.Metadata) {
+			t.Fatalf("message %s: a %d-byte body with %d pairs does not match the one put under its id", id, len(m.Body), len(m.Metadata))
 		}
 	}
 }

@@ -98,6 +98,8 @@ func run(t *testing.T, newHarness func(t *testing.T) *Harness, parallel bool) {
 		{"PutBatchMixed", testPutBatchMixed},
 		{"PutBatchLargeBodies", testPutBatchLargeBodies},
 		{"PutBatchWakes", testPutBatchWakes},
+		{"PutBatchMetadata", testPutBatchMetadata},
+		{"PutBatchLargeMetadata", testPutBatchLargeMetadata},
 		{"DeleteBatch", testDeleteBatch},
 		{"DeleteBatchLargeAndRepeated", testDeleteBatchLarge},
 		{"OrderAfterRelease", testOrderAfterRelease},
