@@ -86,6 +86,9 @@ var figures = map[string][]string{
 		"Get of 1 beside", "(DB.Sweep",
 		"long run: ", "long run: n_dead_tup", "long run: Get latency", "one table for many queues",
 	},
+	"txput": {
+		"adaptq: row + postgres.PutTx", "River v0.51.1: row + InsertTx", "adaptq ÷ River, committed transactions/s", "adaptq, the same transaction as one pgx.Batch", "adaptq one-batch transaction ÷ River", "statements (round trips) per transaction", "CPU per transaction",
+	},
 	"redis": {
 		"asynq, concurrency", "adaptq listener on queue/redis", "processed per second, adaptq ÷ asynq", "adaptq calls per message",
 		"idle asynq server: commands per minute", "idle adaptq worker: commands per minute",

@@ -99,6 +99,7 @@ var Sections = []Spec{
 	{Key: "steady", Title: "Pickup at steady rates", Run: steadyRatesSection},
 	{Key: "trigger", Title: "Push trigger", Run: trigger},
 	{Key: "postgres", Title: "PostgreSQL: adaptq's driver vs River", Run: postgresSection},
+	{Key: "txput", Title: "PostgreSQL: enqueue in the application's transaction, adaptq PutTx vs River InsertTx", Run: txPutSection},
 	{Key: "redis", Title: "Redis: adaptq's driver vs asynq", Run: redisSection},
 	{Key: "sqlite", Title: "Embedded SQLite: backlogs, space, two processes", Run: sqliteSection},
 	{Key: "putbatch", Title: "Batch put: PutBatch vs Put on every engine", Run: putBatchSection},
@@ -302,6 +303,10 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			b.WriteString("\n")
 		}
 		fmt.Fprintf(&b, "<sub>Section run time: %s.</sub>\n\n", s.Elapsed.Round(100*time.Millisecond))
+	}
+	if t := strings.TrimSpace(ThroughputLatest); t != "" {
+		b.WriteString(t)
+		b.WriteString("\n\n<sub>Not rerun by `make bench`: embedded from `bench/throughput.md`, measured by hand with the commands it gives.</sub>\n\n")
 	}
 	if f := strings.TrimSpace(FlowControlLatest); f != "" {
 		b.WriteString(f)

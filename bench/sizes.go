@@ -69,6 +69,10 @@ type Sizes struct {
 	PostgresLong int
 	PostgresWake int
 	PostgresIdle time.Duration
+	// TxPut is the number of transactions each side of the
+	// enqueue-in-a-transaction comparison (adaptq PutTx, River InsertTx)
+	// commits per run.
+	TxPut int
 
 	// Redis is the number of messages each Redis-vs-asynq drain starts
 	// with; RedisWakeTrials the cross-process wake trials; RedisIdle the
@@ -129,6 +133,7 @@ func DefaultSizes() Sizes {
 		PostgresLong:   1_000_000,
 		PostgresWake:   200,
 		PostgresIdle:   30 * time.Second,
+		TxPut:          20_000,
 
 		Redis:           50_000,
 		RedisWakeTrials: 300,
@@ -173,6 +178,7 @@ func TinySizes() Sizes {
 		Postgres:       500,
 		PostgresLong:   2_000,
 		PostgresWake:   5,
+		TxPut:          200,
 		PostgresIdle:   time.Second,
 
 		Redis:           500,
@@ -219,6 +225,7 @@ func (s *Sizes) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&s.Postgres, "postgres", s.Postgres, "jobs per adaptq-vs-River drain")
 	fs.IntVar(&s.PostgresLong, "postgres-long", s.PostgresLong, "messages of the PostgreSQL long run")
 	fs.IntVar(&s.PostgresWake, "postgres-wake", s.PostgresWake, "cross-process wake trials on PostgreSQL")
+	fs.IntVar(&s.TxPut, "txput", s.TxPut, "transactions per run of each side of the enqueue-in-a-transaction comparison (adaptq PutTx, River InsertTx)")
 	fs.DurationVar(&s.PostgresIdle, "postgres-idle", s.PostgresIdle, "how long River's idle client is watched")
 	fs.IntVar(&s.Redis, "redis", s.Redis, "messages per Redis-vs-asynq drain")
 	fs.IntVar(&s.RedisWakeTrials, "redis-wake-trials", s.RedisWakeTrials, "cross-process wake trials on Redis")
@@ -236,7 +243,7 @@ func (s Sizes) Validate() error {
 		"calls": s.Calls, "burst": s.Burst, "burst-trials": s.BurstTrials, "raw-sqlite": s.RawSQLite, "work-backlog": s.WorkBacklog,
 		"raw-memory": s.RawMemory, "trigger-trials": s.TriggerTrials, "poll-trials": s.PollTrials,
 		"poll-lanes": s.PollLanes, "idle-hours": s.IdleHours,
-		"postgres": s.Postgres, "postgres-long": s.PostgresLong, "postgres-wake": s.PostgresWake,
+		"postgres": s.Postgres, "postgres-long": s.PostgresLong, "postgres-wake": s.PostgresWake, "txput": s.TxPut,
 		"redis": s.Redis, "redis-wake-trials": s.RedisWakeTrials,
 		"embedded-bytes": s.EmbeddedBytes, "sqlite-two-proc": s.SQLiteTwoProc,
 		"putbatch": s.PutBatch, "putbatch-rounds": s.PutBatchRounds,

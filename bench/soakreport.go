@@ -324,6 +324,14 @@ var SoakLatest string
 //go:embed embedding.md
 var EmbeddingLatest string
 
+// ThroughputLatest is the section of BENCHMARKS.md on issue 34's SQLite
+// drain, measured by hand (drainprobe, callgrind) on a loaded machine:
+// BENCHMARKS.md embeds it before the embedding section, so that `make
+// bench` keeps it.
+//
+//go:embed throughput.md
+var ThroughputLatest string
+
 // FlowControlLatest is the section of BENCHMARKS.md on a downstream that
 // slows down (fixed vs adaptive concurrency, issue 32): the output of
 // `adaptq simulate --scenario slowdown`, kept by `make bench` as the

@@ -302,7 +302,7 @@ func (b *batch) run(inline bool, ctx context.Context, cancel context.CancelFunc)
 			if !b.state[i].CompareAndSwap(stFetched, stRunning) {
 				break // renewal found its lease lost while it waited
 			}
-			err, end := b.runHandler(ctx, i, &start)
+			err, end := b.runHandler(b.settleContext(ctx, i), i, &start)
 			if err != nil {
 				// Once, at the source of every sink (the log, the poison
 				// envelope and the tools that read it): no URL's signature
@@ -314,6 +314,8 @@ func (b *batch) run(inline bool, ctx context.Context, cancel context.CancelFunc)
 				l.ewma.add(time.Since(start))
 			}
 			switch {
+			case b.settledInTx(i, err): // deleted in the handler's transaction (settle.go)
+				ok++
 			case err == nil && b.state[i].CompareAndSwap(stRunning, stSucceeded):
 				ok++
 			case err != nil && b.state[i].CompareAndSwap(stRunning, stSettling):

@@ -33,7 +33,10 @@ func TestReviewDefaultTriggerCostsNoIdleGets(t *testing.T) {
 	before := getsPerHour(listener.Options{Tasks: 3, Idle: idle})
 	after := getsPerHour(listener.Options{Tasks: 3, Idle: idle, Notifier: &listener.LocalNotifier{}, SafetyInterval: idle.Max})
 	t.Logf("gets in an idle hour: %d without a trigger, %d with the default one", before, after)
-	if after > before {
+	// Both runs draw their idle delays with random jitter (0.8–1.2), so
+	// equal cadences differ by a few gets an hour (77 vs 79 seen): allow a
+	// tenth. A trigger that polled on its own would cost a multiple.
+	if after > before+before/10 {
 		t.Errorf("the default trigger costs %d gets an idle hour, %d without", after, before)
 	}
 }

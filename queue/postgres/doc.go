@@ -33,7 +33,8 @@
 //
 // doc.go (this), db.go (Open, options, the queues of a DB), schema.go (the
 // versioned migrations, Migrate), sql.go (every statement), queue.go (the
-// driver.Queue), notify.go (rate-limited NOTIFY and the LISTEN hub),
+// driver.Queue), tx.go (puts and deletes in a caller's transaction),
+// notify.go (rate-limited NOTIFY, the commit watch and the LISTEN hub),
 // errors.go (which errors are transient), url.go (the postgres:// scheme).
 // Package pgtest finds the server tests run against.
 //

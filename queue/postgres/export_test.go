@@ -28,3 +28,24 @@ func SweepTurn(ctx context.Context, db *DB, name string, batch, turn int) (int, 
 	}
 	return q.sweep(ctx, batch, turn)
 }
+
+// SetNotifyAgo makes the newest notification of db's queue name d ago.
+func SetNotifyAgo(db *DB, name string, d time.Duration) {
+	db.mu.Lock()
+	st := db.queues[name]
+	db.mu.Unlock()
+	st.n.mu.Lock()
+	st.n.last = wallNow().Add(-d)
+	st.n.mu.Unlock()
+}
+
+// Watching reports whether a commit watch round of db's queue name is
+// scheduled.
+func Watching(db *DB, name string) bool {
+	db.mu.Lock()
+	st := db.queues[name]
+	db.mu.Unlock()
+	st.n.mu.Lock()
+	defer st.n.mu.Unlock()
+	return st.n.watching
+}

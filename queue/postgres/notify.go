@@ -17,6 +17,9 @@ type notifyLimiter struct {
 	last    time.Time // when the newest notification was sent (or claimed)
 	prev    time.Time // last before the newest claim, restored by unclaim
 	pending bool      // a trailing notification is scheduled
+
+	await    []int64 // ids put in callers' transactions, to notify once committed
+	watching bool    // a commit watch round is scheduled for await
 }
 
 // claim reports whether a Put now may notify in its own statement: the
@@ -71,6 +74,100 @@ func (db *DB) trailingNotify(st *queueState) {
 		// Put itself succeeded.
 		_, _ = db.pool.Exec(ctx, db.sql.notify, db.channel, st.name)
 	}, nil)
+}
+
+// awaitCommits watches id, put without a notification in a caller's
+// transaction that has not committed yet: at the end of the queue's notify
+// interval, a round takes every id so watched, waits for their
+// transactions to end (committed), and notifies if any committed. A
+// queue has one round at a time: ids put meanwhile wait for the next,
+// which starts when it ends. So watching holds at most one connection of
+// the pool per queue, however long the callers' transactions last; a
+// round that waits on a long transaction delays the wake of the puts
+// behind it until that transaction ends (puts that notify themselves,
+// the first of each interval, still wake the consumers at their commits,
+// and the consumers poll at their safety interval).
+func (db *DB) awaitCommits(st *queueState, id int64) {
+	l := &st.n
+	l.mu.Lock()
+	l.await = append(l.await, id)
+	if l.watching {
+		l.mu.Unlock()
+		return
+	}
+	l.watching = true
+	l.mu.Unlock()
+	db.watchRound(st)
+}
+
+// watchRound runs one round for st after the rest of its notify
+// interval, then the next if ids came meanwhile. st.n.watching is set.
+func (db *DB) watchRound(st *queueState) {
+	l := &st.n
+	l.mu.Lock()
+	wait := max(db.notify-wallNow().Sub(l.last), 0)
+	l.mu.Unlock()
+	started := db.background(func(bg context.Context) {
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-bg.Done():
+				t.Stop()
+				return
+			}
+		}
+		l.mu.Lock()
+		ids := l.await
+		l.await = nil
+		l.mu.Unlock()
+		if db.committed(bg, ids) {
+			l.mu.Lock()
+			l.last = wallNow()
+			l.mu.Unlock()
+			ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+			// A failure leaves the consumers to their safety polls.
+			_, _ = db.pool.Exec(ctx, db.sql.notify, db.channel, st.name)
+			cancel()
+		}
+		l.mu.Lock()
+		next := len(l.await) > 0
+		if !next {
+			l.watching = false
+		}
+		l.mu.Unlock()
+		if next {
+			db.watchRound(st)
+		}
+	}, nil)
+	if !started {
+		l.mu.Lock()
+		l.watching = false
+		l.mu.Unlock()
+	}
+}
+
+// committed waits for the transactions that put ids to end, and reports
+// whether any of them committed a message that is still there. An error
+// (the DB closing, a lost connection) reports true: a spurious wake costs
+// a Get, a missed one a safety interval.
+func (db *DB) committed(ctx context.Context, ids []int64) bool {
+	// One round trip: the transaction, always rolled back, and the
+	// speculative inserts.
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	var absent int
+	b.Queue(db.sql.awaitCommit, ids).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			absent++
+		}
+		return rows.Err()
+	})
+	b.Queue("ROLLBACK")
+	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
+		return true
+	}
+	return absent < len(ids)
 }
 
 // ListenApplicationName is the application_name of the LISTEN connection.

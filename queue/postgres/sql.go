@@ -17,10 +17,28 @@ type statements struct {
 	register, lookup         string
 	put, putNotify, notify   string
 	putBatch, putBatchNotify string
+	putTx, putTxNotify       string
+	delTx                    string // del in a caller's transaction, its counter row chosen with txShard
+	awaitCommit              string
 	get, peek, peekAfter     string
 	del, delBatch, update    string
 	count, clear, sweep      string
 }
+
+// putTxBase is put with the queue's id checked against its name ($8),
+// and its counter row chosen with txShard.
+func putTxBase(put string) string {
+	put = strings.Replace(put, "VALUES ($2,", "VALUES ((SELECT id FROM {s}.queues WHERE id = $2 AND name = $8),", 1)
+	return strings.Replace(put, "WHERE queue_id = $2 AND shard = {shard}", "WHERE queue_id = $2 AND shard = "+txShard, 1)
+}
+
+// txShard picks the counter row a statement in a caller's transaction
+// updates: the first, from the connection's own (shard), that no other
+// transaction holds, else its own. A caller's transaction holds the row
+// until it ends, so with the connection's row alone two transactions
+// whose backends share a row would commit one after the other.
+var txShard = `coalesce((SELECT shard FROM {s}.counts WHERE queue_id = $2
+	ORDER BY (shard - {shard} + ` + strconv.Itoa(countShards) + `) % ` + strconv.Itoa(countShards) + ` LIMIT 1 FOR UPDATE SKIP LOCKED), {shard})`
 
 // shard is the counter row a connection updates (see countShards).
 var shard = "pg_backend_pid() % " + strconv.Itoa(countShards)
@@ -81,7 +99,7 @@ WITH r AS MATERIALIZED (
 ), c AS (
 	UPDATE {s}.counts SET n = n + cardinality($3::bigint[]) WHERE queue_id = $2 AND shard = {shard}
 )`
-	return statements{
+	st := statements{
 		// A batch put notifies once (putBatchNotify), as a Put does.
 		putBatch:       f(putBatch + `SELECT r.id FROM r ORDER BY r.ord`),
 		putBatchNotify: f(putBatch + `, n AS (SELECT pg_notify($7, $8)) SELECT r.id FROM r, n ORDER BY r.ord`),
@@ -105,6 +123,26 @@ SELECT id FROM q LIMIT 1`),
 		put:       f(put + `SELECT id FROM m`),
 		putNotify: f(put + `, n AS (SELECT pg_notify($7, $8)) SELECT m.id FROM m, n`),
 		notify:    `SELECT pg_notify($1, $2)`,
+
+		// putTx and putTxNotify are put and putNotify in a caller's
+		// transaction (PutTx): PostgreSQL sends putTxNotify's notification
+		// when, and only when, the transaction commits. The queue's id is
+		// looked up with its name, so a transaction on another database,
+		// whose queues table lacks this queue (or gives its id to
+		// another), fails the statement (queue_id NOT NULL) and aborts the
+		// transaction rather than put a stray message. putTx's $7 and $8
+		// are unused (typed so that both take the same arguments).
+		putTx:       f(putTxBase(put) + `, n AS (SELECT $7::text, $8::text) SELECT m.id FROM m, n`),
+		putTxNotify: f(putTxBase(put) + `, n AS (SELECT pg_notify($7, $8)) SELECT m.id FROM m, n`),
+
+		// awaitCommit waits for the transactions that put the messages
+		// $1 (ids) to end, and returns the ids of those whose body is not
+		// there (rolled back, or already consumed): its speculative
+		// inserts into bodies wait, on the primary key, for every
+		// transaction still inserting the same id. It runs in a
+		// transaction that is always rolled back.
+		awaitCommit: f(`INSERT INTO {s}.bodies (id, body) SELECT x, ''::bytea FROM unnest($1::bigint[]) x
+	ON CONFLICT (id) DO NOTHING RETURNING id`),
 
 		// A Get is one statement: lock up to $3 visible messages, oldest
 		// first, skipping those another Get has locked; hide them, with a
@@ -248,4 +286,6 @@ WITH v1 AS (
 )
 SELECT (SELECT count(*) FROM x), (SELECT count(*) FROM d), (SELECT count(*) FROM v1)`),
 	}
+	st.delTx = strings.Replace(st.del, "shard = "+shard, "shard = "+r.Replace(txShard), 1)
+	return st
 }

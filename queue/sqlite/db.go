@@ -110,10 +110,11 @@ func WithBusyTimeout(d time.Duration) Option {
 // DB is one SQLite database file holding any number of queues. It is safe
 // for concurrent use; see the package doc for its concurrency model.
 type DB struct {
-	path    string
-	clock   queue.Clock
-	maxBody int
-	sync    Sync
+	path        string
+	clock       queue.Clock
+	maxBody     int
+	sync        Sync
+	busyTimeout time.Duration
 
 	w *sql.DB // writes: exactly one connection
 	r *sql.DB // Peek and Count: read-only connections
@@ -133,17 +134,19 @@ type DB struct {
 // statements are prepared once per DB. database/sql prepares each again on
 // every connection it is used on; the write pool has one.
 type statements struct {
-	put, putBody, putBodyMeta, depth, get, del, exists, existsBatch, update *sql.Stmt // write pool
-	purgeBodies, purge, clearBodies, clear, clearDepth                      *sql.Stmt // write pool
-	peek, peekAfter, count                                                  *sql.Stmt // read pool
+	put, putBody, putBodyMeta, depth, getSelect, del, exists, existsBatch, update *sql.Stmt // write pool
+	purgeBodies, purge, clearBodies, clear, clearDepth                            *sql.Stmt // write pool
+	peek, peekAfter, count                                                        *sql.Stmt // read pool
 
-	// bodies[k] is sqlBodies(1<<k), on the read pool.
-	bodies [deleteBatchClasses]*sql.Stmt
+	// getHide[k] is sqlGetHide(1<<k), on the write pool.
+	getHide [deleteBatchClasses]*sql.Stmt
 
 	// delBatch[k] is sqlDeleteBatch(1<<k) and delBodies[k]
 	// sqlDeleteBodies(1<<k): batches are padded with NULLs to the next
 	// power of two, so six statements serve every size.
 	delBatch, delBodies [deleteBatchClasses]*sql.Stmt
+	// delBatchOne[k] is sqlDeleteBatchOne(1<<k).
+	delBatchOne [deleteBatchClasses]*sql.Stmt
 }
 
 // Open opens the SQLite database at path, creating the file and its
@@ -164,7 +167,7 @@ func Open(path string, opts ...Option) (*DB, error) {
 	if err := os.MkdirAll(filepath.Dir(abs), 0o750); err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
-	db := &DB{path: abs, clock: o.clock, maxBody: o.maxBody, sync: o.sync, queues: map[string]int64{}}
+	db := &DB{path: abs, clock: o.clock, maxBody: o.maxBody, sync: o.sync, busyTimeout: o.busyTimeout, queues: map[string]int64{}}
 	if err := db.open(o.busyTimeout, o.sync); err != nil {
 		db.closePools()
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, classify(err))
@@ -203,8 +206,7 @@ func (db *DB) open(busyTimeout time.Duration, sync Sync) (err error) {
 
 // mmapSize is how much of the database file each connection maps into
 // memory (PRAGMA mmap_size): pages are read from the mapping instead of
-// with a read call per 4 KiB page, which matters for large bodies (a Get
-// reads its bodies on a read connection). It is address space, not memory:
+// with a read call per 4 KiB page, which matters for large bodies. It is address space, not memory:
 // the pages are the operating system's file cache. Pages still in the WAL
 // are read as before.
 const mmapSize = 1 << 30
@@ -249,7 +251,7 @@ func (db *DB) prepare() error {
 		{&db.st.putBody, sqlPutBody},
 		{&db.st.putBodyMeta, sqlPutBodyMeta},
 		{&db.st.depth, sqlDepth},
-		{&db.st.get, sqlGet},
+		{&db.st.getSelect, sqlGetSelect},
 		{&db.st.del, sqlDelete},
 		{&db.st.exists, sqlExists},
 		{&db.st.existsBatch, sqlExistsBatch},
@@ -273,10 +275,18 @@ func (db *DB) prepare() error {
 			return fmt.Errorf("prepare delete batch of %d: %w", 1<<k, err)
 		}
 		db.st.delBatch[k] = st
+		if st, err = db.w.Prepare(sqlDeleteBatchOne(1 << k)); err != nil {
+			return fmt.Errorf("prepare delete batch of %d with one receipt: %w", 1<<k, err)
+		}
+		db.st.delBatchOne[k] = st
 		if st, err = db.w.Prepare(sqlDeleteBodies(1 << k)); err != nil {
 			return fmt.Errorf("prepare delete of %d bodies: %w", 1<<k, err)
 		}
 		db.st.delBodies[k] = st
+		if st, err = db.w.Prepare(sqlGetHide(1 << k)); err != nil {
+			return fmt.Errorf("prepare hide of %d messages: %w", 1<<k, err)
+		}
+		db.st.getHide[k] = st
 	}
 	r := []struct {
 		p   **sql.Stmt
@@ -292,13 +302,6 @@ func (db *DB) prepare() error {
 			return fmt.Errorf("prepare %q: %w", s.sql, err)
 		}
 		*s.p = st
-	}
-	for k := range db.st.bodies {
-		st, err := db.r.Prepare(sqlBodies(1 << k))
-		if err != nil {
-			return fmt.Errorf("prepare read of %d bodies: %w", 1<<k, err)
-		}
-		db.st.bodies[k] = st
 	}
 	return nil
 }

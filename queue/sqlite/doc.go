@@ -24,7 +24,8 @@
 // Source files: doc.go (this), db.go (Open, options, connection pools,
 // prepared statements), schema.go (the versioned schema and its migrations),
 // queue.go (the queue.Queue implementation and its SQL), group.go (Puts
-// sharing commits), vacuum.go (giving a drained file's space back), url.go
+// sharing commits), tx.go (puts and deletes in the application's
+// transaction, DB.SQL), vacuum.go (giving a drained file's space back), url.go
 // (the sqlite:// scheme).
 //
 // The database file is an ordinary SQLite database in WAL mode: name.db plus
@@ -62,12 +63,11 @@
 // the index alone.
 //
 // A pop receipt is a random 64-bit integer, shown as 16 hex digits. Get
-// draws a new one per message (SQLite's random()), UpdateVisibility draws
-// another; Delete and UpdateVisibility succeed only with the current one. A
-// receipt stays valid after its visibility timeout until the message is got
-// again, as on Azure. The low 6 bits of a receipt drawn by Get hold the
-// message's position in its batch, which is how the one-statement Get
-// returns its messages in FIFO order (SQLite does not order RETURNING rows).
+// draws a new one for the messages it returns (one per Get: a receipt names
+// a message together with its id), UpdateVisibility draws another; Delete
+// and UpdateVisibility succeed only with the current one. A receipt stays
+// valid after its visibility timeout until the message is got again, as on
+// Azure.
 //
 // Count is O(1): queues.depth counts the queue's rows, kept by every
 // statement that adds or removes messages, in its transaction (Put, Delete,
@@ -106,13 +106,18 @@
 // exactly one connection, so writers within a process queue up in Go rather
 // than spin in SQLite's busy handler, and each statement is prepared once.
 // Peek and Count read through a small pool of read-only connections, which
-// WAL lets run beside the writer; a Get reads its messages' bodies there
-// too, after its UPDATE. Every connection maps the file into memory
-// (mmapSize), so large bodies are read without a read call per page.
+// WAL lets run beside the writer. A Get reads its messages' bodies on the
+// writer, in its transaction: a read connection drops its page cache and
+// its mapping of the file each time another connection has written, which
+// cost a Get that read there a cold cache every time (issue 34). Every
+// connection maps the file into memory (mmapSize), so large bodies are
+// read without a read call per page.
 //
 // Every operation is one statement or one transaction: a Get of n messages is
-// a single UPDATE … RETURNING, so two consumers, in this process or another,
-// never hold the same message within one visibility window; a DeleteBatch is
+// one IMMEDIATE transaction (a SELECT of the first n visible messages with
+// their bodies, then one UPDATE that hides them), so two consumers, in this
+// process or another, never hold the same message within one visibility
+// window; a DeleteBatch is
 // one transaction (one DELETE … RETURNING per 32 receipts). Puts that arrive
 // while another is being written wait in line and are then written together
 // in one transaction (group commit): each Put still returns only once its

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -49,19 +50,17 @@ const (
 	// rows it changed: a per-row trigger would cost a quarter of a drain.
 	sqlDepth = `UPDATE queues SET depth = depth + ?2 WHERE id = ?1`
 
-	// sqlGet takes the first ?4 visible, unexpired messages at ?2 in FIFO
-	// order, hides them until ?3, and hands each a new receipt whose low 6
-	// bits are its position in that order (RETURNING rows come unordered).
-	// It writes the messages rows only; the bodies are read afterwards
-	// (sqlBodies), not rewritten.
-	sqlGet = `UPDATE messages
-		SET visible_at = ?3, dequeue_count = dequeue_count + 1, receipt = (random() & -64) | s.pos
-		FROM (SELECT id, row_number() OVER (ORDER BY visible_at, id) - 1 AS pos
-		      FROM (SELECT id, visible_at FROM messages INDEXED BY messages_ready
-		            WHERE queue_id = ?1 AND visible_at <= ?2 AND expires_at > ?2
-		            ORDER BY visible_at, id LIMIT ?4)) AS s
-		WHERE messages.id = s.id
-		RETURNING messages.id, receipt, dequeue_count, inserted_at, expires_at`
+	// A Get is, in one write transaction, sqlGetSelect, which reads the
+	// first ?3 visible, unexpired messages at ?2 with their bodies in FIFO
+	// order (an ordered walk of messages_ready and a probe of bodies per
+	// message), and then sqlGetHide for their ids. It writes the messages
+	// rows only, never a body. The bodies are read on the writer, inside
+	// the transaction: its page cache is warm, while a read connection
+	// drops its cache and unmaps the file each time the writer has written.
+	sqlGetSelect = `SELECT m.id, m.dequeue_count, m.inserted_at, m.expires_at, b.body, b.meta
+		FROM messages AS m INDEXED BY messages_ready JOIN bodies AS b ON b.id = m.id
+		WHERE m.queue_id = ?1 AND m.visible_at <= ?2 AND m.expires_at > ?2
+		ORDER BY m.visible_at, m.id LIMIT ?3`
 
 	// In the statements that name ids, +queue_id keeps the planner on the
 	// primary key (see sqlDeleteBatch). A message deleted from messages
@@ -111,51 +110,57 @@ const (
 		FROM queues WHERE id = ?1`
 )
 
-// sqlDeleteBatch deletes n (id, receipt) pairs in one statement: ?2, ?4 …
-// are ids, ?3, ?5 … their receipts; ids must be distinct. The unary + on
+// The statements of a batch take anonymous parameters (?): SQLite looks a
+// numbered one (?12) up by a walk of the statement's list of names each
+// time it is bound, which for the 97 parameters of a delete of 32 came to
+// about 1,300 instructions per message drained (issue 34).
+
+// sqlDeleteBatch deletes n (id, receipt) pairs in one statement; its
+// parameters are the queue's id, the n ids, then the n pairs (id,
+// receipt) again (deleteBatchArgs); ids must be distinct. The unary + on
 // queue_id keeps the planner on the primary key: without it SQLite may
 // prefer messages_ready and scan the whole queue.
 func sqlDeleteBatch(n int) string {
-	var in, when strings.Builder
-	for i := range n {
-		id, r := 2+2*i, 3+2*i
-		if i > 0 {
-			in.WriteString(", ")
-		}
-		fmt.Fprintf(&in, "?%d", id)
-		fmt.Fprintf(&when, " WHEN ?%d THEN ?%d", id, r)
-	}
-	return "DELETE FROM messages WHERE +queue_id = ?1 AND id IN (" + in.String() +
-		") AND receipt = CASE id" + when.String() + " END RETURNING id, expires_at"
+	return "DELETE FROM messages WHERE +queue_id = ? AND id IN (" + params(n) +
+		") AND receipt = CASE id" + strings.Repeat(" WHEN ? THEN ?", n) + " END RETURNING id, expires_at"
 }
 
-// sqlBodies reads the bodies of n messages, ?1 … ?n (NULL ids match
-// nothing). A Get reads its messages' bodies with it after its UPDATE: a
-// body in RETURNING is first copied into a temporary table with the other
-// returned columns, which for 64 KiB bodies cost more than a third of a
-// drain's CPU.
-func sqlBodies(n int) string {
-	var in strings.Builder
-	for i := range n {
-		if i > 0 {
-			in.WriteString(", ")
-		}
-		fmt.Fprintf(&in, "?%d", 1+i)
-	}
-	return "SELECT id, body, meta FROM bodies WHERE id IN (" + in.String() + ")"
+// sqlDeleteBatchOne is sqlDeleteBatch for n ids that share one receipt,
+// as the messages of one Get do: its parameters are the queue's id, the
+// receipt and the n ids, and it compares each row's receipt with one
+// value instead of walking a CASE of n branches.
+func sqlDeleteBatchOne(n int) string {
+	return "DELETE FROM messages WHERE +queue_id = ? AND receipt = ? AND id IN (" + params(n) + ") RETURNING id, expires_at"
 }
 
-// sqlDeleteBodies deletes the bodies of n messages, ?1 … ?n (NULL ids
-// match nothing).
+// deleteBatchArgs are sqlDeleteBatch's arguments for qid and pairs (id,
+// receipt, id, receipt …).
+func deleteBatchArgs(qid int64, pairs []any) []any {
+	n := len(pairs) / 2
+	args := make([]any, 0, 1+3*n)
+	args = append(args, qid)
+	for i := range n {
+		args = append(args, pairs[2*i])
+	}
+	return append(args, pairs...)
+}
+
+// sqlGetHide hides n messages got by a Get (NULL ids match nothing): its
+// parameters are the time they become visible, their new receipt and
+// their n ids. It raises their dequeue counts.
+func sqlGetHide(n int) string {
+	return "UPDATE messages SET visible_at = ?, dequeue_count = dequeue_count + 1, receipt = ? WHERE id IN (" + params(n) + ")"
+}
+
+// sqlDeleteBodies deletes the bodies of n messages, its n parameters (NULL
+// ids match nothing).
 func sqlDeleteBodies(n int) string {
-	var in strings.Builder
-	for i := range n {
-		if i > 0 {
-			in.WriteString(", ")
-		}
-		fmt.Fprintf(&in, "?%d", 1+i)
-	}
-	return "DELETE FROM bodies WHERE id IN (" + in.String() + ")"
+	return "DELETE FROM bodies WHERE id IN (" + params(n) + ")"
+}
+
+// params is n anonymous parameters, comma-separated.
+func params(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
 }
 
 // sqlExistsBatch is sqlExists for up to queue.MaxBatchSize ids, ?3 … ?34
@@ -296,138 +301,123 @@ func (q *driverQueue) PutBatch(ctx context.Context, reqs []driver.PutRequest) ([
 }
 
 // Get returns up to n visible messages in FIFO order, each hidden until
-// now+visibility with a new receipt and its dequeue count incremented. The
-// whole batch is one statement, hence one transaction.
+// now+visibility with a new receipt and its dequeue count incremented: one
+// write transaction, which reads the messages with their bodies and then
+// hides them. The messages of one Get share their receipt, a random
+// number drawn for it; a receipt names a message together with its id.
 func (q *driverQueue) Get(ctx context.Context, n int, visibility time.Duration) ([]*driver.Message, error) {
 	now := q.now()
-	// Once begun, the get runs to its end whatever becomes of ctx: SQLite
-	// hides the messages on the statement's first step, so a get cut off
-	// while its rows are read would hide messages it never returns. The
-	// busy timeout bounds it.
+	// Once begun, the get runs to its end whatever becomes of ctx, so that
+	// it never hides messages it does not return. The busy timeout bounds
+	// it.
 	ctx = context.WithoutCancel(ctx)
 	q.purge(ctx, now)
-	visibleAt := now + int64(visibility)
-	rows, err := q.db.st.get.QueryContext(ctx, q.qid, now, visibleAt, n)
+	msgs, err := q.db.get(ctx, q.qid, now, now+int64(visibility), n)
 	if err != nil {
 		return nil, q.fail(err)
 	}
+	return msgs, nil
+}
+
+// get is Get's transaction.
+func (db *DB) get(ctx context.Context, qid, now, visibleAt int64, n int) ([]*driver.Message, error) {
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	rows, err := tx.StmtContext(ctx, db.st.getSelect).QueryContext(ctx, qid, now, n)
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
+	receipt := newReceipt()
+	pr := formatReceipt(receipt)
+	next := fromNanos(visibleAt)
 	var (
 		backing []driver.Message
 		msgs    []*driver.Message
-		pos     []int64 // receipt & 63, the FIFO position
+		args    []any
 	)
+	var cols [4]any // id, dequeue_count, inserted_at, expires_at: see ints
 	for rows.Next() {
-		var id, receipt, dc, ins, exp int64
-		if err := rows.Scan(&id, &receipt, &dc, &ins, &exp); err != nil {
-			return nil, q.fail(err)
+		// RawBytes: the driver already copied the BLOB into a slice of
+		// its own for this row, which a []byte destination would make
+		// database/sql clone. The Get keeps the driver's copy
+		// (TestGotBodiesAreTheirOwn checks that nothing reuses it).
+		var raw, meta sql.RawBytes // meta is NULL for most messages
+		if err := rows.Scan(&cols[0], &cols[1], &cols[2], &cols[3], &raw, &meta); err != nil {
+			return nil, err
 		}
+		var v [4]int64
+		if err := ints(cols[:], v[:]); err != nil {
+			return nil, err
+		}
+		md, err := driver.DecodeMetadata(meta) // nil for none; decoded before the next row
+		if err != nil {
+			return nil, err
+		}
+		id, dc, ins, exp := v[0], v[1], v[2], v[3]
+		body := []byte(raw)
 		if backing == nil {
 			backing = make([]driver.Message, 0, n)
 			msgs = make([]*driver.Message, 0, n)
-			pos = make([]int64, 0, n)
+			args = make([]any, 2, 2+n)
+		}
+		if body == nil {
+			body = []byte{}
 		}
 		backing = append(backing, driver.Message{
 			ID:            strconv.FormatInt(id, 10),
-			PopReceipt:    formatReceipt(receipt),
-			DequeueCount:  int(dc),
+			Body:          body,
+			Metadata:      md,
+			PopReceipt:    pr,
+			DequeueCount:  int(dc) + 1,
 			InsertedAt:    fromNanos(ins),
 			ExpiresAt:     fromExpiry(exp),
-			NextVisibleAt: fromNanos(visibleAt),
+			NextVisibleAt: next,
 		})
 		msgs = append(msgs, &backing[len(backing)-1])
-		pos = append(pos, receipt&63)
+		args = append(args, id)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, q.fail(err)
+		return nil, err
 	}
 	rows.Close()
 	if len(msgs) == 0 {
-		return nil, nil
+		return nil, nil // nothing written: the rollback ends the transaction
 	}
-	if msgs, pos, err = q.db.readBodies(ctx, msgs, pos); err != nil {
-		return nil, q.fail(err)
-	}
-	return fifo(msgs, pos), nil
-}
-
-// fifo puts the messages of a Get in FIFO order: pos[i], the low 6 bits of
-// msgs[i]'s receipt, is its place in that order. Places may have gaps (a
-// message deleted before its body was read); a place taken twice cannot
-// happen, and would leave the order as it is.
-func fifo(msgs []*driver.Message, pos []int64) []*driver.Message {
-	var slots [64]*driver.Message
-	for i, m := range msgs {
-		if slots[pos[i]&63] != nil {
-			return msgs
-		}
-		slots[pos[i]&63] = m
-	}
-	out := msgs[:0]
-	for _, m := range slots {
-		if m != nil {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// readBodies fills in the bodies of msgs, got by a Get, from a read-only
-// connection (the writer is free for the next write meanwhile). A body is
-// immutable from its Put until its message is deleted, and nobody else
-// holds these messages' new receipts, so the bodies are there, unless a
-// message was deleted since the UPDATE by the purge (it expired just then)
-// or by Clear: such messages are gone and are left out, with their
-// positions in pos.
-func (db *DB) readBodies(ctx context.Context, msgs []*driver.Message, pos []int64) ([]*driver.Message, []int64, error) {
+	args[0], args[1] = visibleAt, receipt
 	c := bits.Len(uint(len(msgs) - 1)) // ceil(log2(len)); len ≤ MaxBatchSize
-	args := make([]any, 1<<c)          // padded with NULLs
-	byID := make(map[int64]*driver.Message, len(msgs))
-	for i, m := range msgs {
-		id, _ := parseID(m.ID)
-		args[i] = id
-		byID[id] = m
+	for range 1<<c - len(msgs) {
+		args = append(args, nil) // NULL ids match nothing
 	}
-	rows, err := db.st.bodies[c].QueryContext(ctx, args...)
-	if err != nil {
-		return nil, nil, err
+	if _, err := tx.StmtContext(ctx, db.st.getHide[c]).ExecContext(ctx, args...); err != nil {
+		return nil, err
 	}
-	defer rows.Close()
-	found := 0
-	var id int64
-	var meta []byte // one for the batch: it is NULL for most messages
-	for rows.Next() {
-		var body []byte
-		if err := rows.Scan(&id, &body, &meta); err != nil {
-			return nil, nil, err
-		}
-		if m := byID[id]; m != nil {
-			if body == nil {
-				body = []byte{}
-			}
-			m.Body = body
-			if meta != nil {
-				if m.Metadata, err = driver.DecodeMetadata(meta); err != nil {
-					return nil, nil, err
-				}
-			}
-			found++
-		}
+	if err := tx.Commit(); err != nil {
+		return nil, err
 	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, err
-	}
-	if found == len(msgs) {
-		return msgs, pos, nil
-	}
-	kept, kpos := msgs[:0], pos[:0]
-	for i, m := range msgs {
-		if m.Body != nil {
-			kept, kpos = append(kept, m), append(kpos, pos[i])
-		}
-	}
-	return kept, kpos, nil
+	return msgs, nil
 }
+
+// ints reads INTEGER columns scanned into *any: database/sql hands an
+// int64 to an *any as it is, where an *int64 destination takes a
+// reflection-based conversion per column (a few hundred instructions,
+// several times per message of a drain).
+func ints(cols []any, v []int64) error {
+	for i, c := range cols {
+		n, ok := c.(int64)
+		if !ok {
+			return fmt.Errorf("sqlite: column %d is %T, want an integer", i, c)
+		}
+		v[i] = n
+	}
+	return nil
+}
+
+// newReceipt draws a Get's receipt.
+func newReceipt() int64 { return int64(rand.Uint64()) }
 
 // purge deletes expired messages at the head of the queue, at most once per
 // purgeInterval unless the last purge was full. It is opportunistic: an
@@ -725,20 +715,44 @@ func (q *driverQueue) deleteChunk(ctx context.Context, tx *sql.Tx, now int64, rs
 		for range size - k {
 			args = append(args, nil, nil) // NULL ids match nothing
 		}
-		rows, err := tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+		var qargs []any
+		if oneReceipt(args[1 : 1+2*k]) {
+			st = q.db.st.delBatchOne[bits.Len(uint(k-1))]
+			qargs = make([]any, 0, 2+size)
+			qargs = append(qargs, q.qid, args[2])
+			for i := range size {
+				qargs = append(qargs, args[1+2*i])
+			}
+		} else {
+			qargs = deleteBatchArgs(q.qid, args[1:])
+		}
+		rows, err := tx.StmtContext(ctx, st).QueryContext(ctx, qargs...)
 		if err != nil {
 			return err
 		}
-		deleted := make(map[int64]bool, k)
 		gone := make([]int64, 0, k)
+		var cols [2]any
+		var v [2]int64
 		for rows.Next() {
-			var id, exp int64
-			if err := rows.Scan(&id, &exp); err != nil {
+			if err := rows.Scan(&cols[0], &cols[1]); err != nil {
 				rows.Close()
 				return err
 			}
-			deleted[id] = exp > now
+			if err := ints(cols[:], v[:]); err != nil {
+				rows.Close()
+				return err
+			}
+			id, exp := v[0], v[1]
 			gone = append(gone, id)
+			for i := range rs { // ids pending (state 0) are distinct
+				if state[i] == 0 && ids[i] == id {
+					state[i] = 1
+					if exp <= now {
+						state[i] = 2 // expired: gone, and now deleted too
+					}
+					break
+				}
+			}
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -748,17 +762,8 @@ func (q *driverQueue) deleteChunk(ctx context.Context, tx *sql.Tx, now int64, rs
 			return err
 		}
 		for i := range rs {
-			if state[i] != 0 {
-				continue
-			}
-			live, ok := deleted[ids[i]]
-			switch {
-			case ok && live:
-				state[i] = 1
-			case ok:
-				state[i] = 2 // expired: gone, and now deleted too
-			default:
-				state[i] = 3
+			if state[i] == 0 {
+				state[i] = 3 // not deleted: a stale receipt or a missing message
 			}
 		}
 	}
@@ -857,6 +862,16 @@ func (q *driverQueue) deleteEach(ctx context.Context, tx *sql.Tx, now int64, rs 
 		}
 	}
 	return q.gone(ctx, tx, gone)
+}
+
+// oneReceipt tells whether the pairs (id, receipt …) share one receipt.
+func oneReceipt(pairs []any) bool {
+	for i := 3; i < len(pairs); i += 2 {
+		if pairs[i] != pairs[1] {
+			return false
+		}
+	}
+	return true
 }
 
 // deleteBatchClasses is the number of prepared sqlDeleteBatch sizes: 1, 2,
