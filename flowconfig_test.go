@@ -26,6 +26,8 @@ func TestFlowConfigNamesTheField(t *testing.T) {
 	}{
 		{"queues: [{url: 'memory://a1b', concurrency: many}]", nil, `queues[0].concurrency: "many" is not a whole number or auto`},
 		{"queues: [{url: 'memory://a1b', concurrency: 0}]", nil, "queues[0].concurrency: 0 is below 1 (or auto, to adapt it)"},
+		{"queues: [{url: 'memory://a1b', concurrency: -1}]", nil, "queues[0].concurrency: -1 is below 1 (or auto, to adapt it)"},
+		{goodQueue, []string{"ADAPTQ_QUEUES_0_CONCURRENCY=-1"}, "ADAPTQ_QUEUES_0_CONCURRENCY (queues[0].concurrency): -1 is below 1"},
 		{"queues: [{url: 'memory://a1b', concurrency: 8, adaptive_concurrency: {max: 20}}]", nil, "queues[0].adaptive_concurrency: is set, but concurrency is 8, not auto"},
 		{"queues: [{url: 'memory://a1b', concurrency: auto, adaptive_concurrency: {min: 10, max: 4}}]", nil, "queues[0].adaptive_concurrency.max: 4 is below adaptive_concurrency.min 10"},
 		{"queues: [{url: 'memory://a1b', concurrency: auto, adaptive_concurrency: {min: -1}}]", nil, "queues[0].adaptive_concurrency.min: -1 is negative"},
@@ -153,6 +155,12 @@ func TestReadyWindowCoversASlowRateLimit(t *testing.T) {
 	o := listener.Options{Idle: scaling.IdleBackoff{Max: time.Minute}, RateLimit: listener.RateLimit{PerSecond: 1.0 / 600, Burst: 1}}
 	if w := readyWindow(o); w != ReadyCadences*10*time.Minute {
 		t.Fatalf("window %s at one message every 10 minutes, want %s", w, ReadyCadences*10*time.Minute)
+	}
+	// A tiny rate's interval does not fit a Duration: capped, not
+	// overflowed into a window shorter than the idle polls'.
+	o.RateLimit = listener.RateLimit{PerSecond: 1e-12, Burst: 1}
+	if w := readyWindow(o); w < ReadyCadences*24*time.Hour {
+		t.Fatalf("window %s at 1e-12 a second, want at least %s", w, ReadyCadences*24*time.Hour)
 	}
 	o.RateLimit = listener.RateLimit{PerSecond: 100, Burst: 32}
 	if w := readyWindow(o); w != ReadyCadences*time.Minute {

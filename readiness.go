@@ -30,7 +30,10 @@ func readyWindow(o listener.Options) time.Duration {
 	if r := o.RateLimit; r.PerSecond > 0 {
 		// A rate-limited task waits for a burst's tokens before it gets:
 		// a slow limit (one message a minute) makes gets that rare.
-		longest = max(longest, time.Duration(float64(max(r.Burst, 1))/r.PerSecond*float64(time.Second)))
+		// A tiny rate's interval is capped at a year, not converted into
+		// an overflowed (negative) Duration.
+		interval := min(float64(max(r.Burst, 1))/r.PerSecond*float64(time.Second), float64(365*24*time.Hour))
+		longest = max(longest, time.Duration(interval))
 	}
 	return max(ReadyCadences*longest, ReadyMinWindow)
 }

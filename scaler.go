@@ -194,7 +194,7 @@ func (s *Scaler) countLogged(q *queue.Queue) func(context.Context) (int, error) 
 
 // Scaling is the signal GET /v1/scaling serves: per queue its depth and
 // the instances it needs (scaling.Instances.DesiredOrZero), and the most
-// any queue needs. The error is set when a depth could not be read (that
+// any queue needs. The queues' depths are read at once. The error is set when a depth could not be read (that
 // queue's DepthError says why, its secrets hidden) or the scaler does not
 // run.
 func (s *Scaler) Scaling(ctx context.Context) (admin.Scaling, error) {
@@ -205,14 +205,36 @@ func (s *Scaler) Scaling(ctx context.Context) (admin.Scaling, error) {
 	if len(qs) == 0 {
 		return sig, ErrNotRunning
 	}
+	// The queues are read at once, not one after another: an autoscaler
+	// gives up on a slow answer (KEDA's metrics-api after 3 s), and the
+	// answer takes the slowest read, not the sum of them.
+	readings := make([]scaling.DepthReading, len(qs))
+	errs := make([]error, len(qs))
+	panics := make([]any, len(qs))
+	var wg sync.WaitGroup
+	for i, sq := range qs {
+		wg.Go(func() {
+			// A read that panics (a driver's bug) goes on panicking in
+			// the caller's goroutine, as it would have read there: in
+			// this one it would end the process.
+			defer func() { panics[i] = recover() }()
+			readings[i], errs[i] = sq.depth.Depth(ctx)
+		})
+	}
+	wg.Wait()
+	for _, p := range panics {
+		if p != nil {
+			panic(p)
+		}
+	}
 	var failed error
-	for _, sq := range qs {
+	for i, sq := range qs {
 		p := sq.policy
 		q := admin.QueueScaling{
 			Name: sq.name, TargetDrainTime: admin.Duration(p.TargetDrainTime), MessagesPerInstance: p.MessagesPerInstance,
 			MinInstances: p.Min, MaxInstances: p.Max,
 		}
-		r, err := sq.depth.Depth(ctx)
+		r, err := readings[i], errs[i]
 		if err == nil {
 			err = r.Err
 		}

@@ -485,3 +485,110 @@ func closedByPeer(t *testing.T, c net.Conn) bool {
 	_, err := c.Read(make([]byte, 1))
 	return err != nil && !errors.Is(err, os.ErrDeadlineExceeded)
 }
+
+// barrierCount holds each Count until every queue of the barrier has
+// begun one: read one after another, the first would wait for the
+// others until its read timed out.
+type barrierCount struct {
+	driver.Queue
+	b *countBarrier
+}
+
+type countBarrier struct {
+	mu    sync.Mutex
+	left  int
+	ready chan struct{}
+}
+
+func (c barrierCount) Count(ctx context.Context) (int, error) {
+	c.b.mu.Lock()
+	if c.b.left--; c.b.left == 0 {
+		close(c.b.ready)
+	}
+	c.b.mu.Unlock()
+	select {
+	case <-c.b.ready:
+		return c.Queue.Count(ctx)
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// One request reads its queues' depths at once, not one after another:
+// KEDA's metrics-api gives up after 3 s (KEDA_HTTP_DEFAULT_TIMEOUT), so a
+// signal that took the sum of its reads would fail every poll of a config
+// with many queues (and KEDA would hold its fallback, whatever the
+// backlog).
+func TestScalerReadsItsQueuesAtOnce(t *testing.T) {
+	t.Parallel()
+	names := []string{uniqueQueue("scaler-par"), uniqueQueue("scaler-par"), uniqueQueue("scaler-par")}
+	bar := &countBarrier{left: len(names), ready: make(chan struct{})}
+	yaml := "admin: {address: \"127.0.0.1:0\"}\nqueues:\n"
+	for _, n := range names {
+		yaml += "  - url: memory://" + n + "\n    handler: 'exec: cat'\n    instances: {messages_per_instance: 100}\n"
+	}
+	putN(t, "memory://"+names[2], 250)
+	s := startScaler(t, yaml, withClock(clock.NewFake(time.Time{})), withQueueOptions(queue.WithWrapper(func(d driver.Queue) driver.Queue {
+		return billed{barrierCount{Queue: d, b: bar}}
+	})))
+	sig, err := s.Scaling(context.Background())
+	if err != nil || len(sig.Queues) != 3 {
+		t.Fatalf("%+v %v", sig, err)
+	}
+	for i, q := range sig.Queues {
+		if q.Name != names[i] {
+			t.Errorf("queue %d is %q, want %q (the config's order)", i, q.Name, names[i])
+		}
+	}
+	if sig.Queues[2].Depth != 250 || sig.DesiredInstances != 3 {
+		t.Errorf("%+v, want the third queue's 250 (3 instances)", sig)
+	}
+}
+
+// panicOnce panics in its first Count (a driver's bug).
+type panicOnce struct {
+	driver.Queue
+	calls *atomic.Int64
+}
+
+func (p panicOnce) Count(ctx context.Context) (int, error) {
+	if p.calls.Add(1) == 1 {
+		panic("driver bug")
+	}
+	return p.Queue.Count(ctx)
+}
+
+// A Count that panics reaches the request that read it (net/http recovers
+// it: the process goes on), not a goroutine of the scaler's (which would
+// end the process), and the signal reads the queue again an interval
+// later instead of waiting for that read for ever.
+func TestScalerSurvivesACountThatPanics(t *testing.T) {
+	t.Parallel()
+	name := uniqueQueue("scaler-panic")
+	var calls atomic.Int64
+	fake := clock.NewFake(time.Time{})
+	putN(t, "memory://"+name, 7)
+	s := startScaler(t, `
+admin: {address: "127.0.0.1:0"}
+queues:
+  - url: memory://`+name+`
+    handler: 'exec: cat'
+`, withClock(fake), withQueueOptions(queue.WithWrapper(func(d driver.Queue) driver.Queue {
+		return billed{panicOnce{Queue: d, calls: &calls}}
+	})))
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the Count's panic did not reach the caller")
+			}
+		}()
+		_, _ = s.Scaling(context.Background())
+	}()
+	fake.Advance(ScalingDepthInterval)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.HangGuard)
+	defer cancel()
+	sig, err := s.Scaling(ctx)
+	if err != nil || sig.Queues[0].Depth != 7 {
+		t.Fatalf("an interval after the panic: %+v %v, want the depth read again, 7", sig, err)
+	}
+}

@@ -103,6 +103,7 @@ var Sections = []Spec{
 	{Key: "redis", Title: "Redis: adaptq's driver vs asynq", Run: redisSection},
 	{Key: "sqlite", Title: "Embedded SQLite: backlogs, space, two processes", Run: sqliteSection},
 	{Key: "putbatch", Title: "Batch put: PutBatch vs Put on every engine", Run: putBatchSection},
+	{Key: "batchhandler", Title: "Batch handler: one bulk INSERT vs one INSERT per message", Run: batchHandlerSection},
 }
 
 // Env is what a section runs with.

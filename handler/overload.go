@@ -35,9 +35,14 @@ func Overloaded(err error) error {
 // carries a server's Retry-After hint (interface{ RetryAfter()
 // time.Duration } with a positive wait); or the handler ran out of time
 // (context.DeadlineExceeded: handler_timeout). A cancelled context
-// (shutdown, a lost lease) is not overload.
+// (shutdown, a lost lease) is not overload, and neither is a panic
+// (PanicError), whatever its value: a crash is the handler's bug, and as
+// it is never permanent it is never excused from poisoning either.
 func IsOverloaded(err error) bool {
 	if err == nil {
+		return false
+	}
+	if _, ok := errors.AsType[*PanicError](err); ok {
 		return false
 	}
 	var o interface{ Overloaded() bool }

@@ -23,6 +23,12 @@ func TestIsOverloaded(t *testing.T) {
 		{&handler.StatusError{StatusCode: 500}, false},
 		{fmt.Errorf("call: %w", context.DeadlineExceeded), true},
 		{context.Canceled, false},
+		// A panic is a bug, whatever its value: as it is never permanent,
+		// it is never overload (under auto it would be excused from
+		// poisoning, and a crashing message retried until it expires).
+		{&handler.PanicError{Value: fmt.Errorf("call: %w", context.DeadlineExceeded)}, false},
+		{&handler.PanicError{Value: handler.Overloaded(errors.New("busy"))}, false},
+		{fmt.Errorf("run: %w", &handler.PanicError{Value: &handler.StatusError{StatusCode: 503}}), false},
 	} {
 		if got := handler.IsOverloaded(c.err); got != c.want {
 			t.Errorf("IsOverloaded(%v) = %v, want %v", c.err, got, c.want)

@@ -7,9 +7,7 @@ func (l *Listener) PacingTasks() int { return int(l.pacing.Load()) }
 // RememberedFailures is how many messages' last failures the listener
 // remembers for their poisoning.
 func (l *Listener) RememberedFailures() int {
-	l.failures.mu.Lock()
-	defer l.failures.mu.Unlock()
-	return len(l.failures.m)
+	return l.failures.remembered()
 }
 
 // ParkedTasks counts tasks parked on a timer of the clock.

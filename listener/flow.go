@@ -80,7 +80,11 @@ func (o Options) validateFlow() error {
 	case r.Burst > 0 && r.PerSecond == 0:
 		return fmt.Errorf("listener: rate_limit.burst: %d is set without rate_limit.per_second", r.Burst)
 	}
-	if a := o.Adaptive; a != nil {
+	if o.Adaptive != nil {
+		a := *o.Adaptive
+		if a.Max == 0 {
+			a.Max = o.Concurrency // as newSlots does, not scaling's default
+		}
 		if err := a.Validate(); err != nil {
 			return fmt.Errorf("listener: adaptive concurrency: %w", err)
 		}
@@ -163,7 +167,7 @@ func (s *slots) signalLocked() {
 // the get.
 func (l *Listener) admit(ctx context.Context) (int, sleepReason) {
 	s := l.sem
-	batch := min(l.o.BatchSize, l.o.Concurrency)
+	batch := l.getSize()
 	for {
 		held, ok := s.take(ctx, batch)
 		if !ok {

@@ -106,9 +106,9 @@ func (o AIMDOptions) Validate() error {
 		return fmt.Errorf("scaling: max: %d is below min %d", o.Max, o.Min)
 	case o.Initial < o.Min || o.Initial > o.Max:
 		return fmt.Errorf("scaling: initial: %d is outside min..max (%d..%d)", o.Initial, o.Min, o.Max)
-	case o.Backoff <= 0 || o.Backoff >= 1:
+	case !(o.Backoff > 0 && o.Backoff < 1): // NaN too
 		return fmt.Errorf("scaling: backoff: %v is outside (0, 1)", o.Backoff)
-	case o.Tolerance < 1:
+	case !(o.Tolerance >= 1): // NaN too
 		return fmt.Errorf("scaling: tolerance: %v is below 1", o.Tolerance)
 	}
 	return nil

@@ -29,10 +29,17 @@ type RateGate struct {
 	last    time.Time
 }
 
+// maxRateWait caps the wait Admit returns: a limit of a message a
+// century, say, is asked again after a year.
+const maxRateWait = 365 * 24 * time.Hour
+
 // DefaultRateBurst is the burst of a rate limit that names none: a
 // second's worth of messages, at least 1 and at most most (a listener's
 // batch size), so that one get fetches what one second may start.
 func DefaultRateBurst(perSecond float64, most int) int {
+	if perSecond >= float64(most) { // no int conversion of a huge rate
+		return max(1, most)
+	}
 	return max(1, min(most, int(math.Ceil(perSecond))))
 }
 
@@ -79,8 +86,13 @@ func (g *RateGate) Admit(now time.Time, want, most int) (n int, wait time.Durati
 		return n, 0
 	}
 	missing := float64(want) - free
-	wait = time.Duration(math.Ceil(missing / g.perSec * float64(time.Second)))
-	return 0, max(wait, time.Nanosecond)
+	// A tiny rate's wait may not fit a Duration: cap it, never let the
+	// conversion overflow (into a negative wait: a busy loop).
+	w := math.Ceil(missing / g.perSec * float64(time.Second))
+	if !(w < float64(maxRateWait)) {
+		return 0, maxRateWait
+	}
+	return 0, max(time.Duration(w), time.Nanosecond)
 }
 
 // Commit ends the get n tokens were promised to: got messages came back,

@@ -2,6 +2,7 @@ package scaling
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -119,10 +120,31 @@ func (b *BoundedDepth) Depth(ctx context.Context) (DepthReading, error) {
 // its own, not the caller's: a caller that goes away (a client that hangs
 // up) must not turn the shared read into a failure, or every waiter would
 // start another.
+//
+// A read that panics (net/http recovers a handler's panic and serves on)
+// is recorded as a failed read before the panic goes on to the caller:
+// otherwise it would stay in flight for ever, and every caller after it
+// would wait for it, or get the reading before it, until the process
+// ends.
 func (b *BoundedDepth) readNow(ctx context.Context, now time.Time, done chan struct{}) DepthReading {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.o.Timeout)
+	defer cancel()
+	ended := false
+	defer func() {
+		if !ended {
+			b.record(0, errReadPanicked, now, done)
+		}
+	}()
 	n, err := b.read(rctx)
-	cancel()
+	ended = true
+	return b.record(n, err, now, done)
+}
+
+// errReadPanicked is the reading of a read that panicked.
+var errReadPanicked = errors.New("scaling: the depth read panicked")
+
+// record keeps the reading of the read begun at now and ends it (done).
+func (b *BoundedDepth) record(n int, err error, now time.Time, done chan struct{}) DepthReading {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r := DepthReading{Depth: n, Err: err, At: now}

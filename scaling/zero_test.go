@@ -208,3 +208,50 @@ func TestBoundedDepthAnswersWithTheLastReadWhileOneIsSlow(t *testing.T) {
 		t.Errorf("%d reads, want 2", n)
 	}
 }
+
+// A read that panics (a driver's bug; net/http recovers a handler's panic
+// and serves on) leaves no read in flight behind it: the callers after it
+// neither wait forever for a read that will never end nor get the reading
+// before it for ever. The panic reaches the caller that made the read.
+func TestBoundedDepthSurvivesAReadThatPanics(t *testing.T) {
+	t.Parallel()
+	for _, first := range []bool{true, false} {
+		fake := clock.NewFake(time.Time{})
+		var reads atomic.Int64
+		b := NewBoundedDepth(func(context.Context) (int, error) {
+			n := reads.Add(1)
+			if (first && n == 1) || (!first && n == 2) {
+				panic("driver bug")
+			}
+			return int(n) * 10, nil
+		}, BoundedDepthOptions{Interval: 10 * time.Second, Clock: fake})
+		if !first {
+			if r, _ := b.Depth(context.Background()); r.Depth != 10 {
+				t.Fatalf("first read: %+v", r)
+			}
+			fake.Advance(10 * time.Second)
+		}
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("first=%v: the read's panic did not reach its caller", first)
+				}
+			}()
+			_, _ = b.Depth(context.Background())
+		}()
+		// The panicked read counts as a failed read, for an interval.
+		ctx, cancel := context.WithTimeout(context.Background(), testutil.HangGuard)
+		r, err := b.Depth(ctx)
+		cancel()
+		if err != nil || r.Err == nil {
+			t.Errorf("first=%v: just after the panic: %+v %v, want a failed reading", first, r, err)
+		}
+		fake.Advance(10 * time.Second)
+		ctx, cancel = context.WithTimeout(context.Background(), testutil.HangGuard)
+		r, err = b.Depth(ctx)
+		cancel()
+		if want := int(reads.Load()) * 10; err != nil || r.Err != nil || r.Depth != want {
+			t.Errorf("first=%v: an interval after the panic: %+v %v, want a new read of %d", first, r, err, want)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/adaptq/adaptq"
+	"github.com/adaptq/adaptq/queue"
 )
 
 type scalerCmd struct {
@@ -43,7 +44,9 @@ loopback), wrong tokens throttled, cross-site requests refused, connections
 bounded (admin.max_connections). It serves the signal and the probes only.
 
 SIGINT or SIGTERM stops it. Exit codes: 0 when stopped, 2 if the config or
-the start-up (a queue that does not open, an address in use) is wrong.`,
+the start-up (a queue that does not open, an address in use) is wrong, and
+for a queue the scaler would create empty (memory://, or a sqlite:// file that
+does not exist): it would answer 0 under any backlog.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd, e) },
 	}
@@ -59,9 +62,16 @@ func (o *scalerCmd) run(cmd *cobra.Command, e env) error {
 	// A memory:// queue would be a new, empty one of the scaler's own: it
 	// would answer 0 forever, and KEDA would scale the workers to zero
 	// under a backlog.
+	// Nor may it create the workers' SQLite file: it runs where their
+	// volume may not be mounted (its own Deployment), and an empty file of
+	// its own would answer 0 as well.
 	for i, qc := range cfg.Queues {
+		what := fmt.Sprintf("queues[%d].url", i)
 		if u, err := url.Parse(qc.URL); err == nil && u.Scheme == memoryScheme {
-			return errInProcess(fmt.Sprintf("queues[%d].url", i), qc.URL)
+			return errInProcess(what, qc.URL)
+		}
+		if f := missingFile(qc.URL); f != "" {
+			return inputErrorf("%s %s: no such file %s (nothing was created: the scaler reads the workers' database, and an empty one of its own would answer 0 under any backlog; mount the workers' volume, or start a worker first)", what, queue.Redact(qc.URL), f)
 		}
 	}
 	log, err := adaptq.NewLogger(cfg.Log)

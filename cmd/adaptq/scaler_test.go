@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"strings"
@@ -73,5 +74,31 @@ queues:
 	r := cli(t, "", "scaler", "-c", cfg)
 	if r.code != exitUsage || !strings.Contains(r.stderr, "queues[0].url memory://orders: a memory:// queue lives inside one process") {
 		t.Errorf("exit %d, stderr %q: want 2 naming queues[0].url", r.code, r.stderr)
+	}
+}
+
+// A sqlite:// queue whose file does not exist is refused, and no file is
+// created: the scaler runs where the workers' volume may not be mounted
+// (its own Deployment), and an empty file of its own would answer 0 under
+// any backlog, scaling the workers to zero for good.
+func TestScalerCommandRefusesAMissingSQLiteFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, `
+admin: {address: "127.0.0.1:0"}
+queues:
+  - url: sqlite://$DIR/q.db?queue=orders
+`)
+	// A guard, not a timing: a scaler that serves runs until ctx ends.
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.HangGuard)
+	defer cancel()
+	var out, errOut testutil.SyncBuffer
+	e := env{stdin: strings.NewReader(""), stdout: &out, stderr: &errOut, signals: func() (<-chan os.Signal, func()) { return nil, func() {} }}
+	code := runContext(ctx, e, []string{"scaler", "-c", cfg})
+	if code != exitUsage || !strings.Contains(errOut.String(), "queues[0].url") || !strings.Contains(errOut.String(), "no such file") {
+		t.Errorf("exit %d, stderr %q: want 2 naming queues[0].url and the missing file", code, errOut.String())
+	}
+	if _, err := os.Stat(dir + "/q.db"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the scaler created the workers' database file (%v)", err)
 	}
 }
