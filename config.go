@@ -150,6 +150,11 @@ type QueueConfig struct {
 	PoisonQueue     string `yaml:"poison_queue"`
 	// Trigger lets producers wake the queue's idle listeners.
 	Trigger TriggerConfig `yaml:"trigger"`
+	// BatchHandler shapes the calls of a batch handler (Worker.HandleBatch):
+	// the handler named by handler gets many messages per call. It is
+	// only for such a handler. With a batch handler, concurrency counts
+	// calls (left at its default, it is listener.DefaultBatchConcurrency).
+	BatchHandler BatchHandlerConfig `yaml:"batch_handler"`
 	// PassEnv names the worker's environment variables an exec: handler's
 	// program gets besides the base set (handler.ExecBaseEnv: PATH, HOME,
 	// LANG, TZ …): names, or prefixes ending in "*". A prefix never passes
@@ -161,6 +166,21 @@ type QueueConfig struct {
 	// many worker instances the queue needs.
 	Instances InstancesConfig `yaml:"instances"`
 }
+
+// BatchHandlerConfig is a batch handler's call size and fill wait.
+type BatchHandlerConfig struct {
+	// Max is the most messages one call gets, 1..listener.MaxBatchMax; 0
+	// is listener.DefaultBatchMax (100). A call may hold more than one
+	// get's messages: it fills from several gets.
+	Max int `yaml:"max"`
+	// Wait is the longest the oldest message of a partial call waits for
+	// it to fill; 0 starts a call with what the gets have brought as soon
+	// as a call may run.
+	Wait time.Duration `yaml:"wait"`
+}
+
+// set reports whether the queue configures a batch handler's calls.
+func (b BatchHandlerConfig) set() bool { return b != BatchHandlerConfig{} }
 
 // InstancesConfig is the policy of the instance-count signal an autoscaler
 // reads (GET /v1/scaling, KEDA's metrics-api scaler): enough instances
@@ -1072,6 +1092,18 @@ func (q *QueueConfig) validate(at string) []string {
 	}
 	if q.MaxDequeueCount < 1 {
 		add("max_dequeue_count", "%d is below 1", q.MaxDequeueCount)
+	}
+	if b := q.BatchHandler; b.Max < 0 || b.Max > listener.MaxBatchMax {
+		add("batch_handler.max", "%d is outside 1..%d (0: %d)", b.Max, listener.MaxBatchMax, listener.DefaultBatchMax)
+	}
+	if q.BatchHandler.Wait < 0 {
+		add("batch_handler.wait", "%s is negative", q.BatchHandler.Wait)
+	}
+	if q.BatchHandler.set() && (strings.HasPrefix(q.Handler, ExecPrefix) || strings.HasPrefix(q.Handler, HTTPPrefix)) {
+		add("batch_handler", "%s", errNotBatch(q.Handler))
+	}
+	if q.BatchHandler.set() && q.Concurrency == ConcurrencyAuto {
+		add("batch_handler", "is set with concurrency auto: a batch handler's concurrency counts calls and is fixed (set a number)")
 	}
 	in := q.Instances
 	if in.TargetDrainTime <= 0 {

@@ -49,14 +49,16 @@ type metrics struct {
 	reg             *prometheus.Registry
 	handlerDuration *prometheus.HistogramVec
 	dequeueCount    *prometheus.HistogramVec
+	batchSize       *prometheus.HistogramVec // batch handlers' calls
 }
 
 func newMetrics(w *Worker) *metrics {
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
+		reg:       prometheus.NewRegistry(),
+		batchSize: newBatchSizeHistogram(),
 		handlerDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "adaptq_handler_duration_seconds",
-			Help:    "Time a handler took per message, success or failure.",
+			Help:    "Time a handler took per call (one message, or a batch handler's many), success or failure.",
 			Buckets: HandlerDurationBuckets,
 		}, []string{"queue"}),
 		dequeueCount: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -68,7 +70,7 @@ func newMetrics(w *Worker) *metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.handlerDuration, m.dequeueCount,
+		m.handlerDuration, m.dequeueCount, m.batchSize,
 		&workerCollector{w: w},
 	)
 	return m

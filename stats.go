@@ -41,6 +41,7 @@ func queueStats(name string, st listener.State, m meter.Snapshot, win admin.Queu
 		Processed:   st.Processed, Failed: st.Failed, Poisoned: st.Poisoned, Deleted: st.Deleted,
 		ReceiptMismatches: st.ReceiptMismatches,
 		GetErrors:         st.GetErrors, Renewed: st.Renewed, Released: st.Released,
+		BatchCalls:  st.Calls,
 		CallFigures: callFigures(m),
 		LastMinute:  win.LastMinute, LastHour: win.LastHour,
 	}

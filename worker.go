@@ -53,11 +53,15 @@ type Worker struct {
 
 	mu       sync.Mutex
 	handlers map[string]handler.Func
-	queues   []*workerQueue
-	started  time.Time
-	running  bool
-	admin    string        // address the admin endpoint listens on, once up
-	ready    chan struct{} // closed once Run has started everything
+	// batchHandlers are the handlers registered with HandleBatch, in the
+	// same namespace as handlers; batchMws wrap them (WithBatchMiddleware).
+	batchHandlers map[string]handler.BatchFunc
+	batchMws      []handler.BatchMiddleware
+	queues        []*workerQueue
+	started       time.Time
+	running       bool
+	admin         string        // address the admin endpoint listens on, once up
+	ready         chan struct{} // closed once Run has started everything
 
 	// execLimits are the log.exec_output limits of the exec: handlers
 	// made, by queue name, flushed when Run ends; under mu.
@@ -205,7 +209,7 @@ func (w *Worker) Handle(name string, h handler.Func) error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, dup := w.handlers[name]; dup {
+	if w.registeredLocked(name) {
 		return fmt.Errorf("adaptq: Handle(%q): already registered", name)
 	}
 	w.handlers[name] = h
@@ -397,9 +401,9 @@ func (w *Worker) build(ctx context.Context) (qs []*workerQueue, err error) {
 			problems = append(problems, fmt.Sprintf("%s (%s).poison_queue: %q is the queue itself", at, qc.Name, qc.PoisonQueue))
 			continue
 		}
-		h, err := w.handlerFor(qc)
+		h, err := w.resolve(qc)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s (%s).handler: %v", at, qc.Name, err))
+			problems = append(problems, handlerProblem(fmt.Sprintf("%s (%s)", at, qc.Name), err))
 			causes = append(causes, err)
 			continue
 		}
@@ -432,8 +436,8 @@ func (w *Worker) checkHandlers() error {
 		if qc.Handler == "" {
 			continue
 		}
-		if _, err := w.handlerFor(qc); err != nil {
-			problems = append(problems, fmt.Sprintf("queues[%d].handler: %v", i, err))
+		if _, err := w.resolve(qc); err != nil {
+			problems = append(problems, handlerProblem(fmt.Sprintf("queues[%d]", i), err))
 			causes = append(causes, err)
 		}
 	}
@@ -544,8 +548,11 @@ func (w *Worker) handlerFor(qc QueueConfig) (handler.Func, error) {
 	defer w.mu.Unlock()
 	h, ok := w.handlers[spec]
 	if !ok {
-		names := make([]string, 0, len(w.handlers))
+		names := make([]string, 0, len(w.handlers)+len(w.batchHandlers))
 		for n := range w.handlers {
+			names = append(names, n)
+		}
+		for n := range w.batchHandlers {
 			names = append(names, n)
 		}
 		sort.Strings(names)
@@ -559,15 +566,18 @@ func (w *Worker) handlerFor(qc QueueConfig) (handler.Func, error) {
 }
 
 // assemble builds a queue's listener and agent.
-func (w *Worker) assemble(wq *workerQueue, h handler.Func) error {
+func (w *Worker) assemble(wq *workerQueue, qh queueHandler) error {
 	qc := wq.cfg
 	log := w.log.With(zap.String("queue", wq.name))
-	// Metrics first: the histograms time the whole chain.
-	mws := append([]handler.Middleware{w.metrics.observe(wq.name, w.clock)}, w.mws...)
-	if qc.HandlerTimeout > 0 {
-		mws = append(mws, handler.Timeout(qc.HandlerTimeout))
+	var h handler.Func
+	if qh.f != nil {
+		// Metrics first: the histograms time the whole chain.
+		mws := append([]handler.Middleware{w.metrics.observe(wq.name, w.clock)}, w.mws...)
+		if qc.HandlerTimeout > 0 {
+			mws = append(mws, handler.Timeout(qc.HandlerTimeout))
+		}
+		h = handler.Chain(qh.f, mws...)
 	}
-	h = handler.Chain(h, mws...)
 	var agent *scaling.Agent
 	thr := 0 // the listener's default, batch_size/2
 	if t := qc.NewBatchThreshold; t != nil {
@@ -576,7 +586,7 @@ func (w *Worker) assemble(wq *workerQueue, h handler.Func) error {
 			thr = *t
 		}
 	}
-	l, err := listener.New(wq.q, h, listener.Options{
+	o := listener.Options{
 		BatchSize:         qc.BatchSize,
 		VisibilityTimeout: qc.VisibilityTimeout,
 		Concurrency:       qc.concurrency(),
@@ -600,7 +610,14 @@ func (w *Worker) assemble(wq *workerQueue, h handler.Func) error {
 		// log.failures: the failure lines each queue may write.
 		FailureLogLines:    failureLogLines(w.cfg.Log.Failures.Lines),
 		FailureLogInterval: w.cfg.Log.Failures.Interval,
-	})
+	}
+	var l *listener.Listener
+	var err error
+	if qh.b != nil {
+		l, err = w.newBatchListener(wq, qh.b, o)
+	} else {
+		l, err = listener.New(wq.q, h, o)
+	}
 	if err != nil {
 		return err
 	}

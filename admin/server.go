@@ -123,6 +123,9 @@ type QueueStats struct {
 	GetErrors         int64 `json:"get_errors"`
 	Renewed           int64 `json:"renewed"`
 	Released          int64 `json:"released"`
+	// BatchCalls counts a batch handler's calls (0 for a handler of one
+	// message); Processed and Failed count its messages.
+	BatchCalls int64 `json:"batch_calls,omitempty"`
 
 	// The backend calls since start.
 	CallFigures

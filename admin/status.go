@@ -87,6 +87,7 @@ func (s *Server) statusView(ctx context.Context, pageOf, after string) statuspag
 			Name: q.Name, Depth: q.Depth, DepthError: redactLine(q.DepthError), InFlight: q.InFlight,
 			ActiveTasks: q.ActiveTasks, IdleTasks: q.IdleTasks, TotalTasks: q.TotalTasks,
 			Processed: q.Processed, Failed: q.Failed, Poisoned: q.Poisoned,
+			BatchCalls:      q.BatchCalls,
 			CallsPerMessage: cpm,
 			Concurrency:     q.Flow.concurrencyText(),
 			RateLimit:       q.Flow.rateText(),

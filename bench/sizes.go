@@ -91,12 +91,17 @@ type Sizes struct {
 	SQLiteBacklogs []int
 	SQLiteAfter    time.Duration
 	SQLiteTwoProc  int
+
+	// BatchHandler is the number of messages each drain of the batch
+	// handler section writes into PostgreSQL (issue 29: 100,000).
+	BatchHandler int
 }
 
 // DefaultSizes finish in under ten minutes on a two-core machine.
 func DefaultSizes() Sizes {
 	return Sizes{
 		Repeats:        5,
+		BatchHandler:   100_000,
 		Overhead:       500_000,
 		Backlog:        100_000,
 		Embedded:       20_000,
@@ -168,6 +173,7 @@ func TinySizes() Sizes {
 		PollIdleMax:    100 * time.Millisecond,
 		IdleHours:      1,
 		Postgres:       500,
+		BatchHandler:   500,
 		PostgresLong:   2_000,
 		PostgresWake:   5,
 		TxPut:          200,
@@ -184,6 +190,7 @@ func TinySizes() Sizes {
 // defaults.
 func (s *Sizes) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&s.Repeats, "repeats", s.Repeats, "measurements per throughput figure (median reported)")
+	fs.IntVar(&s.BatchHandler, "batch-handler", s.BatchHandler, "messages per drain of the batch handler section")
 	fs.IntVar(&s.Overhead, "overhead", s.Overhead, "messages per listener-overhead run")
 	fs.IntVar(&s.Backlog, "backlog", s.Backlog, "backlog of the peak-RSS runs")
 	fs.IntVar(&s.Embedded, "embedded", s.Embedded, "messages per SQLite-vs-goqite run")
@@ -232,7 +239,7 @@ func (s Sizes) Validate() error {
 		"raw-memory": s.RawMemory, "trigger-trials": s.TriggerTrials, "poll-trials": s.PollTrials,
 		"poll-lanes": s.PollLanes, "idle-hours": s.IdleHours,
 		"postgres": s.Postgres, "postgres-long": s.PostgresLong, "postgres-wake": s.PostgresWake, "txput": s.TxPut,
-		"redis": s.Redis, "redis-wake-trials": s.RedisWakeTrials,
+		"redis": s.Redis, "redis-wake-trials": s.RedisWakeTrials, "batch-handler": s.BatchHandler,
 		"embedded-bytes": s.EmbeddedBytes, "sqlite-two-proc": s.SQLiteTwoProc,
 	} {
 		if v < 1 {

@@ -87,6 +87,9 @@ type batch struct {
 	// pause (see hold).
 	held atomic.Int32
 
+	// pooled: a batch handler's pool runs the messages (batchcall.go);
+	// t is nil and they do not count towards a task's threshold.
+	pooled    bool
 	mu        sync.Mutex  // guards the fields below
 	receipts  []string    // newest pop receipts; nil while none has changed
 	closed    bool        // completed
@@ -142,6 +145,10 @@ func (b *batch) armMaintenance() {
 // reports whether the batch's watchdog handed the task's loop to another
 // goroutine, in which case the caller must end.
 func (l *Listener) dispatch(t *task, ms []*queue.Message) (handedOff bool) {
+	if l.pool != nil {
+		l.dispatchPooled(ms)
+		return false
+	}
 	n := len(ms)
 	b := &batch{l: l, t: t, msgs: ms}
 	b.left.Store(int32(n))
@@ -372,7 +379,9 @@ func (b *batch) settle(n, ok int) {
 		l.faultsOver() // the worker has what it needs again
 	}
 	l.inFlight.Add(-int64(n))
-	b.t.finished(n)
+	if !b.pooled {
+		b.t.finished(n)
+	}
 	if b.left.Add(-int32(n)) == 0 {
 		b.complete()
 	}

@@ -35,6 +35,12 @@
 // cost-first (200 ms, the seed's 100 ms delta) where the backend bills its
 // calls and latency-first (10 ms) where it does not (cadence.go).
 //
+// Not in the seed either: batch handlers. NewBatch takes a
+// handler.BatchFunc, which gets up to Options.BatchMax messages per call,
+// filled from several gets for up to Options.BatchWait, and returns one
+// outcome per message; each message then settles alone, on the path a
+// Func's result takes. Options.Concurrency counts calls (batchcall.go).
+//
 // # What a handler can rely on
 //
 // A handler returning nil has its message deleted; the deletes of a batch

@@ -167,7 +167,7 @@ func (s *slots) signalLocked() {
 // the get.
 func (l *Listener) admit(ctx context.Context) (int, sleepReason) {
 	s := l.sem
-	batch := min(l.o.BatchSize, l.o.Concurrency)
+	batch := l.getSize()
 	for {
 		held, ok := s.take(ctx, batch)
 		if !ok {

@@ -24,11 +24,15 @@ var ErrRunning = errors.New("listener: already running")
 // tasks feeding one handler func. Create it with New, run it with Run (or
 // Start and Wait), and resize the pool with Resize while it runs.
 type Listener struct {
-	q   *queue.Queue
-	h   handler.Func
-	o   Options
-	log *zap.Logger
-	sem *slots // handler slots, adaptive limit, rate limit (flow.go)
+	q *queue.Queue
+	h handler.Func
+	// bh and pool, for a batch handler (NewBatch; h is nil), run its
+	// calls (see batchcall.go).
+	bh   handler.BatchFunc
+	pool *pool
+	o    Options
+	log  *zap.Logger
+	sem  *slots // handler slots, adaptive limit, rate limit (flow.go)
 	// busyPool is the pool a default listener grows to while gets come
 	// back full (growBusy); 0 or 1: it does not grow.
 	busyPool int
@@ -75,8 +79,9 @@ type Listener struct {
 	// virtual time (see internal/kithook).
 	parked atomic.Int32
 	// held counts messages a runner keeps through a worker fault's pause
-	// (see batch.waitFaultPause), and heldBatches the open batches that
-	// have any: like parked tasks, they wait for the clock.
+	// (see batch.waitFaultPause), or a batch handler's pool keeps until a
+	// call takes them, and heldBatches the open batches that have any:
+	// like parked tasks, they wait for the clock.
 	held, heldBatches atomic.Int64
 	// busy mirrors wg: open batches (until their deletes are done) and
 	// flushes, the work of the listener that no task's loop does.
@@ -103,6 +108,15 @@ func New(q *queue.Queue, h handler.Func, o Options) (*Listener, error) {
 	if h == nil {
 		return nil, fmt.Errorf("listener: handler for queue %q is nil", q.Name())
 	}
+	if o.BatchMax != 0 || o.BatchWait != 0 {
+		return nil, fmt.Errorf("listener: batch_handler is set but the handler of queue %q handles one message: use NewBatch", q.Name())
+	}
+	return newListener(q, o, false, func(l *Listener) { l.h = handler.Chain(h, handler.Recover()) })
+}
+
+// newListener makes the listener New and NewBatch return (batch: the
+// latter); set installs the handler.
+func newListener(q *queue.Queue, o Options, batch bool, set func(*Listener)) (*Listener, error) {
 	// A pool left to its default grows while gets come back full, up to
 	// what the backend serves faster in parallel (see growBusy).
 	busy := 0
@@ -115,7 +129,18 @@ func New(q *queue.Queue, h handler.Func, o Options) (*Listener, error) {
 		return nil, fmt.Errorf("%w (queue %q)", err, q.Name())
 	}
 	o.fitBatch(q.Features().MaxBatch)
-	sem, err := newSlots(&o)
+	so := o
+	if batch {
+		// A batch handler's Concurrency counts calls; its tasks' slots
+		// count the messages the calls and the one filling may hold.
+		so.Concurrency = o.slots(true)
+	}
+	sem, err := newSlots(&so)
+	if batch {
+		o.RateLimit = so.RateLimit
+	} else {
+		o = so
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w (queue %q)", err, q.Name())
 	}
@@ -139,7 +164,6 @@ func New(q *queue.Queue, h handler.Func, o Options) (*Listener, error) {
 	}
 	l := &Listener{
 		q:        q,
-		h:        handler.Chain(h, handler.Recover()),
 		o:        o,
 		log:      o.Logger.With(zap.String("queue", q.Name())),
 		sem:      sem,
@@ -147,6 +171,7 @@ func New(q *queue.Queue, h handler.Func, o Options) (*Listener, error) {
 		wakeCh:   make(chan struct{}),
 		busyPool: min(busy, o.MaxTasks),
 	}
+	set(l)
 	if sem.aimd != nil {
 		l.h = handler.Chain(l.h, l.observeFlow)
 	}
@@ -272,6 +297,10 @@ func (l *Listener) beginDrain() {
 	l.draining.Store(true)
 	l.graceTimer = l.o.Clock.AfterFunc(l.o.ShutdownGrace, l.handlerCancel)
 	l.opsTimer = l.o.Clock.AfterFunc(l.o.ShutdownGrace+DefaultDeleteTimeout, l.opCancel)
+	if l.pool != nil {
+		// Messages waiting for a batch handler call are handed back now.
+		l.wg.Go(l.pool.drain)
+	}
 	l.log.Debug("listener: draining", zap.Duration("grace", l.o.ShutdownGrace))
 }
 
@@ -426,8 +455,10 @@ type State struct {
 // Stats are the listener's counters since New.
 type Stats struct {
 	// Processed handler calls returned nil; Failed returned an error
-	// (Panics of them panicked).
+	// (Panics of them panicked). With a batch handler they count
+	// messages by their own outcome, and Calls counts the calls.
 	Processed, Failed, Panics int64
+	Calls                     int64
 	// Deleted messages; ReceiptMismatches and NotFound are deletes that
 	// found the message taken by another consumer or gone (expected).
 	Deleted, ReceiptMismatches, NotFound int64
@@ -481,7 +512,7 @@ type counters struct {
 	getErrors, transientErrors, emptyGets       atomic.Int64
 	released, renewed, hidden, workDetected     atomic.Int64
 	poisoned, leasesLost, workerFaults          atomic.Int64
-	triggers                                    atomic.Int64
+	triggers, calls                             atomic.Int64
 	// lastGet and lastGetError are Unix nanoseconds of the listener's
 	// clock (0: never); lastGetErr is the newest get error.
 	lastGet, lastGetError atomic.Int64
@@ -511,6 +542,7 @@ func (l *Listener) Stats() Stats {
 		LastGet: unixNanos(c.lastGet.Load()), LastGetError: unixNanos(c.lastGetError.Load()),
 		PickupLatency: time.Duration(c.pickupNanos.Load()), PickedUp: c.pickedUp.Load(),
 		LastGetFailed: c.lastGetFailed.Load(), WorkerFaults: c.workerFaults.Load(),
+		Calls: c.calls.Load(),
 	}
 	if p := c.lastGetErr.Load(); p != nil {
 		s.LastGetErr = *p

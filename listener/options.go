@@ -171,6 +171,18 @@ type Options struct {
 	// Dispatch selects how handlers of a batch run (default DispatchAuto).
 	Dispatch Dispatch
 
+	// BatchMax and BatchWait shape the calls of a batch handler (NewBatch
+	// only; New refuses them). BatchMax is the most messages one call gets
+	// (1..MaxBatchMax, default DefaultBatchMax): a call may take more than
+	// one get brings, filling from several. BatchWait is the longest the
+	// oldest message of a partial call waits for it to fill, by Clock (0:
+	// a call starts with what has been fetched as soon as a call slot is
+	// free). With a batch handler, Concurrency counts calls (default
+	// DefaultBatchConcurrency), and the tasks hold at most
+	// (Concurrency+1)·BatchMax messages.
+	BatchMax  int
+	BatchWait time.Duration
+
 	// Clock drives sleeps, backoff, renewal and the grace period (default
 	// the wall clock; tests and the simulator pass a fake).
 	Clock clock.Clock

@@ -185,6 +185,27 @@ func (r *tortureRun) handle(ctx context.Context, m *queue.Message) error {
 	return nil
 }
 
+// handleBatch is the batch handler: each message's outcome is handle's,
+// all of them at once, and a panic of any fails the whole call.
+func (r *tortureRun) handleBatch(ctx context.Context, ms []*queue.Message) []error {
+	res := make([]error, len(ms))
+	panicked := make([]any, len(ms))
+	var wg sync.WaitGroup
+	for i, m := range ms {
+		wg.Go(func() {
+			defer func() { panicked[i] = recover() }()
+			res[i] = r.handle(ctx, m)
+		})
+	}
+	wg.Wait()
+	for _, p := range panicked {
+		if p != nil {
+			panic(p)
+		}
+	}
+	return res
+}
+
 // runTorture runs one schedule; it returns the listener's counters and
 // how many messages the competing consumer got.
 func runTorture(t *testing.T, seed uint64) (listener.Stats, int) {
@@ -243,8 +264,22 @@ func runTorture(t *testing.T, seed uint64) (listener.Stats, int) {
 		lo := 1 + rng.IntN(3)
 		o.Adaptive = &scaling.AIMDOptions{Min: lo, Max: lo + rng.IntN(o.Concurrency+1)}
 	}
+	// A third of the schedules run a batch handler (its own generator, so
+	// that a seed's other choices stay what they were).
+	brng := rand.New(rand.NewPCG(seed, 2))
+	if brng.IntN(3) == 0 {
+		o.BatchMax = 1 + brng.IntN(80)
+		o.BatchWait = time.Duration(brng.IntN(20)) * time.Millisecond
+		o.Concurrency = 1 + brng.IntN(4)
+		o.Adaptive = nil // a batch handler's concurrency counts calls, fixed
+	}
 	r.o = o
-	l, err := listener.New(r.lq, r.handle, o)
+	var l *listener.Listener
+	if o.BatchMax > 0 {
+		l, err = listener.NewBatch(r.lq, r.handleBatch, o)
+	} else {
+		l, err = listener.New(r.lq, r.handle, o)
+	}
 	if err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
 	}

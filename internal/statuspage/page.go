@@ -72,6 +72,9 @@ type Queue struct {
 	// empty without one.
 	Concurrency, RateLimit      string
 	Processed, Failed, Poisoned int64
+	// BatchCalls counts a batch handler's calls (0: a handler of one
+	// message); Processed and Failed count messages either way.
+	BatchCalls int64
 	// CallsPerMessage is billed calls per deleted message (NaN before the
 	// first).
 	CallsPerMessage float64

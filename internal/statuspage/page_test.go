@@ -218,3 +218,21 @@ func TestSessionSurvivesATossedCookie(t *testing.T) {
 		t.Errorf("Session with a tossed cookie before the real one = %q, want the real session", got)
 	}
 }
+
+// A batch handler's queue shows its calls beside the messages processed;
+// a queue of single messages shows none.
+func TestRenderShowsBatchCalls(t *testing.T) {
+	t.Parallel()
+	v := View{Generated: time.Now(), Queues: []Queue{
+		{Name: "rows", Processed: 1000, BatchCalls: 12},
+		{Name: "mail", Processed: 7},
+	}}
+	var b bytes.Buffer
+	if err := Render(&b, v); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	if !strings.Contains(page, "in 12 calls") || strings.Count(page, "batch-calls") != 1 {
+		t.Errorf("the page shows batch calls wrongly:\n%s", page)
+	}
+}

@@ -24,6 +24,11 @@ func FuzzMatchesMemory(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 1, 4, 2, 0, 3, 1, 5, 7, 6, 2})
 	f.Add([]byte{0, 10, 0, 20, 0, 30, 1, 3, 9, 1, 2, 5, 40, 1, 3, 3, 4, 1, 0})
 	f.Add([]byte{0, 1, 1, 1, 8, 200, 1, 1, 2, 0, 2, 1, 3, 0, 6, 6, 5, 1})
+	// DeleteBatch: of one Get (one receipt), of two Gets, with a renewed
+	// (stale) receipt and repeated ids.
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 2, 4, 10, 5, 1, 3, 4, 130, 0, 1, 2, 6, 1})
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0, 2, 3, 10, 2, 3, 10, 4, 131, 0, 2, 1, 3, 6, 1})
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0, 2, 5, 10, 5, 1, 3, 4, 135, 0, 1, 2, 3, 4, 0, 1, 2, 7, 60, 2, 5, 10, 4, 131, 0, 5, 6, 7, 6, 1})
 	f.Add([]byte("some longer seed that exercises many operations in a row"))
 
 	dir := f.TempDir()
@@ -105,8 +110,26 @@ func FuzzMatchesMemory(f *testing.F) {
 				if len(holds) == 0 {
 					continue
 				}
-				h := holds[int(next(&i))%len(holds)]
-				same("delete", sq.Delete(ctx, h.sID, h.sR), mq.Delete(ctx, h.mID, h.mR))
+				x := int(next(&i))
+				if x < 128 {
+					h := holds[x%len(holds)]
+					same("delete", sq.Delete(ctx, h.sID, h.sR), mq.Delete(ctx, h.mID, h.mR))
+					continue
+				}
+				// A DeleteBatch of 1 to 8 holds, current or stale, an id
+				// possibly twice, of one Get or several.
+				var rs, rm []queue.Receipt
+				for range 1 + x%8 {
+					h := holds[int(next(&i))%len(holds)]
+					rs = append(rs, queue.Receipt{ID: h.sID, PopReceipt: h.sR})
+					rm = append(rm, queue.Receipt{ID: h.mID, PopReceipt: h.mR})
+				}
+				r1, e1 := sq.DeleteBatch(ctx, rs)
+				r2, e2 := mq.DeleteBatch(ctx, rm)
+				same("delete batch", e1, e2)
+				for j := range r1 {
+					same(fmt.Sprintf("delete batch[%d] of %d", j, len(rs)), r1[j], r2[j])
+				}
 			case 5: // update visibility
 				if len(holds) == 0 {
 					continue
