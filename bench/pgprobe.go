@@ -35,8 +35,11 @@ type PGProbeResult struct {
 //     the server's floor, not a fair peer);
 //   - default: adaptq as a user gets it, postgres.Open(url) and
 //     listener.Options{};
-//   - bench: section 11's settings, a pool of 16 and 8 tasks of 48 slots.
-var PGProbeSides = []string{"hand", "deleteret", "default", "bench"}
+//   - bench: section 11's settings, a pool of 16 and 8 tasks of 48 slots;
+//   - driver: adaptq's driver without the listener, the hand loop's 8
+//     goroutines calling Get(32) and DeleteBatch through postgres.Open's
+//     pool.
+var PGProbeSides = []string{"hand", "deleteret", "default", "bench", "driver"}
 
 // PGProbe fills n messages of 200 bytes (not timed) and drains them with
 // side, measuring the rate and the client's and the server's CPU.
@@ -60,6 +63,8 @@ func PGProbe(ctx context.Context, side string, n int) (PGProbeResult, error) {
 			lo = listener.Options{Tasks: pgTasks, MinTasks: pgTasks, Concurrency: pgTasks * listenerSlotsPerTask}
 		}
 		d, cpu, r.Detail, err = pgListenerDrain(ctx, base, n, pool, lo, opts...)
+	case "driver":
+		d, cpu, r.Detail, err = pgDriverDrain(ctx, base, n)
 	default:
 		// l:T:C:P, the listener with T tasks (MinTasks too), concurrency
 		// C and a pool of P connections (0: their defaults).
@@ -199,4 +204,60 @@ RETURNING id, body`
 		}
 	})
 	return d, cpu, err
+}
+
+// pgDriverDrain is the hand loop's shape on adaptq's driver: 8 goroutines,
+// Get(32) then DeleteBatch of what it got, no listener.
+func pgDriverDrain(ctx context.Context, base string, n int) (time.Duration, cpuSpan, string, error) {
+	s, err := openPGSidePool(ctx, base, 0, nil)
+	if err != nil {
+		return 0, cpuSpan{}, "", err
+	}
+	defer s.close()
+	if err := s.fill(ctx, n); err != nil {
+		return 0, cpuSpan{}, "", err
+	}
+	st0 := s.calls.n.Load()
+	var done atomic.Int64
+	var d time.Duration
+	cpu, err := measureCPU(func() error {
+		start := time.Now()
+		var wg sync.WaitGroup
+		errs := make(chan error, pgTasks)
+		for range pgTasks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rs := make([]queue.Receipt, 0, 32)
+				for done.Load() < int64(n) {
+					ms, err := s.q.Get(ctx, 32, 30*time.Second)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if len(ms) == 0 {
+						continue
+					}
+					rs = rs[:0]
+					for _, m := range ms {
+						rs = append(rs, queue.Receipt{ID: m.ID, PopReceipt: m.PopReceipt})
+					}
+					if _, err := s.q.DeleteBatch(ctx, rs); err != nil {
+						errs <- err
+						return
+					}
+					done.Add(int64(len(ms)))
+				}
+			}()
+		}
+		wg.Wait()
+		d = time.Since(start)
+		select {
+		case err := <-errs:
+			return err
+		default:
+			return nil
+		}
+	})
+	return d, cpu, fmt.Sprintf("statements %.4f", float64(s.calls.n.Load()-st0)/float64(n)), err
 }
