@@ -86,6 +86,9 @@ type batch struct {
 	// held counts the batch's messages held through a worker fault's
 	// pause (see hold).
 	held atomic.Int32
+	// txDeleted[i]: message i's handler deleted it in its transaction
+	// and then failed (settle.go); only its runner reads and writes it.
+	txDeleted [queue.MaxBatchSize]bool
 
 	// pooled: a batch handler's pool runs the messages (batchcall.go);
 	// t is nil and they do not count towards a task's threshold.
@@ -443,6 +446,14 @@ func (l *Listener) counted(m *queue.Message) int {
 func (b *batch) poison(i int, reason string, cause error) bool {
 	l := b.l
 	m := b.msgs[i]
+	if !b.heldAfterTx(i) {
+		// Its handler's transaction deleted it and committed: it left
+		// the queue with the handler's writes, and a poisoned copy would
+		// run them again.
+		l.log.Debug("listener: the failed message was deleted in its handler's transaction; not poisoned",
+			zap.String("msg_id", m.ID), zap.Int("dequeue_count", m.DequeueCount))
+		return true
+	}
 	fields := []zap.Field{zap.String("msg_id", m.ID), zap.Int("dequeue_count", m.DequeueCount),
 		zap.String("reason", reason), zap.String("poison_queue", l.o.Poison.Name())}
 	if cause != nil {
