@@ -296,7 +296,8 @@ func (p *pool) run(call []ref) {
 		return
 	}
 	start := time.Now()
-	res := handler.BatchResults(l.bh(callContext(ctx, runs), ms), len(ms))
+	hctx, span := l.traceCall(callContext(ctx, runs), runs, ms)
+	res := handler.BatchResults(l.bh(hctx, ms), len(ms))
 	l.ewma.add(time.Since(start))
 	l.stats.calls.Add(1)
 	l.logWholeCall(ms, res[0])
@@ -326,6 +327,7 @@ func (p *pool) run(call []ref) {
 		}
 		tally.add(b, false)
 	}
+	l.traceCallEnd(span, runs, res)
 }
 
 // settleTally counts, per batch, the messages a call has finished with, so

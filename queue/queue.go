@@ -154,6 +154,7 @@ type Queue struct {
 	f      driver.Features
 	name   string
 	opts   options
+	tracer Tracer // nil: no tracing (see trace.go)
 	closed atomic.Bool
 }
 
@@ -163,6 +164,8 @@ type Option func(*options)
 type options struct {
 	observers []Observer
 	wrappers  []func(driver.Queue) driver.Queue
+	tracer    Tracer // see WithTracer
+	tracerSet bool
 }
 
 // WithObserver makes o see every call the queue makes to its backend (the
@@ -209,7 +212,7 @@ func newQueue(d driver.Queue, o options) *Queue {
 	if f.Name == "" {
 		f.Name = "queue"
 	}
-	return &Queue{d: d, raw: raw, f: f, name: d.Name(), opts: o}
+	return &Queue{d: d, raw: raw, f: f, name: d.Name(), opts: o, tracer: tracerOf(o)}
 }
 
 // Name is the queue's name.
@@ -244,17 +247,40 @@ func (q *Queue) Close() error {
 // know (a timeout after sending): a retry may then store the message twice,
 // which at-least-once consumers tolerate.
 func (q *Queue) Put(ctx context.Context, body []byte, opts PutOptions) (string, error) {
+	if q.tracer != nil {
+		return q.tracedPut(ctx, body, opts)
+	}
+	return q.putUntraced(ctx, body, opts)
+}
+
+func (q *Queue) putUntraced(ctx context.Context, body []byte, opts PutOptions) (string, error) {
 	if err := q.begin(ctx, OpPut); err != nil {
 		return "", err
 	}
+	dopts, err := q.checkPut(body, opts)
+	if err != nil {
+		return "", q.reject(OpPut, err)
+	}
+	return q.put(ctx, body, dopts)
+}
+
+// checkPut checks one message as Put and PutBatch take it (its body, its
+// options, its metadata against Features().Metadata), and resolves its
+// options for the driver.
+func (q *Queue) checkPut(body []byte, opts PutOptions) (driver.PutOptions, error) {
 	ttl, err := CheckPut(body, opts, q.f.MaxBody)
 	if err == nil {
 		err = driver.CheckMetadata(opts.Metadata, q.f.Metadata, len(body), q.f.MaxBody)
 	}
 	if err != nil {
-		return "", q.reject(OpPut, err)
+		return driver.PutOptions{}, err
 	}
-	id, err := q.d.Put(ctx, body, driver.PutOptions{TTL: ttl, InitialVisibilityDelay: opts.InitialVisibilityDelay, Metadata: opts.Metadata})
+	return driver.PutOptions{TTL: ttl, InitialVisibilityDelay: opts.InitialVisibilityDelay, Metadata: opts.Metadata}, nil
+}
+
+// put is one checked Put's call of the driver.
+func (q *Queue) put(ctx context.Context, body []byte, dopts driver.PutOptions) (string, error) {
+	id, err := q.d.Put(ctx, body, dopts)
 	if err != nil {
 		return "", q.fail(ctx, OpPut, 0, err)
 	}
@@ -690,9 +716,12 @@ const (
 	OpClear
 	OpSibling
 	OpSubscribe
+	// OpPutBatch is one backend call that stored many messages (a
+	// driver.PutBatcher's).
+	OpPutBatch
 )
 
-var opNames = []string{"put", "get", "delete", "delete batch", "update visibility", "peek", "count", "clear", "sibling", "subscribe"}
+var opNames = []string{"put", "get", "delete", "delete batch", "update visibility", "peek", "count", "clear", "sibling", "subscribe", "put batch"}
 
 // String names the operation as errors do.
 func (o Op) String() string {
@@ -716,7 +745,8 @@ type Call struct {
 	Queue string
 	Op    Op
 	// Messages counts what the call moved: 1 for a put, delete or update,
-	// the messages a get or peek returned, those a batch delete deleted,
+	// the messages a get or peek returned, those a batch put stored or a
+	// batch delete deleted,
 	// the count a Count returned.
 	Messages int
 	// Units is how many requests the backend bills the call as: 1, or

@@ -113,7 +113,11 @@ func QueuePut(ctx context.Context, b *pgx.Batch, q *queue.Queue, body []byte, op
 	if err != nil {
 		return err
 	}
+	// As Put: a span (of the queueing; the id comes with the batch's
+	// results), the trace context in the metadata.
+	ctx, opts, end := q.TracePut(ctx, body, opts)
 	ttl, err := checkPut(q, body, opts)
+	end("", err)
 	if err != nil {
 		return fmt.Errorf("postgres: put in batch %q: %w", q.Name(), err)
 	}
@@ -236,6 +240,13 @@ func txQueue(ctx context.Context, q *queue.Queue, op string) (*pgQueue, error) {
 }
 
 func putTx(ctx context.Context, row rowFunc, q *queue.Queue, body []byte, opts queue.PutOptions) (string, error) {
+	ctx, opts, end := q.TracePut(ctx, body, opts) // as Put: a span, the trace context in the metadata
+	id, err := putTxUntraced(ctx, row, q, body, opts)
+	end(id, err)
+	return id, err
+}
+
+func putTxUntraced(ctx context.Context, row rowFunc, q *queue.Queue, body []byte, opts queue.PutOptions) (string, error) {
 	pq, err := txQueue(ctx, q, "put")
 	if err != nil {
 		return "", err
