@@ -129,6 +129,41 @@ func endBatch(span PutSpan, results []PutResult, err error) {
 	span.End("", err)
 }
 
+// TracePutBatch is PutBatch's tracing for a driver's own batch put paths
+// (a batch put inside the caller's transaction): it begins the span of a
+// put of n messages and returns the context to put with, inject, which
+// returns a message's options (checked already) with the trace context
+// added to a copy of their metadata where it fits the backend's limits,
+// and end, to call once with the call's error or, if nil, its results.
+// Without a tracer it returns ctx, an inject that returns the options
+// unchanged and an end that does nothing.
+func (q *Queue) TracePutBatch(ctx context.Context, n int) (context.Context, func(body []byte, opts PutOptions) PutOptions, func(results []PutResult, err error)) {
+	if q.tracer == nil {
+		return ctx, noInject, noEndBatch
+	}
+	ctx, span := q.tracer.StartPut(ctx, q, n, nil)
+	if span == nil {
+		return ctx, noInject, noEndBatch
+	}
+	inject := func(body []byte, opts PutOptions) PutOptions {
+		opts.Metadata = q.traceMetadata(span, body, opts.Metadata)
+		return opts
+	}
+	return ctx, inject, func(results []PutResult, err error) { endBatch(span, results, err) }
+}
+
+func noInject(_ []byte, opts PutOptions) PutOptions { return opts }
+func noEndBatch([]PutResult, error)                 {}
+
+// traceMetadata is md with span's trace context added (in a copy) where
+// it fits the backend's limits, else md.
+func (q *Queue) traceMetadata(span PutSpan, body []byte, md map[string]string) map[string]string {
+	if t := span.Inject(md); driver.CheckMetadata(t, q.f.Metadata, len(body), q.f.MaxBody) == nil {
+		return t
+	}
+	return md
+}
+
 // inject is the driver options of a checked message with span's trace
 // context added to (a copy of) their metadata, where it fits the backend's
 // limits; o unchanged otherwise, or without a span.
@@ -136,8 +171,6 @@ func (q *Queue) inject(span PutSpan, body []byte, o driver.PutOptions) driver.Pu
 	if span == nil {
 		return o
 	}
-	if md := span.Inject(o.Metadata); driver.CheckMetadata(md, q.f.Metadata, len(body), q.f.MaxBody) == nil {
-		o.Metadata = md
-	}
+	o.Metadata = q.traceMetadata(span, body, o.Metadata)
 	return o
 }
