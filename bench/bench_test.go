@@ -80,6 +80,7 @@ var figures = map[string][]string{
 	},
 	"postgres": {
 		"adaptq, PostgreSQL driver + listener", "River v0.51.1 (riverpgxv5)", "adaptq ÷ River, processed jobs/s",
+		"hand-written pgx loop", "adaptq (default options) ÷ hand-written loop",
 		"adaptq with async_leases=true", "the price of durable leases",
 		"CPU per processed job", "adaptq calls per message", "statements sent per message",
 		"idle worker, queue calls per hour", "idle River client", "cross-process wake",
