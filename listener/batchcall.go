@@ -303,7 +303,7 @@ func (p *pool) run(call []ref) {
 		return
 	}
 	start := time.Now()
-	res := handler.BatchResults(l.bh(ctx, ms), len(ms))
+	res := handler.BatchResults(l.bh(callSettleContext(ctx, runs), ms), len(ms))
 	l.ewma.add(time.Since(start))
 	l.stats.calls.Add(1)
 	l.logWholeCall(ms, res[0])
@@ -313,6 +313,9 @@ func (p *pool) run(call []ref) {
 			err = queue.RedactError(err)
 		}
 		switch {
+		case b.settledInTx(i, err): // deleted in the handler's transaction (settle.go)
+			tally.add(b, true)
+			continue
 		case err == nil && b.state[i].CompareAndSwap(stRunning, stSucceeded):
 			tally.add(b, true)
 			continue

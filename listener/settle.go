@@ -41,6 +41,35 @@ func (b *batch) settleContext(ctx context.Context, i int) context.Context {
 	return queue.WithTxSettler(ctx, &txSettle{b: b, i: i})
 }
 
+// callSettle is the queue.TxSettler of a batch handler call: each of its
+// messages' txSettle, by id (a message the call holds twice, which the
+// lease check before the call rules out, would be the later, newer one).
+type callSettle map[string]*txSettle
+
+// callSettleContext gives a batch handler call the TxSettler of the
+// messages it runs.
+func callSettleContext(ctx context.Context, runs []ref) context.Context {
+	cs := make(callSettle, len(runs))
+	for _, r := range runs {
+		cs[r.b.msgs[r.i].ID] = &txSettle{b: r.b, i: r.i}
+	}
+	return queue.WithTxSettler(ctx, cs)
+}
+
+func (cs callSettle) BeginSettle(id string) (string, error) {
+	s, ok := cs[id]
+	if !ok {
+		return "", fmt.Errorf("%w: settle: message %s is not one this batch handler call runs", queue.ErrInvalidArgument, id)
+	}
+	return s.BeginSettle(id)
+}
+
+func (cs callSettle) EndSettle(id string, deleted bool) {
+	if s, ok := cs[id]; ok {
+		s.EndSettle(id, deleted)
+	}
+}
+
 func (s *txSettle) BeginSettle(id string) (string, error) {
 	b := s.b
 	if b.msgs[s.i].ID != id {
