@@ -3,6 +3,7 @@ package listener
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -178,7 +179,9 @@ func (p *pool) startLocked() {
 		for _, r := range call {
 			r.b.unhold()
 		}
-		p.waiting = append(p.waiting[:0], p.waiting[n:]...)
+		// slices.Delete zeroes the tail it leaves: no stale ref there
+		// keeps a finished get's batch, and its bodies, alive.
+		p.waiting = slices.Delete(p.waiting, 0, n)
 		p.running++
 		l.wg.Go(func() { p.run(call) })
 	}
