@@ -83,7 +83,10 @@ func TestBatchListenerSettleInTxSQLite(t *testing.T) {
 			walkClock(t, fc, tc.wait+time.Second)
 			testutil.Eventually(t, 10*time.Second, "the call ends", func() bool {
 				st := l.Stats()
-				return st.Processed+st.Failed == n && l.LocalState().InFlight == 0
+				// Any delete of the listener's has ended too (InFlight
+				// falls before it), so the stop's clock moves cancel none.
+				return st.Processed+st.Failed == n && l.LocalState().InFlight == 0 &&
+					st.Deleted+st.NotFound+st.DeleteErrors+st.Failed >= n
 			})
 			cancel()
 			for {
