@@ -3,6 +3,7 @@ package listener
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/adaptq/adaptq/queue"
 )
@@ -42,30 +43,41 @@ func (b *batch) settleContext(ctx context.Context, i int) context.Context {
 }
 
 // callSettle is the queue.TxSettler of a batch handler call: each of its
-// messages' txSettle, by id (a message the call holds twice, which the
-// lease check before the call rules out, would be the later, newer one).
-type callSettle map[string]*txSettle
+// messages' txSettle, by id, made at the first settle (most calls make
+// none). A message the call held twice, which the lease check before the
+// call rules out, would be the later, newer one.
+type callSettle struct {
+	runs []ref
+	once sync.Once
+	byID map[string]*txSettle
+}
 
 // callSettleContext gives a batch handler call the TxSettler of the
 // messages it runs.
 func callSettleContext(ctx context.Context, runs []ref) context.Context {
-	cs := make(callSettle, len(runs))
-	for _, r := range runs {
-		cs[r.b.msgs[r.i].ID] = &txSettle{b: r.b, i: r.i}
-	}
-	return queue.WithTxSettler(ctx, cs)
+	return queue.WithTxSettler(ctx, &callSettle{runs: runs})
 }
 
-func (cs callSettle) BeginSettle(id string) (string, error) {
-	s, ok := cs[id]
-	if !ok {
+func (cs *callSettle) of(id string) *txSettle {
+	cs.once.Do(func() {
+		cs.byID = make(map[string]*txSettle, len(cs.runs))
+		for _, r := range cs.runs {
+			cs.byID[r.b.msgs[r.i].ID] = &txSettle{b: r.b, i: r.i}
+		}
+	})
+	return cs.byID[id]
+}
+
+func (cs *callSettle) BeginSettle(id string) (string, error) {
+	s := cs.of(id)
+	if s == nil {
 		return "", fmt.Errorf("%w: settle: message %s is not one this batch handler call runs", queue.ErrInvalidArgument, id)
 	}
 	return s.BeginSettle(id)
 }
 
-func (cs callSettle) EndSettle(id string, deleted bool) {
-	if s, ok := cs[id]; ok {
+func (cs *callSettle) EndSettle(id string, deleted bool) {
+	if s := cs.of(id); s != nil {
 		s.EndSettle(id, deleted)
 	}
 }
