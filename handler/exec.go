@@ -229,7 +229,9 @@ func (e *ExitError) Unwrap() error {
 //     ExecBaseEnv and o.PassEnv name (never the rest: the worker's own
 //     secrets stay with it), then o.Env, then ADAPTQ_MESSAGE_ID,
 //     ADAPTQ_DEQUEUE_COUNT, ADAPTQ_INSERTED_AT and, if o.Queue is set,
-//     ADAPTQ_QUEUE (see EnvMessageID and the constants after it);
+//     ADAPTQ_QUEUE (see EnvMessageID and the constants after it), then,
+//     when the message is traced (package tracing), TRACEPARENT and
+//     TRACESTATE (see Propagation);
 //   - standard output discarded or copied to o.Stdout, and standard error
 //     kept for the error (its last MaxStderrTail bytes) and copied to
 //     o.Stderr if set.
@@ -338,6 +340,9 @@ func execHandler(argv []string, o ExecOptions, waitDelay time.Duration) (Func, e
 		cmd.Args = args
 		cmd.Dir = o.Dir
 		cmd.Env = messageEnv(passedEnv(os.Environ(), pass, secret), extraEnv, o.Queue, m)
+		// The message's trace (TRACEPARENT, TRACESTATE) comes last, so it
+		// wins over the worker's own and o.Env's.
+		cmd.Env = append(cmd.Env, traceEnv(ctx)...)
 		cmd.Stdin = bytes.NewReader(m.Body)
 		stderr := &tailBuffer{max: MaxStderrTail}
 		var stdoutW, stderrW io.Writer = nil, stderr

@@ -156,7 +156,9 @@ func (e *StatusError) RetryAfter() time.Duration { return e.retryAfter }
 // is, with Content-Type DefaultHTTPContentType (see HTTPOptions.ContentType),
 // the headers X-Adaptq-Message-Id, X-Adaptq-Dequeue-Count,
 // X-Adaptq-Inserted-At and, if o.Queue is set, X-Adaptq-Queue (see
-// HeaderMessageID and the constants after it), and o.Header.
+// HeaderMessageID and the constants after it), and o.Header; when the
+// message is traced (package tracing), traceparent and tracestate (see
+// Propagation) over o.Header's.
 //
 // The response decides the message's fate:
 //
@@ -256,6 +258,8 @@ func HTTP(rawURL string, o HTTPOptions) (Func, error) {
 		if o.Queue != "" {
 			req.Header.Set(HeaderQueue, o.Queue)
 		}
+		// The message's trace (traceparent, tracestate), over o.Header's.
+		Propagate(ctx, req.Header.Set)
 		if host != "" {
 			req.Host = host
 		}

@@ -86,6 +86,9 @@ type batch struct {
 	// held counts the batch's messages held through a worker fault's
 	// pause (see hold).
 	held atomic.Int32
+	// txDeleted[i]: message i's handler deleted it in its transaction
+	// and then failed (settle.go); only its runner reads and writes it.
+	txDeleted [queue.MaxBatchSize]bool
 
 	// pooled: a batch handler's pool runs the messages (batchcall.go);
 	// t is nil and they do not count towards a task's threshold.
@@ -103,6 +106,9 @@ type batch struct {
 	// visibility timeout), by the listener's clock.
 	got    time.Time
 	leases [queue.MaxBatchSize]time.Time
+	// spans[i] follows message i while its runner has it (nil until a
+	// message of the batch is traced; see trace.go).
+	spans atomic.Pointer[[queue.MaxBatchSize]MessageSpan]
 }
 
 // receipt is message i's newest pop receipt. b.mu is held.
@@ -295,7 +301,9 @@ func (b *batch) run(inline bool, ctx context.Context, cancel context.CancelFunc)
 			// It was fetched this often before and never finished: it
 			// crashes its worker. Poison it without running it again.
 			if b.state[i].CompareAndSwap(stFetched, stSettling) {
+				b.traceStart(ctx, i)
 				b.poison(i, "dequeue count above the maximum before the run", nil)
+				b.traceEnd(i, nil)
 				b.state[i].Store(stDone)
 			}
 		default:
@@ -309,7 +317,7 @@ func (b *batch) run(inline bool, ctx context.Context, cancel context.CancelFunc)
 			if !b.state[i].CompareAndSwap(stFetched, stRunning) {
 				break // renewal found its lease lost while it waited
 			}
-			err, end := b.runHandler(b.settleContext(ctx, i), i, &start)
+			err, end := b.runHandler(b.traceStart(b.settleContext(ctx, i), i), i, &start)
 			if err != nil {
 				// Once, at the source of every sink (the log, the poison
 				// envelope and the tools that read it): no URL's signature
@@ -348,6 +356,7 @@ func (b *batch) run(inline bool, ctx context.Context, cancel context.CancelFunc)
 				cancel()
 				ctx, cancel = l.handlerContext()
 			}
+			b.traceEnd(i, err)
 		}
 		if !inline {
 			b.settle(claimed, ok)
@@ -425,6 +434,7 @@ func (b *batch) failed(i int, err error) {
 		l.log.Debug("listener: handler failed while draining; the message is handed back",
 			zap.String("msg_id", m.ID), zap.Int("dequeue_count", m.DequeueCount), zap.Error(err))
 		l.release(m.ID, b.newestReceipt(i))
+		b.traceRequeued(i, 0, true)
 		return
 	}
 	b.retryLater(i, err)
@@ -443,6 +453,14 @@ func (l *Listener) counted(m *queue.Message) int {
 func (b *batch) poison(i int, reason string, cause error) bool {
 	l := b.l
 	m := b.msgs[i]
+	if !b.heldAfterTx(i) {
+		// Its handler's transaction deleted it and committed: it left
+		// the queue with the handler's writes, and a poisoned copy would
+		// run them again.
+		l.log.Debug("listener: the failed message was deleted in its handler's transaction; not poisoned",
+			zap.String("msg_id", m.ID), zap.Int("dequeue_count", m.DequeueCount))
+		return true
+	}
 	fields := []zap.Field{zap.String("msg_id", m.ID), zap.Int("dequeue_count", m.DequeueCount),
 		zap.String("reason", reason), zap.String("poison_queue", l.o.Poison.Name())}
 	if cause != nil {
@@ -460,7 +478,7 @@ func (b *batch) poison(i int, reason string, cause error) bool {
 	if bare {
 		l.log.Warn("listener: the poison queue's limit leaves no room for the envelope; putting the bare body", fields...)
 	}
-	id, err := l.o.Poison.Put(l.opCtx, body, queue.PutOptions{TTL: queue.NoExpiry})
+	id, err := l.o.Poison.Put(b.traceContext(i, l.opCtx), body, queue.PutOptions{TTL: queue.NoExpiry})
 	if err != nil {
 		l.log.Error("listener: putting a message to the poison queue failed; it stays in the queue", append(fields, zap.NamedError("put_error", err))...)
 		return false
@@ -468,6 +486,7 @@ func (b *batch) poison(i int, reason string, cause error) bool {
 	l.failures.forget(m.ID)
 	derr := l.q.Delete(l.opCtx, m.ID, b.newestReceipt(i))
 	fields = append(fields, zap.String("poison_id", id))
+	b.tracePoisoned(i, reason, id)
 	if errors.Is(derr, queue.ErrNotFound) && l.isExpired(m) {
 		derr = nil // it expired meanwhile: gone from its queue, kept in the poison queue
 	}

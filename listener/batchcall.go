@@ -306,7 +306,8 @@ func (p *pool) run(call []ref) {
 		return
 	}
 	start := time.Now()
-	res := handler.BatchResults(l.bh(callSettleContext(ctx, runs), ms), len(ms))
+	hctx, span := l.traceCall(callContext(ctx, runs), runs, ms)
+	res := handler.BatchResults(l.bh(hctx, ms), len(ms))
 	l.ewma.add(time.Since(start))
 	l.stats.calls.Add(1)
 	l.logWholeCall(ms, res[0])
@@ -336,6 +337,7 @@ func (p *pool) run(call []ref) {
 		}
 		tally.add(b, false)
 	}
+	l.traceCallEnd(span, runs, res)
 }
 
 // lapsedInPool settles a message whose lease ended, by the listener's

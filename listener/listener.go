@@ -94,6 +94,8 @@ type Listener struct {
 	// pause is the gets' pause after a handler failed for want of the
 	// worker's resources (see pauseGets).
 	pause pause
+	// tracer follows each message (nil: none; see trace.go).
+	tracer Tracer
 }
 
 // New returns a listener that feeds messages of q to h. It validates the
@@ -160,6 +162,7 @@ func newListener(q *queue.Queue, o Options, batch bool, set func(*Listener)) (*L
 		sem:      sem,
 		resizeCh: make(chan struct{}),
 		wakeCh:   make(chan struct{}),
+		tracer:   tracerFor(o, q),
 	}
 	set(l)
 	if sem.aimd != nil {

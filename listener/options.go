@@ -197,6 +197,13 @@ type Options struct {
 	// Poisoned messages are always logged.
 	FailureLogLines    int
 	FailureLogInterval time.Duration
+
+	// Tracer follows each handled message (see Tracer). Default: the
+	// tracing package tracing registered when the program imports it
+	// (OpenTelemetry's global provider), else none. NoTracer turns the
+	// default off.
+	Tracer   Tracer
+	NoTracer bool
 }
 
 func (o Options) withDefaults() Options {

@@ -169,6 +169,7 @@ func (b *batch) retryLater(i int, err error) {
 		}
 	}
 	l.logFailure(m, err, r)
+	b.traceRequeued(i, r.delay, r.hide)
 	if !r.hide {
 		return
 	}

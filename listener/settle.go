@@ -2,8 +2,8 @@ package listener
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/adaptq/adaptq/queue"
 )
@@ -12,7 +12,8 @@ import (
 // delete its own message inside its own transaction (postgres.DeleteTx,
 // sqlite.DeleteTx), so that its writes and the delete commit or roll back
 // together. The listener gives each handler's context a txSettle for its
-// message (queue.WithTxSettler); the driver's delete reads the newest
+// message (queue.WithTxSettler), and a batch handler's call one for each
+// of its messages (callSettle); the driver's delete reads the newest
 // receipt through it, which moves the message out of renewal's reach:
 //
 //	running ──BeginSettle──▶ txSettling ──EndSettle(deleted)──▶ txSettled
@@ -42,43 +43,30 @@ func (b *batch) settleContext(ctx context.Context, i int) context.Context {
 	return queue.WithTxSettler(ctx, &txSettle{b: b, i: i})
 }
 
-// callSettle is the queue.TxSettler of a batch handler call: each of its
-// messages' txSettle, by id, made at the first settle (most calls make
-// none). A message the call held twice, which the lease check before the
-// call rules out, would be the later, newer one.
-type callSettle struct {
-	runs []ref
-	once sync.Once
-	byID map[string]*txSettle
-}
+// callSettle is the queue.TxSettler of a batch handler call: it settles
+// each message of the call as txSettle does for a runner's.
+type callSettle map[string]*txSettle
 
-// callSettleContext gives a batch handler call the TxSettler of the
-// messages it runs.
-func callSettleContext(ctx context.Context, runs []ref) context.Context {
-	return queue.WithTxSettler(ctx, &callSettle{runs: runs})
-}
-
-func (cs *callSettle) of(id string) *txSettle {
-	cs.once.Do(func() {
-		cs.byID = make(map[string]*txSettle, len(cs.runs))
-		for _, r := range cs.runs {
-			cs.byID[r.b.msgs[r.i].ID] = &txSettle{b: r.b, i: r.i}
-		}
-	})
-	return cs.byID[id]
-}
-
-func (cs *callSettle) BeginSettle(id string) (string, error) {
-	s := cs.of(id)
-	if s == nil {
-		return "", fmt.Errorf("%w: settle: message %s is not one this batch handler call runs", queue.ErrInvalidArgument, id)
+// callContext gives a batch handler call over runs its TxSettler.
+func callContext(ctx context.Context, runs []ref) context.Context {
+	s := make(callSettle, len(runs))
+	for _, r := range runs {
+		s[r.b.msgs[r.i].ID] = &txSettle{b: r.b, i: r.i}
 	}
-	return s.BeginSettle(id)
+	return queue.WithTxSettler(ctx, s)
 }
 
-func (cs *callSettle) EndSettle(id string, deleted bool) {
-	if s := cs.of(id); s != nil {
-		s.EndSettle(id, deleted)
+func (s callSettle) BeginSettle(id string) (string, error) {
+	t, ok := s[id]
+	if !ok {
+		return "", fmt.Errorf("%w: settle: message %s is not one this call runs", queue.ErrInvalidArgument, id)
+	}
+	return t.BeginSettle(id)
+}
+
+func (s callSettle) EndSettle(id string, deleted bool) {
+	if t, ok := s[id]; ok {
+		t.EndSettle(id, deleted)
 	}
 }
 
@@ -127,8 +115,45 @@ func (b *batch) settledInTx(i int, err error) bool {
 		b.l.stats.deleted.Add(1)
 		return true
 	}
-	if !b.state[i].CompareAndSwap(stTxSettled, stRunning) {
+	b.unsettleTx(i)
+	return false
+}
+
+// unsettleTx takes message i, whose handler failed after deleting it in
+// its transaction, back to running: the transaction most likely rolled
+// back, so renewal extends the message again (through a worker fault's
+// pause too), and finds it gone if not. Its delete may have committed
+// (the handler failed after its commit): poisoning checks first
+// (heldAfterTx). Only its runner calls it, after the handler returned.
+func (b *batch) unsettleTx(i int) {
+	if b.state[i].CompareAndSwap(stTxSettled, stRunning) {
+		b.txDeleted[i] = true
+	} else {
 		b.state[i].CompareAndSwap(stTxSettling, stRunning)
 	}
-	return false
+}
+
+// heldAfterTx reports whether message i, which its runner settles after
+// its handler deleted it in a transaction and then failed, is still in
+// the queue under this lease: the transaction rolled back. It renews the
+// lease to find out (carrying the new receipt forward). A message the
+// transaction deleted (ErrNotFound), or lost meanwhile, is not held; on
+// any other error it is taken as held, so that it is poisoned as before
+// (a duplicate at worst, never a loss).
+func (b *batch) heldAfterTx(i int) bool {
+	if !b.txDeleted[i] {
+		return true
+	}
+	l := b.l
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	nr, err := l.q.UpdateVisibility(l.opCtx, b.msgs[i].ID, b.receipt(i), l.o.VisibilityTimeout)
+	switch {
+	case err == nil:
+		b.setReceipt(i, nr)
+		return true
+	case errors.Is(err, queue.ErrNotFound), errors.Is(err, queue.ErrReceiptMismatch):
+		return false
+	}
+	return true
 }

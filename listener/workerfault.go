@@ -47,6 +47,9 @@ func (b *batch) runHandler(ctx context.Context, i int, start *time.Time) (err er
 		if err == nil || !handler.IsWorkerFault(err) || l.draining.Load() || ctx.Err() != nil {
 			return err, holdNone
 		}
+		// Held through the pause: if its transaction deleted it and
+		// rolled back, renewal must extend it again (settle.go).
+		b.unsettleTx(i)
 		l.stats.failed.Add(1)
 		l.stats.workerFaults.Add(1)
 		pause := l.pauseGets()

@@ -154,6 +154,7 @@ type Queue struct {
 	f      driver.Features
 	name   string
 	opts   options
+	tracer Tracer // nil: no tracing (see trace.go)
 	closed atomic.Bool
 }
 
@@ -163,6 +164,8 @@ type Option func(*options)
 type options struct {
 	observers []Observer
 	wrappers  []func(driver.Queue) driver.Queue
+	tracer    Tracer // see WithTracer
+	tracerSet bool
 }
 
 // WithObserver makes o see every call the queue makes to its backend (the
@@ -209,7 +212,7 @@ func newQueue(d driver.Queue, o options) *Queue {
 	if f.Name == "" {
 		f.Name = "queue"
 	}
-	return &Queue{d: d, raw: raw, f: f, name: d.Name(), opts: o}
+	return &Queue{d: d, raw: raw, f: f, name: d.Name(), opts: o, tracer: tracerOf(o)}
 }
 
 // Name is the queue's name.
@@ -244,6 +247,13 @@ func (q *Queue) Close() error {
 // know (a timeout after sending): a retry may then store the message twice,
 // which at-least-once consumers tolerate.
 func (q *Queue) Put(ctx context.Context, body []byte, opts PutOptions) (string, error) {
+	if q.tracer != nil {
+		return q.tracedPut(ctx, body, opts)
+	}
+	return q.putUntraced(ctx, body, opts)
+}
+
+func (q *Queue) putUntraced(ctx context.Context, body []byte, opts PutOptions) (string, error) {
 	if err := q.begin(ctx, OpPut); err != nil {
 		return "", err
 	}

@@ -13,6 +13,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/adaptq/adaptq"
+	_ "github.com/adaptq/adaptq/tracing" // spans for puts and handled messages, once a provider is set
+	"github.com/adaptq/adaptq/tracing/otlpenv"
 )
 
 type runCmd struct {
@@ -39,7 +41,14 @@ started are handed back. A second signal exits at once with code 130.
 
 Exit codes: 0 after a drain, 1 if the worker failed while running, 2 if the
 config or the start-up (a queue that does not open, a handler that is not
-registered, an admin address in use) is wrong.`,
+registered, an admin address in use) is wrong.
+
+Tracing: with OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER=otlp) set,
+spans of each handled message go to that OTLP/HTTP endpoint, children of the
+producer's span when the message carries its trace context; exec: handlers
+get TRACEPARENT, http: handlers a traceparent header. The other standard
+OTEL_* variables apply (OTEL_SERVICE_NAME, default adaptq;
+OTEL_TRACES_SAMPLER; OTEL_EXPORTER_OTLP_HEADERS …).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd, e) },
 	}
@@ -60,6 +69,22 @@ func (o *runCmd) run(cmd *cobra.Command, e env) error {
 		return inputError{err}
 	}
 	defer func() { _ = log.Sync() }()
+	traced, stopTracing, err := otlpenv.Setup(cmd.Context())
+	if err != nil {
+		return inputError{fmt.Errorf("tracing: %w", err)}
+	}
+	if traced {
+		log.Info("adaptq: tracing: spans go to the OTLP endpoint the OTEL_* variables name")
+	}
+	defer func() {
+		// Flush the spans still batched, within a bound of our own: the
+		// run's context has ended by now.
+		ctx, cancel := context.WithTimeout(context.Background(), tracingFlush)
+		defer cancel()
+		if err := stopTracing(ctx); err != nil {
+			log.Warn("adaptq: tracing: flushing spans at exit failed", zap.Error(err))
+		}
+	}()
 	// exec: handlers' output lines go to the log, each with its message's id.
 	w, err := adaptq.New(cfg, adaptq.WithLogger(log))
 	if err != nil {
@@ -112,6 +137,11 @@ func (o *runCmd) run(cmd *cobra.Command, e env) error {
 		}
 	}
 }
+
+// tracingFlush bounds the flush of batched spans at exit (the SDK's
+// default export timeout, OTEL_BSP_EXPORT_TIMEOUT, is 30 s: too long for a
+// worker that was asked to stop).
+const tracingFlush = 5 * time.Second
 
 // goHandlers refuses, before anything is opened, a config whose queues
 // name Go handlers (or none, which means the Go handler of the queue's

@@ -81,7 +81,7 @@ func TestConformance(t *testing.T) {
 			},
 			Features: driver.Features{
 				MaxPeek: queue.MaxPeek, MaxBody: azure.DefaultMaxBodySize, Siblings: true,
-				Durability: driver.Replicated, Billed: true, TimeResolution: time.Second, Metadata: azure.MetadataLimits,
+				Durability: driver.Replicated, Billed: true, TimeResolution: time.Second, Metadata: claimCheckMetadata(),
 			},
 			ConcurrencyMessages: azuriteConcurrencyMessages,
 		}

@@ -84,7 +84,7 @@ func TestEntra(t *testing.T) {
 				},
 				Features: driver.Features{
 					MaxPeek: queue.MaxPeek, MaxBody: azure.DefaultMaxBodySize, Siblings: true,
-					Durability: driver.Replicated, Billed: true, TimeResolution: time.Second, Metadata: azure.MetadataLimits,
+					Durability: driver.Replicated, Billed: true, TimeResolution: time.Second, Metadata: claimCheckMetadata(),
 				},
 				// TestConformance drains 1,000 over shared key; this
 				// proves the token path under 8 consumers' concurrent

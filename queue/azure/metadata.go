@@ -34,7 +34,9 @@ var metaPrefix = []byte(`{"adaptq":"` + metaVersion + `"`)
 
 // MetadataLimits are Azure's for a message's metadata: the engines'
 // count, key and value limits, and the envelope's line counts against the
-// 64 KiB message (Features().Metadata.InBody). Put checks the exact size of
+// 64 KiB message (Features().Metadata.InBody, without claim-check; with
+// it a body that does not fit beside its metadata goes to a blob, and
+// only the metadata must fit the message). Put checks the exact size of
 // the envelope, whose JSON may escape a value's quotes, backslashes and
 // control characters; PairOverhead is what each pair costs at least (two
 // quoted strings, a colon and a comma).

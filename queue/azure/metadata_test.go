@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/azure"
 	"github.com/adaptq/adaptq/queue/azure/azuritetest"
+	"github.com/adaptq/adaptq/queue/driver"
 )
 
 // TestMetadataInterop: a message without metadata is the same text a raw
@@ -162,4 +164,54 @@ func TestMetadataTextAndClaimCheck(t *testing.T) {
 	if n, _ := qo.Count(ctx); n != 0 {
 		t.Fatalf("a refused put wrote %d messages", n)
 	}
+}
+
+// With claim-check, a body up to Config.MaxBodySize goes to a blob and
+// its metadata stays in the message: metadata does not count against
+// the body's limit, so a body at the limit takes metadata.
+func TestMetadataBesideABodyAtTheClaimCheckLimit(t *testing.T) {
+	srv := azuritetest.Shared(t)
+	const max = azure.MaxInlineBody + 1000
+	q := openQueue(t, newAccount(t, srv, azure.Config{MaxBodySize: max}), uniq(t, "meta-max"))
+	if f := q.Features(); f.MaxBody != max || f.Metadata.InBody {
+		t.Fatalf("Features: MaxBody %d, Metadata.InBody %v; want %d, false", f.MaxBody, f.Metadata.InBody, max)
+	}
+	md := map[string]string{"tenant": "t1"}
+	body := randomBody(max)
+	if _, err := q.Put(ctx, body, queue.PutOptions{Metadata: md}); err != nil {
+		t.Fatalf("Put of a %d-byte body (the limit) with metadata: %v", max, err)
+	}
+	ms, err := q.Get(ctx, 1, time.Minute)
+	if err != nil || len(ms) != 1 || !bytes.Equal(ms[0].Body, body) || !maps.Equal(ms[0].Metadata, md) {
+		t.Fatalf("round trip: %d, %v", len(ms), err)
+	}
+	if err := q.Delete(ctx, ms[0].ID, ms[0].PopReceipt); err != nil {
+		t.Fatal(err)
+	}
+	// The metadata itself must still fit the message, beside the
+	// claim-check envelope: refused before any blob is written.
+	before := len(blobs(t, srv, azure.DefaultContainer, uniq(t, "meta-max")+"/"))
+	large := map[string]string{}
+	for i := range 15 {
+		large[fmt.Sprint("k", i)] = strings.Repeat("v", 4000)
+	}
+	_, err = q.Put(ctx, []byte("small"), queue.PutOptions{Metadata: large})
+	var me *queue.MetadataError
+	if !errors.As(err, &me) || me.Limit != "body size" {
+		t.Fatalf("Put with 60 KB of metadata: %v, want a body-size MetadataError", err)
+	}
+	if n, _ := q.Count(ctx); n != 0 {
+		t.Fatalf("a refused put wrote %d messages", n)
+	}
+	if bs := blobs(t, srv, azure.DefaultContainer, uniq(t, "meta-max")+"/"); len(bs) != before {
+		t.Fatalf("blobs %v after a refused put, want the %d before", bs, before)
+	}
+}
+
+// claimCheckMetadata is Features().Metadata of a queue with claim-check:
+// the metadata does not count against MaxBody.
+func claimCheckMetadata() driver.MetadataLimits {
+	l := azure.MetadataLimits
+	l.InBody = false
+	return l
 }

@@ -72,6 +72,13 @@ func (q *Queue) Account() *Account { return q.a }
 // Features: Azure's limits, billed calls, no batch delete, no native
 // notify, approximate counts, one-second timestamps.
 func (q *Queue) Features() driver.Features {
+	md := MetadataLimits
+	if q.a.claimCheck() {
+		// A body over the message goes to a blob and its metadata stays
+		// in the message: the envelope counts against the 64 KiB message
+		// (Put checks it), not against MaxBody.
+		md.InBody = false
+	}
 	return driver.Features{
 		Name:           Scheme,
 		MaxBatch:       queue.MaxBatchSize,
@@ -82,7 +89,7 @@ func (q *Queue) Features() driver.Features {
 		Billed:         true,
 		PricePer10k:    PricePer10k,
 		TimeResolution: time.Second,
-		Metadata:       MetadataLimits,
+		Metadata:       md,
 	}
 }
 

@@ -151,15 +151,17 @@ type Message struct {
 
 	// Metadata is the original's metadata (nil for none), put back with
 	// it by Requeue. MetadataDropped is set when it did not fit in the
-	// poison queue's limit beside the header and was left out, as the
-	// reason is cut first.
+	// poison queue's limit beside the header and the body, even
+	// compressed, and was left out (the reason is cut first).
 	Metadata        map[string]string
 	MetadataDropped bool
 
 	// Enveloped is false for a poison message without the envelope
-	// (written before it existed, or by another program): its body is the
-	// whole poison message and every field above but PoisonID, PoisonedAt,
-	// Body and Size is unknown.
+	// (written before it existed, by another program, or moved by the
+	// backend's own redrive, as SQS's RedrivePolicy does): its body is the
+	// whole poison message, its Metadata the poison message's own (SQS
+	// moves the attributes with the message), and every field above but
+	// PoisonID, PoisonedAt, Body, Size and Metadata is unknown.
 	Enveloped bool
 }
 
@@ -221,14 +223,24 @@ func Encode(m Message, maxBody int) ([]byte, error) {
 		t := m.ExpiresAt.UTC()
 		h.ExpiresAt = &t
 	}
-	if out, err := envelope(Magic, h, m.Body, maxBody); !errors.Is(err, ErrTooLarge) {
+	if out, err := envelope(Magic, h, m.Body, maxBody, false); !errors.Is(err, ErrTooLarge) {
 		return out, err
 	}
 	z := deflate(m.Body)
 	hz := h
 	hz.Encoding, hz.Stored = encDeflate, len(z)
-	if out, err := envelope(Magic2, hz, z, maxBody); !errors.Is(err, ErrTooLarge) {
+	if out, err := envelope(Magic2, hz, z, maxBody, false); !errors.Is(err, ErrTooLarge) {
 		return out, err
+	}
+	if h.Metadata != nil {
+		// The body does not fit beside the metadata, verbatim or
+		// compressed: the metadata is left out before the body is cut.
+		if out, err := envelope(Magic, h, m.Body, maxBody, true); !errors.Is(err, ErrTooLarge) {
+			return out, err
+		}
+		if out, err := envelope(Magic2, hz, z, maxBody, true); !errors.Is(err, ErrTooLarge) {
+			return out, err
+		}
 	}
 	// Cut short: as much of the body as fits beside the header. The
 	// header is measured with stored at its largest, so it only shrinks.
@@ -245,7 +257,7 @@ func Encode(m Message, maxBody int) ([]byte, error) {
 		keep--
 	}
 	ht.Stored = keep
-	return envelope(Magic2, ht, m.Body[:ht.Stored], maxBody)
+	return envelope(Magic2, ht, m.Body[:ht.Stored], maxBody, true)
 }
 
 // EncodeOrBare is what the listener puts to a poison queue: Encode's
@@ -269,8 +281,9 @@ func EncodeOrBare(m Message, maxBody int) (body []byte, bare bool, err error) {
 }
 
 // envelope writes magic, h and payload, cutting h's reason until it fits
-// in maxBody (0: no limit); ErrTooLarge if it does not fit without one.
-func envelope(magic string, h header, payload []byte, maxBody int) ([]byte, error) {
+// in maxBody (0: no limit), then, with dropMeta, leaving out its metadata;
+// ErrTooLarge if it does not fit without them.
+func envelope(magic string, h header, payload []byte, maxBody int, dropMeta bool) ([]byte, error) {
 	for {
 		line, err := marshalHeader(h)
 		if err != nil {
@@ -282,7 +295,7 @@ func envelope(magic string, h header, payload []byte, maxBody int) ([]byte, erro
 			out = append(append(append(out, magic...), line...), payload...)
 			return out, nil
 		}
-		if h.Reason == "" && h.Metadata != nil {
+		if h.Reason == "" && h.Metadata != nil && dropMeta {
 			h.Metadata, h.MetadataDropped = nil, true // the reason went first
 			continue
 		}
@@ -447,6 +460,7 @@ func decodeN(pm *queue.Message, upTo int) Message {
 	m := Message{PoisonID: pm.ID, PoisonedAt: pm.InsertedAt, Body: pm.Body, Size: len(pm.Body)}
 	h, body, ok := parse(pm.Body, upTo)
 	if !ok {
+		m.Metadata = pm.Metadata // a bare message's own, which Requeue puts back
 		return m
 	}
 	m.ID, m.Queue, m.DequeueCount, m.Rule, m.Reason = h.ID, h.Queue, h.DequeueCount, h.Rule, h.Reason

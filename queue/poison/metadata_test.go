@@ -90,3 +90,54 @@ func TestRequeuePutsTheMetadataBack(t *testing.T) {
 		}
 	})
 }
+
+// A bare poison message (no envelope: moved by the backend's own redrive,
+// as SQS's RedrivePolicy moves a message with its attributes, or put by
+// another program) keeps the metadata it came with: Decode shows it and
+// Requeue puts it back with it.
+func TestRequeueKeepsABareMessagesMetadata(t *testing.T) {
+	t.Parallel()
+	backends(t, func(t *testing.T, home, pq *queue.Queue) {
+		ctx := context.Background()
+		if _, err := pq.Put(ctx, []byte("redriven"), queue.PutOptions{Metadata: sampleMetadata}); err != nil {
+			t.Fatal(err)
+		}
+		ps, err := pq.Peek(ctx, 1)
+		if err != nil || len(ps) != 1 {
+			t.Fatalf("Peek = %d, %v", len(ps), err)
+		}
+		if d := poison.Decode(ps[0]); d.Enveloped || !maps.Equal(d.Metadata, sampleMetadata) {
+			t.Fatalf("Decode of a bare message: enveloped %v, metadata %q; want bare with %q", d.Enveloped, d.Metadata, sampleMetadata)
+		}
+		res, err := poison.Requeue(ctx, pq, onlyOrders(home), poison.Selection{All: true})
+		if err != nil || len(res.Done) != 1 {
+			t.Fatalf("requeue: %+v, %v", res, err)
+		}
+		ms, err := home.Get(ctx, 1, time.Minute)
+		if err != nil || len(ms) != 1 {
+			t.Fatalf("Get = %d, %v", len(ms), err)
+		}
+		if string(ms[0].Body) != "redriven" || !maps.Equal(ms[0].Metadata, sampleMetadata) {
+			t.Fatalf("requeued %q with metadata %q, want %q", ms[0].Body, ms[0].Metadata, sampleMetadata)
+		}
+	})
+}
+
+// Metadata is left out only when the body does not fit beside it even
+// compressed: a body that fits verbatim alone but compressed beside the
+// metadata is compressed, and the metadata kept for Requeue.
+func TestEnvelopeCompressesBeforeDroppingMetadata(t *testing.T) {
+	t.Parallel()
+	body := bytes.Repeat([]byte("compressible "), 500) // 6,500 bytes
+	in := sample(body)
+	in.Metadata = map[string]string{"big": strings.Repeat("v", 2000)}
+	b, err := poison.Encode(in, 7000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := poison.Decode(&queue.Message{ID: "p", Body: b})
+	if !out.Enveloped || !bytes.Equal(out.Body, body) || !maps.Equal(out.Metadata, in.Metadata) || out.MetadataDropped {
+		t.Fatalf("decoded %d bytes (enveloped %v) with %d pairs of metadata (dropped %v); want the %d-byte body with its metadata",
+			len(out.Body), out.Enveloped, len(out.Metadata), out.MetadataDropped, len(body))
+	}
+}

@@ -154,9 +154,13 @@ type DB struct {
 	pool    *pgxpool.Pool
 	schema  string
 	channel string
-	clock   queue.Clock // nil: the server's clock
-	maxBody int
-	notify  time.Duration
+	// database is the server's name of the pool's database
+	// (current_database()), which a put in a caller's transaction checks
+	// (ErrOtherDatabase).
+	database string
+	clock    queue.Clock // nil: the server's clock
+	maxBody  int
+	notify   time.Duration
 
 	vacuumEvery int
 	churn       atomic.Int64
@@ -232,6 +236,9 @@ func OpenConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*DB, 
 		return nil, fmt.Errorf("postgres: open: %w", err)
 	}
 	before, after, err := migrate(ctx, conn, o.schema, !o.noMigrate)
+	if err == nil {
+		err = conn.QueryRow(ctx, `SELECT current_database()`).Scan(&db.database)
+	}
 	_ = conn.Close(context.Background())
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open schema %q: %w", o.schema, err)

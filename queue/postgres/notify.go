@@ -2,12 +2,16 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"net"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // notifyLimiter rate-limits one queue's notifications from this process
@@ -82,11 +86,11 @@ func (db *DB) trailingNotify(st *queueState) {
 // transactions to end (committed), and notifies if any committed. A
 // queue has one round at a time: ids put meanwhile wait for the next,
 // which starts when it ends. So watching holds at most one connection of
-// the pool per queue, however long the callers' transactions last; a
-// round that waits on a long transaction delays the wake of the puts
-// behind it until that transaction ends (puts that notify themselves,
-// the first of each interval, still wake the consumers at their commits,
-// and the consumers poll at their safety interval).
+// the pool per queue, for CommitWatchWait at most at a time: a round
+// whose transactions are still open at that bound notifies for those
+// that committed and leaves the open ones to the next round, so a long
+// transaction delays the wake of the puts behind it by CommitWatchWait
+// (and the interval) at most.
 func (db *DB) awaitCommits(st *queueState, id int64) {
 	l := &st.n
 	l.mu.Lock()
@@ -121,7 +125,13 @@ func (db *DB) watchRound(st *queueState) {
 		ids := l.await
 		l.await = nil
 		l.mu.Unlock()
-		if db.committed(bg, ids) {
+		woke, again := db.committed(bg, ids)
+		if len(again) > 0 {
+			l.mu.Lock()
+			l.await = append(again, l.await...)
+			l.mu.Unlock()
+		}
+		if woke {
 			l.mu.Lock()
 			l.last = wallNow()
 			l.mu.Unlock()
@@ -147,15 +157,31 @@ func (db *DB) watchRound(st *queueState) {
 	}
 }
 
-// committed waits for the transactions that put ids to end, and reports
-// whether any of them committed a message that is still there. An error
-// (the DB closing, a lost connection) reports true: a spurious wake costs
-// a Get, a missed one a safety interval.
-func (db *DB) committed(ctx context.Context, ids []int64) bool {
-	// One round trip: the transaction, always rolled back, and the
-	// speculative inserts.
+// CommitWatchWait bounds how long one commit watch round (awaitCommits)
+// waits for the transactions it watches: a round whose transactions are
+// still open then notifies if any of the others committed, and leaves the
+// open ones to the next round. So a long (or forgotten) transaction that
+// put a message delays the wake of the puts committed behind it by this
+// much at most, not until it ends. 100 ms: a few notify intervals, well
+// under a listener's latency target, and a round costs one statement.
+const CommitWatchWait = 100 * time.Millisecond
+
+// committed waits, up to CommitWatchWait, for the transactions that put
+// ids to end, and reports whether any of them committed a message that is
+// still there, and which ids to watch again (their transactions were
+// still open at the bound). An error (the DB closing, a lost connection)
+// reports true: a spurious wake costs a Get, a missed one a safety
+// interval.
+func (db *DB) committed(ctx context.Context, ids []int64) (bool, []int64) {
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		return true, nil
+	}
+	// The transaction is always rolled back: it only waits. (Ended by
+	// Close, the rollback closes the connection.)
+	defer func() { _ = tx.Rollback(ctx) }()
 	b := &pgx.Batch{}
-	b.Queue("BEGIN")
+	b.Queue("SET LOCAL lock_timeout = " + strconv.FormatInt(CommitWatchWait.Milliseconds(), 10))
 	var absent int
 	b.Queue(db.sql.awaitCommit, ids).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
@@ -163,11 +189,33 @@ func (db *DB) committed(ctx context.Context, ids []int64) bool {
 		}
 		return rows.Err()
 	})
-	b.Queue("ROLLBACK")
-	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
-		return true
+	err = tx.SendBatch(ctx, b).Close()
+	if err == nil {
+		return absent < len(ids), nil
 	}
-	return absent < len(ids)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "55P03" { // lock_not_available: a transaction still open
+		return true, nil
+	}
+	_ = tx.Rollback(ctx)
+	// Those committed (and not yet consumed) are visible now, without a
+	// wait; the others are open, rolled back or consumed, and the next
+	// round settles the last two at once.
+	rows, err := db.pool.Query(ctx, db.sql.committedIDs, ids)
+	if err != nil {
+		return true, nil
+	}
+	seen, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return true, nil
+	}
+	again := make([]int64, 0, len(ids)-len(seen))
+	for _, id := range ids {
+		if !slices.Contains(seen, id) {
+			again = append(again, id)
+		}
+	}
+	return len(seen) > 0, again
 }
 
 // ListenApplicationName is the application_name of the LISTEN connection.

@@ -121,12 +121,12 @@ func (q *pgQueue) Get(ctx context.Context, n int, visibility time.Duration) (_ [
 		return nil, err
 	}
 	ms := make([]driver.Message, 0, n)
+	var meta []byte // one for the call, so that a row without metadata allocates nothing for it (Scan sets nil for NULL)
 	for rows.Next() {
 		var (
 			id, receipt int64
 			m           driver.Message
 			expires     *time.Time
-			meta        []byte
 		)
 		if err := rows.Scan(&id, &receipt, &m.DequeueCount, &m.InsertedAt, &expires, &m.NextVisibleAt, &m.Body, &meta); err != nil {
 			rows.Close()
@@ -438,12 +438,12 @@ func (q *pgQueue) peekRows(rows pgx.Rows, err error) ([]*driver.Message, error) 
 		return nil, err
 	}
 	var out []*driver.Message
+	var meta []byte // one for the call, as in Get
 	for rows.Next() {
 		var (
 			id      int64
 			m       driver.Message
 			expires *time.Time
-			meta    []byte
 		)
 		if err := rows.Scan(&id, &m.DequeueCount, &m.InsertedAt, &expires, &m.NextVisibleAt, &m.Body, &meta); err != nil {
 			rows.Close()

@@ -19,15 +19,17 @@ type statements struct {
 	putTx, putTxNotify     string
 	delTx                  string // del in a caller's transaction, its counter row chosen with txShard
 	awaitCommit            string
+	committedIDs           string
 	get, peek, peekAfter   string
 	del, delBatch, update  string
 	count, clear, sweep    string
 }
 
-// putTxBase is put with the queue's id checked against its name ($8),
-// and its counter row chosen with txShard.
+// putTxBase is put with the queue's id checked against its name ($8)
+// and the database's name ($9, current_database()), and its counter row
+// chosen with txShard.
 func putTxBase(put string) string {
-	put = strings.Replace(put, "VALUES ($2,", "VALUES ((SELECT id FROM {s}.queues WHERE id = $2 AND name = $8),", 1)
+	put = strings.Replace(put, "VALUES ($2,", "VALUES ((SELECT id FROM {s}.queues WHERE id = $2 AND name = $8 AND current_database() = $9::text),", 1)
 	return strings.Replace(put, "WHERE queue_id = $2 AND shard = {shard}", "WHERE queue_id = $2 AND shard = "+txShard, 1)
 }
 
@@ -101,9 +103,10 @@ SELECT id FROM q LIMIT 1`),
 		// putTx and putTxNotify are put and putNotify in a caller's
 		// transaction (PutTx): PostgreSQL sends putTxNotify's notification
 		// when, and only when, the transaction commits. The queue's id is
-		// looked up with its name, so a transaction on another database,
-		// whose queues table lacks this queue (or gives its id to
-		// another), fails the statement (queue_id NOT NULL) and aborts the
+		// looked up with its name and the database's, so a transaction on
+		// another database (whose queues table may lack this queue, give
+		// its id to another, or hold one alike: a database set up as this
+		// one) fails the statement (queue_id NOT NULL) and aborts the
 		// transaction rather than put a stray message. putTx's $7 and $8
 		// are unused (typed so that both take the same arguments).
 		putTx:       f(putTxBase(put) + `, n AS (SELECT $7::text, $8::text) SELECT m.id FROM m, n`),
@@ -117,6 +120,9 @@ SELECT id FROM q LIMIT 1`),
 		// transaction that is always rolled back.
 		awaitCommit: f(`INSERT INTO {s}.bodies (id, body) SELECT x, ''::bytea FROM unnest($1::bigint[]) x
 	ON CONFLICT (id) DO NOTHING RETURNING id`),
+		// committedIDs: those of the messages $1 whose put has committed
+		// and that are still there, read without waiting.
+		committedIDs: f(`SELECT id FROM {s}.bodies WHERE id = ANY ($1::bigint[])`),
 
 		// A Get is one statement: lock up to $3 visible messages, oldest
 		// first, skipping those another Get has locked; hide them, with a

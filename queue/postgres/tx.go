@@ -39,13 +39,27 @@ import (
 //     deleted without deleting it again.
 //
 // The transaction must be on the database (and schema) of the queue's DB:
-// each statement looks the queue up by id and name in its schema, and a
-// transaction on another database fails with ErrOtherDatabase (which
-// aborts it). Each call is one statement, so it works through PgBouncer in
+// each put looks the queue up by id and name in its schema, and checks the
+// database's name, so a transaction on another database fails with
+// ErrOtherDatabase (which aborts it). A database of the same name on
+// another server, set up alike, is not told apart.
+//
+// Isolation: run the transaction READ COMMITTED (PostgreSQL's default).
+// A put or delete updates one of the queue's counter rows, which every
+// other put and delete of the queue updates too, and a delete also needs
+// the message's row as its last renewal left it; in a REPEATABLE READ or
+// SERIALIZABLE transaction whose snapshot predates such an update, the
+// statement fails with a serialization failure (SQLSTATE 40001) and the
+// transaction must be retried whole: with a few producers at work, most
+// such puts fail (measured: 9 in 10 with 16 other producers' puts in
+// between).
+//
+// Each call is one statement, so it works through PgBouncer in
 // transaction pooling too (only Subscribe needs a session).
 
 // ErrOtherDatabase: the transaction given to PutTx or DeleteTx is not on
-// the queue's database (its schema lacks the queue's tables or the queue).
+// the queue's database (another database's name, or its schema lacks the
+// queue's tables or the queue).
 var ErrOtherDatabase = errors.New("postgres: the transaction is not on the queue's database")
 
 // rowFunc runs one statement of a caller's transaction.
@@ -99,7 +113,11 @@ func QueuePut(ctx context.Context, b *pgx.Batch, q *queue.Queue, body []byte, op
 	if err != nil {
 		return err
 	}
+	// As Put: a span (of the queueing; the id comes with the batch's
+	// results), the trace context in the metadata.
+	ctx, opts, end := q.TracePut(ctx, body, opts)
 	ttl, err := checkPut(q, body, opts)
+	end("", err)
 	if err != nil {
 		return fmt.Errorf("postgres: put in batch %q: %w", q.Name(), err)
 	}
@@ -113,7 +131,7 @@ func QueuePut(ctx context.Context, b *pgx.Batch, q *queue.Queue, body []byte, op
 	if notify {
 		stmt = db.sql.putTxNotify
 	}
-	b.Queue(stmt, db.nowArg(), st.id, micros(opts.InitialVisibilityDelay), ttl, body, driver.EncodeMetadata(opts.Metadata), db.channel, st.name).QueryRow(func(row pgx.Row) error {
+	b.Queue(stmt, db.nowArg(), st.id, micros(opts.InitialVisibilityDelay), ttl, body, driver.EncodeMetadata(opts.Metadata), db.channel, st.name, db.database).QueryRow(func(row pgx.Row) error {
 		var n int64
 		if err := row.Scan(&n); err != nil {
 			if notify {
@@ -222,6 +240,13 @@ func txQueue(ctx context.Context, q *queue.Queue, op string) (*pgQueue, error) {
 }
 
 func putTx(ctx context.Context, row rowFunc, q *queue.Queue, body []byte, opts queue.PutOptions) (string, error) {
+	ctx, opts, end := q.TracePut(ctx, body, opts) // as Put: a span, the trace context in the metadata
+	id, err := putTxUntraced(ctx, row, q, body, opts)
+	end(id, err)
+	return id, err
+}
+
+func putTxUntraced(ctx context.Context, row rowFunc, q *queue.Queue, body []byte, opts queue.PutOptions) (string, error) {
 	pq, err := txQueue(ctx, q, "put")
 	if err != nil {
 		return "", err
@@ -245,7 +270,7 @@ func putTx(ctx context.Context, row rowFunc, q *queue.Queue, body []byte, opts q
 		stmt = db.sql.putTxNotify
 	}
 	var id int64
-	err = row(ctx, stmt, db.nowArg(), st.id, micros(opts.InitialVisibilityDelay), ttl, body, driver.EncodeMetadata(opts.Metadata), db.channel, st.name).Scan(&id)
+	err = row(ctx, stmt, db.nowArg(), st.id, micros(opts.InitialVisibilityDelay), ttl, body, driver.EncodeMetadata(opts.Metadata), db.channel, st.name, db.database).Scan(&id)
 	if err != nil {
 		if notify {
 			lim.unclaim()
@@ -300,7 +325,7 @@ func (q *pgQueue) txErr(op string, err error) error {
 		case pe.Code == "42P01" || pe.Code == "3F000": // undefined_table, invalid_schema_name
 			return fmt.Errorf("%w: %s in transaction %q: schema %q has no queue tables there (%s)", ErrOtherDatabase, op, q.st.name, q.db.schema, pe.Message)
 		case pe.Code == "23502" && pe.ColumnName == "queue_id": // not_null_violation: the lookup found no queue
-			return fmt.Errorf("%w: %s in transaction %q: schema %q there has no queue %q with id %d", ErrOtherDatabase, op, q.st.name, q.db.schema, q.st.name, q.st.id)
+			return fmt.Errorf("%w: %s in transaction %q: the transaction's database is not %q, or its schema %q has no queue %q with id %d", ErrOtherDatabase, op, q.st.name, q.db.database, q.db.schema, q.st.name, q.st.id)
 		}
 	}
 	return fmt.Errorf("postgres: %s in transaction %q: %w", op, q.st.name, err)

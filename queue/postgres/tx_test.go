@@ -907,3 +907,286 @@ func TestListenerSettleAfterWorkerFault(t *testing.T) {
 		t.Fatalf("Count = %d", n)
 	}
 }
+
+// TestPutTxOtherDatabaseSameQueue: a transaction on another database of
+// the server, whose schema of the same name holds a queue of the same
+// name at the same id (two databases set up alike: per tenant, staging),
+// is refused with ErrOtherDatabase, and commits no stray message there.
+func TestPutTxOtherDatabaseSameQueue(t *testing.T) {
+	f := newTxFixture(t)
+	ctx := context.Background()
+	other := strings.Replace(f.url, "/test?", "/postgres?", 1)
+	if other == f.url {
+		t.Skip("cannot name another database in " + f.url)
+	}
+	db2, err := postgres.Open(ctx, other, postgres.WithSchema(f.schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db2.Close(); _ = pgtest.Drop(other, f.schema) })
+	if _, err := db2.Queue(ctx, "work"); err != nil { // id 1 there too
+		t.Fatal(err)
+	}
+	for _, batch := range []bool{false, true} {
+		tx, err := db2.Pool().Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if batch {
+			_, err = postgres.PutBatchTx(ctx, tx, f.q, [][]byte{[]byte("x")}, queue.PutOptions{})
+		} else {
+			_, err = postgres.PutTx(ctx, tx, f.q, []byte("x"), queue.PutOptions{})
+		}
+		if !errors.Is(err, postgres.ErrOtherDatabase) {
+			t.Errorf("batch %v: put = %v, want ErrOtherDatabase", batch, err)
+		}
+		_ = tx.Commit(ctx)
+	}
+	var n int
+	if err := db2.Pool().QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{f.schema, "messages"}.Sanitize()).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the other database holds %d stray messages (%v)", n, err)
+	}
+}
+
+// TestListenerSettledThenFailedNotPoisoned: a handler whose transaction
+// deleted its message and committed, and which then fails permanently
+// (a step after the commit), leaves no copy in the poison queue: the
+// message left its queue with the handler's writes, and a poisoned copy
+// would be replayed as a duplicate.
+func TestListenerSettledThenFailedNotPoisoned(t *testing.T) {
+	f := newTxFixture(t)
+	ctx := context.Background()
+	dead, err := f.db.Queue(ctx, "dead")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.q.Put(ctx, []byte("x"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan struct{}, 1)
+	h := func(ctx context.Context, m *queue.Message) error {
+		err := f.handleInTx(ctx, m, false)
+		ran <- struct{}{}
+		if err != nil {
+			return err
+		}
+		return handler.Permanent(errors.New("a step after the commit failed"))
+	}
+	l, err := listener.New(f.q, h, listener.Options{Tasks: 1, MinTasks: 1, MaxTasks: 1, Poison: dead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- l.Run(rctx) }()
+	<-ran
+	cancel()
+	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	if c := f.count(t, "true"); c != 1 {
+		t.Fatalf("%d order rows, want 1", c)
+	}
+	if c, err := dead.Count(ctx); err != nil || c != 0 {
+		t.Fatalf("the poison queue holds %d messages (%v), want 0: the handled message was poisoned", c, err)
+	}
+	if st := l.Stats(); st.Poisoned != 0 || st.Failed != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestPutTxWatchBehindLongTransaction: a watched put that commits wakes
+// the consumers while an earlier watched put's transaction stays open
+// (a long or forgotten transaction must not hold back the wake of every
+// later put of its queue until it ends).
+func TestPutTxWatchBehindLongTransaction(t *testing.T) {
+	f := newTxFixture(t, postgres.WithNotifyInterval(10*time.Second))
+	ctx := context.Background()
+	lc := f.listen(t)
+	begin := func() pgx.Tx {
+		tx, err := f.db.Pool().Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(ctx) })
+		if _, err := postgres.PutTx(ctx, tx, f.q, []byte("w"), queue.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	postgres.SetNotifyAgo(f.db, "work", 9500*time.Millisecond)
+	_ = begin() // stays open to the end of the test
+	if !postgres.Watching(f.db, "work") {
+		t.Skip("the put notified itself (the machine stalled for 0.5 s): the watch was not exercised")
+	}
+	waitFor(t, 30*time.Second, "the watch round to wait for the open transaction", func() bool {
+		var k int
+		_ = f.db.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%ON CONFLICT (id) DO NOTHING%'`).Scan(&k)
+		return k > 0
+	})
+	// A notification just now: b's put is inside the interval, watched
+	// too; once it has committed, the interval is made over, so that the
+	// round after the one waiting starts at once.
+	postgres.SetNotifyAgo(f.db, "work", 0)
+	b := begin()
+	if err := b.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	postgres.SetNotifyAgo(f.db, "work", 20*time.Second)
+	if p := nextNotification(t, lc); p != "work" {
+		t.Fatalf("notification %q, want work", p)
+	}
+	ms, err := f.q.Get(ctx, 2, time.Minute)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("Get = %d messages (%v), want the committed one", len(ms), err)
+	}
+}
+
+// TestCloseDuringWatch: Close returns while a commit watch round waits
+// for a transaction that stays open (the round's goroutine ends with it),
+// and the transaction, on a pool of its own, commits its message after.
+func TestCloseDuringWatch(t *testing.T) {
+	f := newTxFixture(t, postgres.WithNotifyInterval(10*time.Second))
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	postgres.SetNotifyAgo(f.db, "work", 9500*time.Millisecond)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := postgres.PutTx(ctx, tx, f.q, []byte("w"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !postgres.Watching(f.db, "work") {
+		t.Skip("the put notified itself (the machine stalled for 0.5 s): the watch was not exercised")
+	}
+	waitFor(t, 30*time.Second, "the watch round to wait for the open transaction", func() bool {
+		var k int
+		_ = pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%ON CONFLICT (id) DO NOTHING%'`).Scan(&k)
+		return k > 0
+	})
+	if err := f.db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{f.schema, "messages"}.Sanitize()).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d messages (%v), want 1", n, err)
+	}
+}
+
+// TestWatchLeavesThePool: with a small pool shared by the application's
+// transactions (DB.Pool), a commit watch round waiting for an open
+// transaction does not keep the pool's last connection from a call that
+// transaction makes before its commit (which would wait for the round,
+// and the round for it, until the caller's deadline).
+func TestWatchLeavesThePool(t *testing.T) {
+	f := newTxFixtureURL(t, "pool_max_conns=2", postgres.WithNotifyInterval(10*time.Second))
+	ctx := context.Background()
+	mon, err := pgxpool.New(ctx, f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mon.Close()
+	postgres.SetNotifyAgo(f.db, "work", 9500*time.Millisecond)
+	tx, err := f.db.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := postgres.PutTx(ctx, tx, f.q, []byte("w"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !postgres.Watching(f.db, "work") {
+		t.Skip("the put notified itself (the machine stalled for 0.5 s): the watch was not exercised")
+	}
+	waitFor(t, 30*time.Second, "the watch round to wait for the open transaction", func() bool {
+		var k int
+		_ = mon.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%ON CONFLICT (id) DO NOTHING%'`).Scan(&k)
+		return k > 0
+	})
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second) // a hang guard only
+	defer cancel()
+	if _, err := f.q.Put(cctx, []byte("outside"), queue.PutOptions{}); err != nil {
+		t.Fatalf("a put outside the transaction, before its commit: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBatchHandlerSettleInTx: a batch handler deletes its messages in its
+// transaction (one row each, then the deletes, one commit): the listener
+// counts them deleted and deletes none again, and a receipt renewed
+// during the call (the call outlasts half the visibility timeout) is the
+// one the delete uses.
+func TestBatchHandlerSettleInTx(t *testing.T) {
+	f := newTxFixture(t)
+	ctx := context.Background()
+	const n = 6
+	for i := range n {
+		if _, err := f.q.Put(ctx, []byte(strconv.Itoa(i)), queue.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var calls atomic.Int64
+	var l *listener.Listener
+	h := func(ctx context.Context, ms []*queue.Message) []error {
+		calls.Add(1)
+		errs := make([]error, len(ms))
+		tx, err := f.db.Pool().Begin(ctx)
+		if err != nil {
+			for i := range errs {
+				errs[i] = err
+			}
+			return errs
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck
+		// Outlast half the visibility timeout: the messages are renewed,
+		// and their receipts change, before the deletes.
+		renewed := l.Stats().Renewed
+		waitFor(t, 30*time.Second, "a renewal during the call", func() bool { return l.Stats().Renewed > renewed })
+		for i, m := range ms {
+			if _, err := tx.Exec(ctx, `INSERT INTO `+f.orders+` (note, msg_id) VALUES ('batch', $1)`, m.ID); err != nil {
+				errs[i] = err
+				continue
+			}
+			errs[i] = postgres.DeleteTx(ctx, tx, f.q, m)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			for i := range errs {
+				errs[i] = err
+			}
+		}
+		return errs
+	}
+	var err error
+	l, err = listener.NewBatch(f.q, h, listener.Options{Tasks: 1, MinTasks: 1, MaxTasks: 1, BatchSize: n, BatchMax: n,
+		BatchWait: time.Second, VisibilityTimeout: 400 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- l.Run(rctx) }()
+	waitFor(t, 60*time.Second, "every message handled", func() bool { return l.Stats().Processed >= n })
+	cancel()
+	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	st := l.Stats()
+	if st.Processed != n || st.Deleted != n || st.NotFound != 0 || st.ReceiptMismatches != 0 || st.Failed != 0 {
+		t.Fatalf("stats: processed %d deleted %d notFound %d mismatches %d failed %d (%d calls); want %d, %d, 0, 0, 0",
+			st.Processed, st.Deleted, st.NotFound, st.ReceiptMismatches, st.Failed, calls.Load(), n, n)
+	}
+	if c := f.count(t, "true"); c != n {
+		t.Fatalf("%d order rows, want %d", c, n)
+	}
+}

@@ -113,6 +113,13 @@ func inSavepoint(ctx context.Context, tx *sql.Tx, f func() error) error {
 // the commit if tx belongs to a *sql.DB from DB.SQL; otherwise pull the
 // queue's trigger after the commit.
 func PutTx(ctx context.Context, tx *sql.Tx, q *queue.Queue, body []byte, opts queue.PutOptions) (string, error) {
+	ctx, opts, end := q.TracePut(ctx, body, opts) // as Put: a span, the trace context in the metadata
+	id, err := putTx(ctx, tx, q, body, opts)
+	end(id, err)
+	return id, err
+}
+
+func putTx(ctx context.Context, tx *sql.Tx, q *queue.Queue, body []byte, opts queue.PutOptions) (string, error) {
 	dq, err := txQueue(ctx, tx, q, "put")
 	if err != nil {
 		return "", err
