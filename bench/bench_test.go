@@ -94,6 +94,11 @@ var figures = map[string][]string{
 		"idle asynq server: commands per minute", "idle adaptq worker: commands per minute",
 		"idle adaptq worker: blocking calls per safety interval", "the put's own round trip", "cross-process wake",
 	},
+	"putbatch": {
+		"memory: PutBatch vs Put", "SQLite: PutBatch vs Put", "PostgreSQL: PutBatch vs Put", "Redis: PutBatch vs Put",
+		"SQS (fauxqs): PutBatch vs Put", "Azure (Azurite): PutBatch vs Put",
+		"SQS whole pipeline with PutBatch", "SQS whole pipeline with Put:",
+	},
 }
 
 // TestReportTiny runs every section at tiny sizes and checks the Markdown:

@@ -102,6 +102,7 @@ var Sections = []Spec{
 	{Key: "txput", Title: "PostgreSQL: enqueue in the application's transaction, adaptq PutTx vs River InsertTx", Run: txPutSection},
 	{Key: "redis", Title: "Redis: adaptq's driver vs asynq", Run: redisSection},
 	{Key: "sqlite", Title: "Embedded SQLite: backlogs, space, two processes", Run: sqliteSection},
+	{Key: "putbatch", Title: "Batch put: PutBatch vs Put on every engine", Run: putBatchSection},
 	{Key: "batchhandler", Title: "Batch handler: one bulk INSERT vs one INSERT per message", Run: batchHandlerSection},
 }
 

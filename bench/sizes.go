@@ -92,6 +92,12 @@ type Sizes struct {
 	SQLiteAfter    time.Duration
 	SQLiteTwoProc  int
 
+	// PutBatch is the number of messages each run of the batch-put
+	// section puts on each engine, PutBatchRounds how many times Put and
+	// PutBatch each put them.
+	PutBatch       int
+	PutBatchRounds int
+
 	// BatchHandler is the number of messages each drain of the batch
 	// handler section writes into PostgreSQL (issue 29: 100,000).
 	BatchHandler int
@@ -138,6 +144,8 @@ func DefaultSizes() Sizes {
 		RedisWakeTrials: 300,
 		RedisIdle:       30 * time.Second,
 		SteadyWindow:    5 * time.Second,
+		PutBatch:        3_000,
+		PutBatchRounds:  2,
 	}
 }
 
@@ -183,6 +191,8 @@ func TinySizes() Sizes {
 		RedisWakeTrials: 5,
 		RedisIdle:       time.Second,
 		SteadyWindow:    200 * time.Millisecond,
+		PutBatch:        100,
+		PutBatchRounds:  1,
 	}
 }
 
@@ -205,6 +215,8 @@ func (s *Sizes) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&s.SQSRounds, "sqs-rounds", s.SQSRounds, "drains per consumer in the SQS section")
 	fs.DurationVar(&s.SQSIdle, "sqs-idle", s.SQSIdle, "how long the SQS section watches an idle listener")
 	fs.IntVar(&s.Calls, "calls", s.Calls, "messages per calls-per-message run")
+	fs.IntVar(&s.PutBatch, "putbatch", s.PutBatch, "messages per run of the batch-put section, per engine")
+	fs.IntVar(&s.PutBatchRounds, "putbatch-rounds", s.PutBatchRounds, "runs of Put and of PutBatch per engine in the batch-put section")
 	fs.IntVar(&s.Burst, "burst", s.Burst, "messages in a burst")
 	fs.IntVar(&s.BurstTrials, "burst-trials", s.BurstTrials, "bursts per mode")
 	fs.DurationVar(&s.BurstIdleMax, "burst-idle-max", s.BurstIdleMax, "idle.max of the burst listener without a trigger")
@@ -241,6 +253,7 @@ func (s Sizes) Validate() error {
 		"postgres": s.Postgres, "postgres-long": s.PostgresLong, "postgres-wake": s.PostgresWake, "txput": s.TxPut,
 		"redis": s.Redis, "redis-wake-trials": s.RedisWakeTrials, "batch-handler": s.BatchHandler,
 		"embedded-bytes": s.EmbeddedBytes, "sqlite-two-proc": s.SQLiteTwoProc,
+		"putbatch": s.PutBatch, "putbatch-rounds": s.PutBatchRounds,
 	} {
 		if v < 1 {
 			bad = append(bad, fmt.Sprintf("-%s %d is below 1", name, v))

@@ -5,14 +5,15 @@
 // queue/driver; Queue wraps a driver and does, once for all of them, what
 // each would otherwise repeat: argument checks against the driver's
 // Features, the closed state, metering (Observers such as the cost meter),
-// the batch-delete fallback, and error wrapping and classification
+// the batch-delete and batch-put fallbacks, and error wrapping and classification
 // (IsTransient, RetryAfter). As reaches a driver's own client.
 //
 // The semantics are Azure Queue Storage's (the Windows Azure Queue white paper and the message visibility article), held on every
 // driver by the conformance suite in package queuetest:
 //
 //   - Put stores a message with a time-to-live and an optional initial
-//     visibility delay and returns its id.
+//     visibility delay and returns its id. PutBatch stores many, one
+//     result per message, in as few backend calls as the driver allows.
 //   - Get returns up to n (1..32) visible messages and hides each of them for
 //     the visibility timeout. Every Get hands out a fresh pop receipt and
 //     increments the message's dequeue count. An empty queue returns no

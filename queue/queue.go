@@ -257,14 +257,30 @@ func (q *Queue) putUntraced(ctx context.Context, body []byte, opts PutOptions) (
 	if err := q.begin(ctx, OpPut); err != nil {
 		return "", err
 	}
+	dopts, err := q.checkPut(body, opts)
+	if err != nil {
+		return "", q.reject(OpPut, err)
+	}
+	return q.put(ctx, body, dopts)
+}
+
+// checkPut checks one message as Put and PutBatch take it (its body, its
+// options, its metadata against Features().Metadata), and resolves its
+// options for the driver.
+func (q *Queue) checkPut(body []byte, opts PutOptions) (driver.PutOptions, error) {
 	ttl, err := CheckPut(body, opts, q.f.MaxBody)
 	if err == nil {
 		err = driver.CheckMetadata(opts.Metadata, q.f.Metadata, len(body), q.f.MaxBody)
 	}
 	if err != nil {
-		return "", q.reject(OpPut, err)
+		return driver.PutOptions{}, err
 	}
-	id, err := q.d.Put(ctx, body, driver.PutOptions{TTL: ttl, InitialVisibilityDelay: opts.InitialVisibilityDelay, Metadata: opts.Metadata})
+	return driver.PutOptions{TTL: ttl, InitialVisibilityDelay: opts.InitialVisibilityDelay, Metadata: opts.Metadata}, nil
+}
+
+// put is one checked Put's call of the driver.
+func (q *Queue) put(ctx context.Context, body []byte, dopts driver.PutOptions) (string, error) {
+	id, err := q.d.Put(ctx, body, dopts)
 	if err != nil {
 		return "", q.fail(ctx, OpPut, 0, err)
 	}
@@ -700,9 +716,12 @@ const (
 	OpClear
 	OpSibling
 	OpSubscribe
+	// OpPutBatch is one backend call that stored many messages (a
+	// driver.PutBatcher's).
+	OpPutBatch
 )
 
-var opNames = []string{"put", "get", "delete", "delete batch", "update visibility", "peek", "count", "clear", "sibling", "subscribe"}
+var opNames = []string{"put", "get", "delete", "delete batch", "update visibility", "peek", "count", "clear", "sibling", "subscribe", "put batch"}
 
 // String names the operation as errors do.
 func (o Op) String() string {
@@ -726,7 +745,8 @@ type Call struct {
 	Queue string
 	Op    Op
 	// Messages counts what the call moved: 1 for a put, delete or update,
-	// the messages a get or peek returned, those a batch delete deleted,
+	// the messages a get or peek returned, those a batch put stored or a
+	// batch delete deleted,
 	// the count a Count returned.
 	Messages int
 	// Units is how many requests the backend bills the call as: 1, or

@@ -21,9 +21,9 @@ import (
 )
 
 const (
-	// producers is how many puts enqueue keeps in flight: enough for the
-	// SQLite driver's group commit to share one fsync among several puts,
-	// and for a network backend's round trips to overlap.
+	// producers is how many batch puts enqueue keeps in flight: enough
+	// for the SQLite driver's commits to overlap its batches' writing, and
+	// for a network backend's round trips to overlap.
 	producers = 8
 	// progressMin is the smallest run that shows a progress line on a
 	// terminal; a smaller one finishes before a line would help.
@@ -52,8 +52,10 @@ standard input with "-". With --count N the message is put N times; with --lines
 each line of the input is a message of its own (empty lines are skipped), which
 is a simple way for a producer in any language to hand work to adaptq.
 
-Puts run 8 at a time, so messages of one run are not stored in input order
-(queues never promise order anyway). Everything is checked before the first
+Messages go in batches (one backend call per batch where the backend takes
+many at once: SQS's SendMessageBatch of 10, one transaction or statement of
+32 on SQLite, PostgreSQL and Redis), 8 batches at a time, so messages of one
+run are not stored in input order (queues never promise order anyway). Everything is checked before the first
 put: a bad flag or an oversized body writes nothing.`,
 		Example: `  adaptq enqueue --queue orders 'order 1001'
   adaptq enqueue --queue orders --count 10000 'load test'
@@ -243,31 +245,49 @@ func (o *enqueueCmd) readInput(cmd *cobra.Command, e env, args []string) ([]byte
 	return b, "--file " + path, nil
 }
 
-// putAll puts total messages, body i%len(bodies) for the i-th, with up to
-// producers puts in flight; done counts the stored ones. It returns the
-// id of the first message.
+// putAll puts total messages, body i%len(bodies) for the i-th, in
+// batches of Features().MaxBatch (PutBatch: one backend call each where
+// the driver puts in batches), with up to producers batches in flight;
+// done counts the stored ones. It returns the id of the first message.
+// The first message that fails ends the run with its error.
 func putAll(ctx context.Context, q *queue.Queue, bodies [][]byte, total int, opts queue.PutOptions, done *atomic.Int64) (string, error) {
+	chunk := q.Features().MaxBatch
 	var next atomic.Int64
 	var firstID string
 	g, ctx := errgroup.WithContext(ctx)
-	for range min(producers, total) {
+	for range min(producers, (total+chunk-1)/chunk) {
 		g.Go(func() error {
+			msgs := make([]queue.PutMessage, 0, chunk)
 			for {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
-				i := int(next.Add(1) - 1)
-				if i >= total {
+				start := int(next.Add(int64(chunk))) - chunk
+				if start >= total {
 					return nil
 				}
-				id, err := q.Put(ctx, bodies[i%len(bodies)], opts)
+				msgs = msgs[:0]
+				for i := start; i < min(start+chunk, total); i++ {
+					msgs = append(msgs, queue.PutMessage{Body: bodies[i%len(bodies)], Opts: opts})
+				}
+				res, err := q.PutBatch(ctx, msgs)
 				if err != nil {
 					return err
 				}
-				if i == 0 {
-					firstID = id // read after g.Wait
+				var failed error
+				for _, r := range res {
+					if r.Err == nil {
+						done.Add(1)
+					} else if failed == nil {
+						failed = r.Err
+					}
 				}
-				done.Add(1)
+				if start == 0 {
+					firstID = res[0].ID // read after g.Wait
+				}
+				if failed != nil {
+					return failed
+				}
 			}
 		})
 	}

@@ -16,7 +16,10 @@
 //     (0, MaxVisibilityTimeout]; UpdateVisibility's d is in
 //     [0, MaxVisibilityTimeout].
 //   - Put's body is at most Features.MaxBody bytes; its TTL is resolved
-//     (NoExpiry or positive, never 0) and its delay is in [0, TTL).
+//     (NoExpiry or positive, never 0) and its delay is in [0, TTL). A
+//     PutBatcher's PutBatch gets 1 to Features.MaxBatch requests, each
+//     checked as Put's, their bodies within Features.MaxBatchBytes in all
+//     where that is set (a single request may exceed it).
 //   - DeleteBatch is called only when Features.BatchDelete, with 1 to
 //     Features.MaxBatch receipts, an id possibly twice; the slice is the
 //     caller's, to read during the call and neither change nor keep; Peek only when
@@ -177,6 +180,11 @@ type Features struct {
 	// Metadata bounds a message's metadata; zero when the driver stores
 	// none (the portable queue then refuses any).
 	Metadata MetadataLimits
+	// MaxBatchBytes bounds the bodies one PutBatch of a PutBatcher carries
+	// in all, in bytes, with their metadata where Metadata.InBody (SQS: a
+	// SendMessageBatch's payload is at most 1 MiB, encoding and attributes
+	// included); 0: no bound but MaxBatch messages.
+	MaxBatchBytes int
 }
 
 type waitKey struct{}
@@ -274,12 +282,18 @@ type PutRequest struct {
 // PutBatcher is a capability a driver may have beyond Queue (found with a
 // type assertion, as VisibilityBatcher is): storing many messages in one
 // backend call or transaction. The portable queue's PutBatch calls it
-// with 1 to the driver's batch limit of requests, each already checked as
+// with 1 to the driver's batch limit of requests (Features.MaxBatch, and
+// bodies of Features.MaxBatchBytes in all where that is set), each already checked as
 // Put checks one; it returns one id and one result per request, in order
 // (a message whose result is non-nil was not written), or err for a
 // failure of the whole call, in which case nothing was written (or, for a
 // network backend that cannot know, err is transient and may have been
-// written, as Put's). Drivers without it get bounded parallel Puts.
+// written, as Put's). Drivers without it get bounded parallel Puts. The
+// slice and its bodies are the caller's, to read during the call and
+// neither change nor keep. A wrapper that embeds the driver hides it (as
+// it hides VisibilityBatcher): the portable queue then puts one message a
+// call; a wrapper that means to keep it implements PutBatcher itself and
+// forwards.
 type PutBatcher interface {
 	PutBatch(ctx context.Context, reqs []PutRequest) (ids []string, results []error, err error)
 }

@@ -252,27 +252,59 @@ func (q *memQueue) now() int64 { return q.s.clock.Now().UnixNano() }
 
 // Put stores a copy of body.
 func (q *memQueue) Put(_ context.Context, body []byte, opts driver.PutOptions) (string, error) {
-	ttl := opts.TTL
+	e := q.newEntry(body, opts, q.now())
+	st := q.st
+	st.mu.Lock()
+	st.insert(e)
+	st.mu.Unlock()
+	st.notify()
+	return e.idStr, nil
+}
+
+var _ driver.PutBatcher = (*memQueue)(nil)
+
+// PutBatch stores copies of the requests' messages at once (one lock, one
+// wake of the subscribers), under ids in their order.
+func (q *memQueue) PutBatch(_ context.Context, reqs []driver.PutRequest) ([]string, []error, error) {
 	now := q.now()
+	es := make([]*entry, len(reqs))
+	ids := make([]string, len(reqs))
+	for i, r := range reqs {
+		es[i] = q.newEntry(r.Body, r.Opts, now)
+		ids[i] = es[i].idStr
+	}
+	st := q.st
+	st.mu.Lock()
+	for _, e := range es {
+		st.insert(e)
+	}
+	st.mu.Unlock()
+	st.notify()
+	return ids, make([]error, len(reqs)), nil
+}
+
+// newEntry is the message a Put of body with opts stores at now: what Put
+// and PutBatch share.
+func (q *memQueue) newEntry(body []byte, opts driver.PutOptions, now int64) *entry {
 	e := &entry{
 		id:        q.s.ids.Add(1),
 		body:      append([]byte(nil), body...),
 		meta:      driver.CloneMetadata(opts.Metadata),
 		inserted:  now,
-		expires:   addSat(now, ttl),
+		expires:   addSat(now, opts.TTL),
 		visibleAt: now + int64(opts.InitialVisibilityDelay),
 	}
 	e.idStr = strconv.FormatUint(e.id, 10)
-	st := q.st
-	st.mu.Lock()
+	return e
+}
+
+// insert adds a new entry (st.mu held).
+func (st *state) insert(e *entry) {
 	st.byID[e.id] = e
 	st.push(e)
 	if e.expires < st.minExpiry {
 		st.minExpiry = e.expires
 	}
-	st.mu.Unlock()
-	st.notify()
-	return e.idStr, nil
 }
 
 // addSat returns now+d, math.MaxInt64 for queue.NoExpiry or on overflow.

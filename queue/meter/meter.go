@@ -30,7 +30,8 @@ const HoursPerMonth = 30 * 24
 type Kind int
 
 // The kinds of calls. Get counts gets that returned messages; GetEmpty
-// those that returned none. DeleteBatch is one call that deleted many.
+// those that returned none. DeleteBatch is one call that deleted many,
+// PutBatch one that stored many.
 const (
 	Put Kind = iota
 	Get
@@ -41,10 +42,11 @@ const (
 	Peek
 	Count
 	Clear
+	PutBatch
 	NumKinds
 )
 
-var kindNames = [NumKinds]string{"put", "get", "get_empty", "delete", "delete_batch", "update", "peek", "count", "clear"}
+var kindNames = [NumKinds]string{"put", "get", "get_empty", "delete", "delete_batch", "update", "peek", "count", "clear", "put_batch"}
 
 // String is the kind's stable name, as used in logs and reports.
 func (k Kind) String() string {
@@ -224,9 +226,9 @@ var _ queue.Observer = (*Meter)(nil)
 
 // Observe counts one call of a queue (queue.Observer). A call refused
 // before it reached the backend is counted apart and not billed; a batch
-// delete is one call; where the driver has no batch delete, the queue
-// makes one Delete per message, and each is counted, so the meter shows
-// what the backend really bills.
+// delete (or put) is one call; where the driver has no batch delete (or
+// put), the queue makes one Delete (Put) per message, and each is
+// counted, so the meter shows what the backend really bills.
 func (m *Meter) Observe(c queue.Call) {
 	if c.Rejected || (c.Err != nil && rejected(c.Err)) {
 		m.rej.Add(1)
@@ -239,6 +241,9 @@ func (m *Meter) Observe(c queue.Call) {
 		if c.Err == nil {
 			m.put.Add(1)
 		}
+	case queue.OpPutBatch:
+		k = PutBatch
+		m.put.Add(int64(c.Messages))
 	case queue.OpGet:
 		k = Get
 		if c.Messages == 0 {

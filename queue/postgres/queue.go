@@ -80,22 +80,15 @@ func (q *pgQueue) Put(ctx context.Context, body []byte, opts driver.PutOptions) 
 	if err := q.check(); err != nil {
 		return "", err
 	}
-	ttl := int64(-1)
-	if opts.TTL != driver.NoExpiry {
-		ttl = micros(opts.TTL)
-	}
-	if body == nil {
-		body = []byte{}
-	}
-	meta := driver.EncodeMetadata(opts.Metadata) // nil: NULL
+	r := row(body, opts)
 	lim := &q.st.n
 	notify := lim.claim(wallNow(), q.db.notify)
 	var id int64
 	var err error
 	if notify {
-		err = q.db.pool.QueryRow(ctx, q.db.sql.putNotify, q.db.nowArg(), q.st.id, micros(opts.InitialVisibilityDelay), ttl, body, meta, q.db.channel, q.st.name).Scan(&id)
+		err = q.db.pool.QueryRow(ctx, q.db.sql.putNotify, q.db.nowArg(), q.st.id, r.delay, r.ttl, r.body, r.meta, q.db.channel, q.st.name).Scan(&id)
 	} else {
-		err = q.db.pool.QueryRow(ctx, q.db.sql.put, q.db.nowArg(), q.st.id, micros(opts.InitialVisibilityDelay), ttl, body, meta).Scan(&id)
+		err = q.db.pool.QueryRow(ctx, q.db.sql.put, q.db.nowArg(), q.st.id, r.delay, r.ttl, r.body, r.meta).Scan(&id)
 	}
 	if err != nil {
 		if notify {
@@ -107,6 +100,79 @@ func (q *pgQueue) Put(ctx context.Context, body []byte, opts driver.PutOptions) 
 		q.db.trailingNotify(q.st)
 	}
 	return strconv.FormatInt(id, 10), nil
+}
+
+// putRow is what a put writes for one message, as the statements take
+// it: what Put and PutBatch share.
+type putRow struct {
+	delay, ttl int64 // µs; ttl -1: no expiry
+	body       []byte
+	meta       []byte // driver.EncodeMetadata's JSON; nil: NULL
+}
+
+func row(body []byte, opts driver.PutOptions) putRow {
+	ttl := int64(-1)
+	if opts.TTL != driver.NoExpiry {
+		ttl = micros(opts.TTL)
+	}
+	if body == nil {
+		body = []byte{}
+	}
+	return putRow{delay: micros(opts.InitialVisibilityDelay), ttl: ttl, body: body, meta: driver.EncodeMetadata(opts.Metadata)}
+}
+
+var _ driver.PutBatcher = (*pgQueue)(nil)
+
+// PutBatch stores the messages in one statement (one transaction: all or
+// none) and notifies once for the batch, as Put does for one message,
+// when the queue's notify interval allows (else a trailing notification
+// follows).
+func (q *pgQueue) PutBatch(ctx context.Context, reqs []driver.PutRequest) (_ []string, _ []error, rerr error) {
+	defer func() { rerr = ended(ctx, rerr) }()
+	if err := q.check(); err != nil {
+		return nil, nil, err
+	}
+	delays, ttls, bodies := make([]int64, len(reqs)), make([]int64, len(reqs)), make([][]byte, len(reqs))
+	metas := make([]*string, len(reqs)) // text[] cast to jsonb; nil: NULL
+	for i, req := range reqs {
+		r := row(req.Body, req.Opts)
+		delays[i], ttls[i], bodies[i] = r.delay, r.ttl, r.body
+		if r.meta != nil {
+			m := string(r.meta)
+			metas[i] = &m
+		}
+	}
+	lim := &q.st.n
+	notify := lim.claim(wallNow(), q.db.notify)
+	var rows pgx.Rows
+	var err error
+	if notify {
+		rows, err = q.db.pool.Query(ctx, q.db.sql.putBatchNotify, q.db.nowArg(), q.st.id, delays, ttls, bodies, metas, q.db.channel, q.st.name)
+	} else {
+		rows, err = q.db.pool.Query(ctx, q.db.sql.putBatch, q.db.nowArg(), q.st.id, delays, ttls, bodies, metas)
+	}
+	var ids []string
+	if err == nil {
+		ids = make([]string, 0, len(reqs))
+		var id int64
+		_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+			ids = append(ids, strconv.FormatInt(id, 10))
+			return nil
+		})
+	}
+	if err == nil && len(ids) != len(reqs) {
+		err = fmt.Errorf("the batch put returned %d ids for %d messages", len(ids), len(reqs))
+	}
+	if err != nil {
+		if notify {
+			lim.unclaim()
+		}
+		return nil, nil, err
+	}
+	if !notify {
+		q.db.trailingNotify(q.st)
+	}
+	return ids, make([]error, len(reqs)), nil
 }
 
 // Get hides and returns up to n visible messages in one statement.

@@ -14,15 +14,16 @@ import (
 // (microseconds); a message put with queue.NoExpiry expires at 'infinity'.
 // Durations are passed in microseconds.
 type statements struct {
-	register, lookup       string
-	put, putNotify, notify string
-	putTx, putTxNotify     string
-	delTx                  string // del in a caller's transaction, its counter row chosen with txShard
-	awaitCommit            string
-	committedIDs           string
-	get, peek, peekAfter   string
-	del, delBatch, update  string
-	count, clear, sweep    string
+	register, lookup         string
+	put, putNotify, notify   string
+	putBatch, putBatchNotify string
+	putTx, putTxNotify       string
+	delTx                    string // del in a caller's transaction, its counter row chosen with txShard
+	awaitCommit              string
+	committedIDs             string
+	get, peek, peekAfter     string
+	del, delBatch, update    string
+	count, clear, sweep      string
 }
 
 // putTxBase is put with the queue's id checked against its name ($8)
@@ -78,7 +79,32 @@ WITH m AS (
 ), c AS (
 	UPDATE {s}.counts SET n = n + 1 WHERE queue_id = $2 AND shard = {shard}
 )`
+	// A batch put is one statement for many messages, given as arrays
+	// (delays, TTLs, bodies and metadata, in order: $3, $4, $5, $6): their ids are drawn
+	// from the identity's sequence first, in order, so that each body
+	// joins its row and the ids come back in the order of the batch; one
+	// count update adds them all.
+	putBatch := `
+WITH r AS MATERIALIZED (
+	SELECT nextval(pg_get_serial_sequence('{s}.messages', 'id')) AS id, u.delay, u.ttl, u.body, u.meta, u.ord
+	FROM unnest($3::bigint[], $4::bigint[], $5::bytea[], $6::text[]) WITH ORDINALITY AS u(delay, ttl, body, meta, ord)
+	ORDER BY u.ord
+), m AS (
+	INSERT INTO {s}.messages (id, queue_id, visible_at, expires_at, inserted_at) OVERRIDING SYSTEM VALUE
+	SELECT r.id, $2, {now} + r.delay * interval '1 microsecond',
+	       CASE WHEN r.ttl < 0 THEN 'infinity'::timestamptz ELSE {now} + r.ttl * interval '1 microsecond' END,
+	       {now}
+	FROM r
+	RETURNING id, expires_at
+), b AS (
+	INSERT INTO {s}.bodies (id, body, queue_id, expires_at, meta) SELECT m.id, r.body, $2, m.expires_at, r.meta::jsonb FROM m JOIN r ON r.id = m.id
+), c AS (
+	UPDATE {s}.counts SET n = n + cardinality($3::bigint[]) WHERE queue_id = $2 AND shard = {shard}
+)`
 	st := statements{
+		// A batch put notifies once (putBatchNotify), as a Put does.
+		putBatch:       f(putBatch + `SELECT r.id FROM r ORDER BY r.ord`),
+		putBatchNotify: f(putBatch + `, n AS (SELECT pg_notify($7, $8)) SELECT r.id FROM r, n ORDER BY r.ord`),
 		register: f(`
 WITH ins AS (
 	INSERT INTO {s}.queues (name) VALUES ($1) ON CONFLICT (name) DO NOTHING RETURNING id

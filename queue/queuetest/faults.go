@@ -101,6 +101,9 @@ const faultTries = 10
 //   - LostReplyPut: a Put whose reply is lost after the server stored it
 //     fails transiently and leaves at most one message; a Put that
 //     returned an id left exactly one message with it.
+//   - LostReplyPutBatch: the same for a PutBatch of three: each message
+//     is stored at most once, and one whose result has an id exactly once
+//     under it; a message it could not confirm fails transiently.
 //   - LostReplyGet: a Get whose reply is lost fails transiently; its
 //     messages come back after their visibility timeout, none lost.
 //   - LostReplyDelete, LostReplyDeleteBatch: the retry of a delete whose
@@ -143,6 +146,7 @@ func RunFaults(t *testing.T, newHarness func(t *testing.T) *FaultHarness) {
 		fn   func(*testing.T, *faultEnv)
 	}{
 		{"LostReplyPut", testLostReplyPut},
+		{"LostReplyPutBatch", testLostReplyPutBatch},
 		{"LostReplyGet", testLostReplyGet},
 		{"LostReplyDelete", testLostReplyDelete},
 		{"LostReplyDeleteBatch", testLostReplyDeleteBatch},

@@ -198,11 +198,7 @@ func (q *redisQueue) Put(ctx context.Context, body []byte, opts driver.PutOption
 	now := q.c.now()
 	meta := driver.EncodeMetadata(opts.Metadata) // nil: sent as ""
 	args := func(ttl, delay time.Duration) []any {
-		t := int64(-1)
-		if expires {
-			t = us(ttl)
-		}
-		return []any{id, body, t, us(delay), sweep, now, meta}
+		return append(putFields(id, body, ttl, delay, expires, meta), sweep, now)
 	}
 	first := true
 	v, err := q.againWith(ctx, putScript, q.keys3, until, func() []any {

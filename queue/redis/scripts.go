@@ -223,8 +223,52 @@ func script(body string, helpers ...string) *goredis.Script {
 	return goredis.NewScript(luaConstants.Replace(strings.Join(helpers, "") + body))
 }
 
+// luaFound (after luaKeys): what an earlier send of a put under id left:
+// the message's inserted time, 0 for its tombstone (a delete came first),
+// or nil if none did.
+const luaFound = `
+local function found(id)
+  local ins = redis.call('HGET', mkey(id), 'i')
+  if ins then return tonumber(ins) end
+  if redis.call('SISMEMBER', base .. 't:' .. string.sub(id, 1, 8), id) == 1 then return 0 end
+  return nil
+end
+`
+
+// luaStore (after luaKeys, luaMs, luaOutlive) writes a new message: its
+// hash, its place in z (and x, with a TTL), and on the server's clock its
+// expiry. meta is the message's metadata (driver.EncodeMetadata's JSON),
+// "" for none: the hash then has no m field. It returns the time it
+// becomes visible. Put and PutBatch store through it, so a message is
+// written one way.
+const luaStore = `
+local function store(id, body, ttl, delay, meta, now, real)
+  local h = mkey(id)
+  local e = 0
+  if ttl >= 0 then e = now + ttl end
+  if meta == '' then
+    redis.call('HSET', h, 'b', body, 'r', '', 'd', 0, 'i', now, 'e', e)
+  else
+    redis.call('HSET', h, 'b', body, 'r', '', 'd', 0, 'i', now, 'e', e, 'm', meta)
+  end
+  local vis = now + delay
+  redis.call('ZADD', z, vis, id)
+  if e > 0 then redis.call('ZADD', x, e, id) end
+  if real then
+    if e > 0 then
+      redis.call('PEXPIREAT', h, ms(e))
+      outlive(now, e, ttl)
+    else
+      redis.call('PERSIST', z)
+      redis.call('PERSIST', x)
+    end
+  end
+  return vis
+end
+`
+
 // putScript: KEYS z, x, w; ARGV id, body, ttl µs (-1: none), delay µs,
-// sweep limit, now, metadata ("" for none: the hash then has no m field).
+// metadata ("" for none: the hash then has no m field), sweep limit, now.
 // Returns {id, inserted µs}.
 //
 // The id is the client's. A message with that id, or its tombstone, means
@@ -235,37 +279,50 @@ func script(body string, helpers ...string) *goredis.Script {
 // late send neither resets a message a consumer holds nor brings back one
 // it deleted.
 var putScript = script(`
-local now = clock(ARGV[6])
-local real = ARGV[6] == ''
+local now = clock(ARGV[7])
+local real = ARGV[7] == ''
 local id = ARGV[1]
-local h = mkey(id)
-local ins = redis.call('HGET', h, 'i')
-if ins then return {id, tonumber(ins)} end
-if redis.call('SISMEMBER', base .. 't:' .. string.sub(id, 1, 8), id) == 1 then return {id, 0} end
-sweep(now, tonumber(ARGV[5]))
-local ttl = tonumber(ARGV[3])
-local e = 0
-if ttl >= 0 then e = now + ttl end
-if ARGV[7] == '' then
-  redis.call('HSET', h, 'b', ARGV[2], 'r', '', 'd', 0, 'i', now, 'e', e)
-else
-  redis.call('HSET', h, 'b', ARGV[2], 'r', '', 'd', 0, 'i', now, 'e', e, 'm', ARGV[7])
-end
-local vis = now + tonumber(ARGV[4])
-redis.call('ZADD', z, vis, id)
-if e > 0 then redis.call('ZADD', x, e, id) end
+local ins = found(id)
+if ins then return {id, ins} end
+sweep(now, tonumber(ARGV[6]))
+local vis = store(id, ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], now, real)
 mark(KEYS[3], vis, now, real)
-if real then
-  if e > 0 then
-    redis.call('PEXPIREAT', h, ms(e))
-    outlive(now, e, ttl)
+return {id, now}
+`, luaKeys, luaClock, luaMs, luaSweep, luaMark, luaOutlive, luaFound, luaStore)
+
+// putBatchScript: KEYS z, x, w; ARGV sweep limit, now, then id, body, ttl
+// µs, delay µs, metadata for each message. Returns {id1, inserted1, id2, …}.
+//
+// Each message is putScript's: written only if no earlier send of it left
+// the message or its tombstone (then answered as the first time), so a
+// batch sent again after its reply was lost stores each message once, and
+// neither resets one a consumer holds nor brings back one it deleted. The
+// wake-up marker is set once, to the earliest of the new messages' times.
+var putBatchScript = script(`
+local now = clock(ARGV[2])
+local real = ARGV[2] == ''
+local out, new = {}, {}
+for j = 3, #ARGV, 5 do
+  local ins = found(ARGV[j])
+  out[#out + 1] = ARGV[j]
+  if ins then
+    out[#out + 1] = ins
   else
-    redis.call('PERSIST', z)
-    redis.call('PERSIST', x)
+    out[#out + 1] = now
+    new[#new + 1] = j
   end
 end
-return {id, now}
-`, luaKeys, luaClock, luaMs, luaSweep, luaMark, luaOutlive)
+if #new > 0 then
+  sweep(now, tonumber(ARGV[1]))
+  local first
+  for _, j in ipairs(new) do
+    local vis = store(ARGV[j], ARGV[j + 1], tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), ARGV[j + 4], now, real)
+    if not first or vis < first then first = vis end
+  end
+  mark(KEYS[3], first, now, real)
+end
+return out
+`, luaKeys, luaClock, luaMs, luaSweep, luaMark, luaOutlive, luaFound, luaStore)
 
 // getScript: KEYS z, x, w; ARGV n, visibility µs, receipt nonce, sweep
 // limit, now. Returns {until, more, id1, body1, dequeues1, inserted1,

@@ -248,27 +248,56 @@ func (q *driverQueue) now() int64 { return q.db.clock.Now().UnixNano() }
 
 // Put adds a message and returns its id.
 func (q *driverQueue) Put(ctx context.Context, body []byte, opts driver.PutOptions) (string, error) {
-	ttl := opts.TTL
-	now := q.now()
+	id, err := q.db.put(ctx, q.request(body, opts, q.now()))
+	if err != nil {
+		return "", q.fail(err)
+	}
+	return strconv.FormatInt(id, 10), nil
+}
+
+// request is the row a Put of body with opts writes at now: what Put and
+// PutBatch share.
+func (q *driverQueue) request(body []byte, opts driver.PutOptions, now int64) *putReq {
 	exp := int64(noExpiry)
-	if ttl != driver.NoExpiry {
-		exp = satAdd(now, ttl)
+	if opts.TTL != driver.NoExpiry {
+		exp = satAdd(now, opts.TTL)
 	}
 	if body == nil {
 		body = []byte{} // the column is NOT NULL
 	}
-	id, err := q.db.put(ctx, &putReq{
+	return &putReq{
 		qid:        q.qid,
 		insertedAt: now,
 		visibleAt:  now + int64(opts.InitialVisibilityDelay),
 		expiresAt:  exp,
 		body:       body,
 		meta:       driver.EncodeMetadata(opts.Metadata),
-	})
-	if err != nil {
-		return "", q.fail(err)
 	}
-	return strconv.FormatInt(id, 10), nil
+}
+
+var _ driver.PutBatcher = (*driverQueue)(nil)
+
+// PutBatch writes the messages in one transaction: all of them, under ids
+// in their order, or none. Like a group of Puts it runs to its commit once
+// begun, whatever becomes of ctx.
+func (q *driverQueue) PutBatch(ctx context.Context, reqs []driver.PutRequest) ([]string, []error, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	now := q.now()
+	group := make([]*putReq, len(reqs))
+	for i, r := range reqs {
+		group[i] = q.request(r.Body, r.Opts, now)
+	}
+	rows, err := q.db.insert(group)
+	if err != nil {
+		return nil, nil, q.fail(err)
+	}
+	ids := make([]string, len(rows))
+	for i, id := range rows {
+		ids[i] = strconv.FormatInt(id, 10)
+	}
+	return ids, make([]error, len(reqs)), nil
 }
 
 // Get returns up to n visible messages in FIFO order, each hidden until

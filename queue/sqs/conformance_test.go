@@ -17,7 +17,8 @@ var features = driver.Features{
 	MaxBatch: sqs.MaxBatch, MaxBody: (sqs.MaxMessageSize - 256) / 4 * 3, BatchDelete: true, Siblings: true,
 	Durability: driver.Replicated, Billed: true, TimeResolution: time.Second,
 	LongPoll: sqs.LongPoll, LaxReceipts: true, BillingChunk: sqs.BillingChunk,
-	Metadata: sqs.MetadataLimits,
+	Metadata:      sqs.MetadataLimits,
+	MaxBatchBytes: (sqs.MaxMessageSize - sqs.MaxBatch*(256+4)) / 4 * 3,
 }
 
 // TestConformance runs the contract's suite against fauxqs over HTTP. The

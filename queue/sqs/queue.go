@@ -110,6 +110,7 @@ func (q *Queue) Features() driver.Features {
 		Name:           Scheme,
 		MaxBatch:       MaxBatch,
 		MaxBody:        q.maxBody(),
+		MaxBatchBytes:  q.maxBatchBytes(),
 		BatchDelete:    true,
 		Siblings:       true,
 		Durability:     driver.Replicated,
@@ -128,6 +129,16 @@ func (q *Queue) Features() driver.Features {
 // MaximumMessageSize whatever its bytes: one that is not text travels in
 // base64, four bytes for three.
 func (q *Queue) maxBody() int { return (q.maxMessage - attrReserve) / 4 * 3 }
+
+// maxBatchBytes bounds the bodies of one PutBatch, with their metadata
+// (MetadataLimits.InBody: the portable queue counts it with each body), so
+// that its SendMessageBatch fits the queue's MaximumMessageSize in all
+// (SQS: "the maximum total payload size (the sum of the individual lengths
+// of all of the batched messages)" is the message limit) whatever their
+// bytes: each body may go in base64, with its padding and the driver's
+// attributes; metadata goes as it is, so counting it as body bytes is
+// within the bound.
+func (q *Queue) maxBatchBytes() int { return (q.maxMessage - MaxBatch*(attrReserve+4)) / 4 * 3 }
 
 // Classify reads the marks classify put on the driver's errors.
 func (q *Queue) Classify(err error) (bool, time.Duration) { return driver.DefaultClassify(err) }
@@ -231,33 +242,11 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts driver.PutOptions) (s
 	if err := q.live(); err != nil {
 		return "", err
 	}
-	in := &awssqs.SendMessageInput{QueueUrl: aws.String(q.url), MessageAttributes: map[string]types.MessageAttributeValue{}}
-	switch {
-	case isText(body):
-		in.MessageBody = aws.String(string(body))
-	case len(body) == 0:
-		in.MessageBody = aws.String("-")
-		in.MessageAttributes[AttrEncoding] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String("empty")}
-	default:
-		in.MessageBody = aws.String(base64.StdEncoding.EncodeToString(body))
-		in.MessageAttributes[AttrEncoding] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String("base64")}
+	m, err := encode(body, opts)
+	if err != nil {
+		return "", err
 	}
-	if opts.TTL != driver.NoExpiry {
-		ms := max(opts.TTL.Milliseconds(), 1)
-		in.MessageAttributes[AttrTTL] = types.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(strconv.FormatInt(ms, 10))}
-	}
-	if d := opts.InitialVisibilityDelay; d > 0 {
-		if d > MaxDelay {
-			return "", fmt.Errorf("%w: initial visibility delay %s is over SQS's %s", queue.ErrInvalidArgument, d, MaxDelay)
-		}
-		in.DelaySeconds = seconds(d)
-	}
-	for k, v := range opts.Metadata {
-		in.MessageAttributes[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
-	}
-	if len(in.MessageAttributes) == 0 {
-		in.MessageAttributes = nil
-	}
+	in := &awssqs.SendMessageInput{QueueUrl: aws.String(q.url), MessageBody: m.body, MessageAttributes: m.attrs, DelaySeconds: m.delay}
 	rctx, cancel, serr := q.c.sending(ctx)
 	if serr != nil {
 		return "", serr
@@ -271,6 +260,49 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts driver.PutOptions) (s
 		return "", errors.New("SendMessage: the response holds no message id")
 	}
 	return *out.MessageId, nil
+}
+
+// encoded is one message as SendMessage and SendMessageBatch send it.
+type encoded struct {
+	body  *string
+	attrs map[string]types.MessageAttributeValue // nil for none
+	delay int32
+}
+
+// encode is what Put and PutBatch send for one message: the body as it is
+// if it is text, else (and when empty) in base64, marked with
+// AttrEncoding; the TTL in AttrTTL; the delay in whole seconds; the
+// metadata as String attributes.
+func encode(body []byte, opts driver.PutOptions) (encoded, error) {
+	var m encoded
+	attrs := map[string]types.MessageAttributeValue{}
+	switch {
+	case isText(body):
+		m.body = aws.String(string(body))
+	case len(body) == 0:
+		m.body = aws.String("-")
+		attrs[AttrEncoding] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String("empty")}
+	default:
+		m.body = aws.String(base64.StdEncoding.EncodeToString(body))
+		attrs[AttrEncoding] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String("base64")}
+	}
+	if opts.TTL != driver.NoExpiry {
+		ms := max(opts.TTL.Milliseconds(), 1)
+		attrs[AttrTTL] = types.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(strconv.FormatInt(ms, 10))}
+	}
+	if d := opts.InitialVisibilityDelay; d > 0 {
+		if d > MaxDelay {
+			return m, fmt.Errorf("%w: initial visibility delay %s is over SQS's %s", queue.ErrInvalidArgument, d, MaxDelay)
+		}
+		m.delay = seconds(d)
+	}
+	for k, v := range opts.Metadata {
+		attrs[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+	}
+	if len(attrs) > 0 {
+		m.attrs = attrs
+	}
+	return m, nil
 }
 
 // Get receives up to n messages, each hidden for visibility rounded up to
