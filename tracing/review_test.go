@@ -3,11 +3,24 @@ package tracing_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"log"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/adaptq/adaptq/adaptqtest"
+	"github.com/adaptq/adaptq/handler"
+	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/azure/azuritetest"
+	"github.com/adaptq/adaptq/queue/memory"
+	"github.com/adaptq/adaptq/tracing"
 )
 
 // A put that fits the backend without trace context never fails because
@@ -40,4 +53,105 @@ func TestPutAtAzureLimitNotFailedByTraceContext(t *testing.T) {
 	if n := len(spans(sr, "send "+q.Name())); n != 1 {
 		t.Fatalf("%d producer spans, want 1", n)
 	}
+}
+
+// panicky is a program's propagator with a bug: it panics on every call.
+type panicky struct{ propagation.TraceContext }
+
+func (panicky) Extract(context.Context, propagation.TextMapCarrier) context.Context {
+	panic("propagator bug")
+}
+func (panicky) Inject(context.Context, propagation.TextMapCarrier) { panic("propagator bug") }
+
+// panickyInject reads trace context but panics writing it.
+type panickyInject struct{ propagation.TraceContext }
+
+func (panickyInject) Inject(context.Context, propagation.TextMapCarrier) { panic("propagator bug") }
+
+// A panic in the program's OpenTelemetry parts (here its propagator) fails
+// neither the put nor the message, nor kills the worker: the message goes
+// untraced and the panic is reported to OpenTelemetry's error handler.
+func TestPanickingPropagatorFailsNoPutNorMessage(t *testing.T) {
+	for name, p := range map[string]propagation.TextMapPropagator{"extract": panicky{}, "inject": panickyInject{}} {
+		t.Run(name, func(t *testing.T) { testPanickingPropagator(t, p) })
+	}
+}
+
+func testPanickingPropagator(t *testing.T, p propagation.TextMapPropagator) {
+	var reported atomic.Int32
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(error) { reported.Add(1) }))
+	t.Cleanup(func() { otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Print(err) })) })
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	tracing.Register(tracing.New(tracing.WithTracerProvider(tp), tracing.WithPropagator(p)))
+	t.Cleanup(func() { tracing.Register(tracing.New()) })
+
+	handled := atomic.Int32{}
+	k, err := adaptqtest.NewListener("orders", func(ctx context.Context, m *queue.Message) error {
+		handled.Add(1)
+		handler.Propagate(ctx, func(k, v string) {}) // as Exec and HTTP do
+		return nil
+	}, listener.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	q, err := k.Queue("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+	id, err := q.Put(context.Background(), []byte("A1"), queue.PutOptions{Metadata: md})
+	if err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	if err := k.Settle(); err != nil {
+		t.Fatal(err)
+	}
+	k.RequireHandled(t, id)
+	if handled.Load() != 1 {
+		t.Errorf("handler ran %d times, want 1", handled.Load())
+	}
+	if reported.Load() == 0 {
+		t.Error("no panic reported to OpenTelemetry's error handler")
+	}
+}
+
+// With tracing imported and nothing configured (OpenTelemetry's globals
+// unset), a put allocates no more than one with tracing off, and adds no
+// metadata.
+func TestIdlePutCostsNoAllocation(t *testing.T) {
+	if fmt.Sprintf("%T", otel.GetTracerProvider()) != "*global.tracerProvider" {
+		t.Skip("a test before this one set OpenTelemetry's globals")
+	}
+	tracing.Register(tracing.New())
+	s := memory.NewStore()
+	traced, err := s.Queue("idle-traced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := s.Queue("idle-plain", queue.WithTracer(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, body := context.Background(), []byte("A1")
+	md := map[string]string{"tenant": "a"}
+	put := func(q *queue.Queue) func() {
+		return func() {
+			if _, err := q.Put(ctx, body, queue.PutOptions{Metadata: md}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	put(traced)()
+	put(plain)()
+	a, b := testing.AllocsPerRun(200, put(traced)), testing.AllocsPerRun(200, put(plain))
+	if a > b {
+		t.Errorf("an idle traced put allocates %v times, an untraced one %v", a, b)
+	}
+	ms, err := traced.Peek(ctx, 1)
+	if err != nil || len(ms) != 1 || len(ms[0].Metadata) != 1 {
+		t.Fatalf("peek: %v, %v; want the tenant alone", ms, err)
+	}
+	t.Logf("allocations per put: idle tracing %v, none %v", a, b)
 }

@@ -133,6 +133,7 @@ func New(opts ...Option) *Tracing {
 	t.tracer = t.tp.Tracer(ScopeName)
 	prop := t.prop
 	t.propagate = func(ctx context.Context, set func(k, v string)) {
+		defer guard("handler's trace context", nil)
 		prop.Inject(ctx, setter(set))
 	}
 	return t
@@ -191,10 +192,12 @@ func system(driverName string) attribute.KeyValue {
 // on untraced.
 // A put with no trace in ctx of a message whose metadata carries one (put
 // again from a poison queue) continues that trace.
-func (t *Tracing) StartPut(ctx context.Context, q *queue.Queue, n int, md map[string]string) (context.Context, queue.PutSpan) {
+func (t *Tracing) StartPut(ctx context.Context, q *queue.Queue, n int, md map[string]string) (rctx context.Context, ps queue.PutSpan) {
 	if t.idle() {
 		return ctx, nil
 	}
+	in := ctx
+	defer guard("put", func() { rctx, ps = in, nil })
 	if len(md) > 0 && !trace.SpanContextFromContext(ctx).IsValid() {
 		ctx = t.prop.Extract(ctx, propagation.MapCarrier(md))
 	}
@@ -207,8 +210,8 @@ func (t *Tracing) StartPut(ctx context.Context, q *queue.Queue, n int, md map[st
 	if n > 1 {
 		attrs = append(attrs, semconv.MessagingBatchMessageCount(n))
 	}
-	ctx, span := t.tracer.Start(ctx, "send "+q.Name(), trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
-	return ctx, &putSpan{t: t, ctx: ctx, span: span}
+	sctx, span := t.tracer.Start(ctx, "send "+q.Name(), trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	return sctx, &putSpan{t: t, ctx: sctx, span: span}
 }
 
 type putSpan struct {
@@ -220,7 +223,8 @@ type putSpan struct {
 // Inject adds the put's trace context to a copy of md; md itself when there
 // is no trace to pass on (the no-op provider with no incoming trace) or
 // the propagator writes nothing (the no-op propagator).
-func (p *putSpan) Inject(md map[string]string) map[string]string {
+func (p *putSpan) Inject(md map[string]string) (out map[string]string) {
+	defer guard("put", func() { out = md })
 	if !p.span.SpanContext().IsValid() {
 		return md
 	}
@@ -238,6 +242,7 @@ func (p *putSpan) Inject(md map[string]string) map[string]string {
 }
 
 func (p *putSpan) End(id string, err error) {
+	defer guard("put", nil)
 	if err != nil {
 		recordError(p.span, err)
 	} else if id != "" && p.span.IsRecording() {
@@ -270,16 +275,25 @@ type consumer struct {
 // Start begins m's consumer span, child of the span that put m when m's
 // metadata carries its trace context. With nothing configured (see idle)
 // it returns ctx and a nil MessageSpan: the listener then traces nothing.
-func (c *consumer) Start(ctx context.Context, m *queue.Message) (context.Context, listener.MessageSpan) {
+func (c *consumer) Start(ctx context.Context, m *queue.Message) (rctx context.Context, ms listener.MessageSpan) {
 	if c.t.idle() {
 		return ctx, nil
 	}
+	in := ctx
+	var span trace.Span
+	defer guard("message", func() {
+		rctx, ms = in, nil
+		if span != nil {
+			defer guard("message", nil)
+			span.End()
+		}
+	})
 	if len(m.Metadata) > 0 {
 		ctx = c.t.prop.Extract(ctx, propagation.MapCarrier(m.Metadata))
 	}
 	// The queue's attributes (system, destination, operation: what a
 	// sampler may look at) go in at the start, the message's after.
-	ctx, span := c.t.tracer.Start(ctx, c.name, c.start...)
+	ctx, span = c.t.tracer.Start(ctx, c.name, c.start...)
 	if span.IsRecording() {
 		span.SetAttributes(
 			semconv.MessagingMessageID(m.ID),
@@ -295,6 +309,7 @@ func (c *consumer) Start(ctx context.Context, m *queue.Message) (context.Context
 type messageSpan struct{ span trace.Span }
 
 func (s messageSpan) Poisoned(reason, poisonID string) {
+	defer guard("message", nil)
 	if !s.span.IsRecording() {
 		return
 	}
@@ -304,6 +319,7 @@ func (s messageSpan) Poisoned(reason, poisonID string) {
 }
 
 func (s messageSpan) Requeued(delay time.Duration, hidden bool) {
+	defer guard("message", nil)
 	if s.span.IsRecording() {
 		s.span.AddEvent(EventRequeued, trace.WithAttributes(AttrRequeueDelay.Float64(delay.Seconds()), AttrRequeueHidden.Bool(hidden)))
 	}
@@ -314,6 +330,7 @@ func (s messageSpan) Context(ctx context.Context) context.Context {
 }
 
 func (s messageSpan) End(err error) {
+	defer guard("message", nil)
 	if err != nil {
 		recordError(s.span, err)
 	}
@@ -325,10 +342,12 @@ func (s messageSpan) End(err error) {
 // messaging.batch.message_count, linked to the span that put each message
 // (the conventions' way for a batch, whose messages come from many
 // traces), a child of ctx's span if any.
-func (c *consumer) StartBatch(ctx context.Context, ms []*queue.Message) (context.Context, listener.BatchSpan) {
+func (c *consumer) StartBatch(ctx context.Context, ms []*queue.Message) (rctx context.Context, bs listener.BatchSpan) {
 	if c.t.idle() {
 		return ctx, nil
 	}
+	in := ctx
+	defer guard("batch call", func() { rctx, bs = in, nil })
 	links := make([]trace.Link, 0, len(ms))
 	for _, m := range ms {
 		if len(m.Metadata) == 0 {
@@ -340,12 +359,12 @@ func (c *consumer) StartBatch(ctx context.Context, ms []*queue.Message) (context
 	}
 	attrs := make([]attribute.KeyValue, 0, len(c.attrs)+1)
 	attrs = append(append(attrs, c.attrs...), semconv.MessagingBatchMessageCount(len(ms)))
-	ctx, span := c.t.tracer.Start(ctx, c.name, trace.WithSpanKind(trace.SpanKindConsumer),
+	sctx, span := c.t.tracer.Start(ctx, c.name, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attrs...), trace.WithLinks(links...))
 	if span.SpanContext().IsValid() {
-		ctx = handler.WithPropagation(ctx, c.t.propagate)
+		sctx = handler.WithPropagation(sctx, c.t.propagate)
 	}
-	return ctx, &batchSpan{span: span, ms: ms}
+	return sctx, &batchSpan{span: span, ms: ms}
 }
 
 type batchSpan struct {
@@ -359,6 +378,7 @@ func (b *batchSpan) Message(k int) listener.MessageSpan {
 }
 
 func (b *batchSpan) End() {
+	defer guard("batch call", nil)
 	if n := b.failed.Load(); n > 0 && b.span.IsRecording() {
 		b.span.SetStatus(codes.Error, fmt.Sprintf("%d of %d messages failed", n, len(b.ms)))
 	}
@@ -373,12 +393,14 @@ type batchMessage struct {
 }
 
 func (m batchMessage) Poisoned(reason, poisonID string) {
+	defer guard("batch call", nil)
 	if m.b.span.IsRecording() {
 		m.b.span.AddEvent(EventPoisoned, trace.WithAttributes(m.id, AttrPoisonReason.String(reason), AttrPoisonID.String(poisonID)))
 	}
 }
 
 func (m batchMessage) Requeued(delay time.Duration, hidden bool) {
+	defer guard("batch call", nil)
 	if m.b.span.IsRecording() {
 		m.b.span.AddEvent(EventRequeued, trace.WithAttributes(m.id, AttrRequeueDelay.Float64(delay.Seconds()), AttrRequeueHidden.Bool(hidden)))
 	}
@@ -392,6 +414,7 @@ func (m batchMessage) End(err error) {
 	if err == nil {
 		return
 	}
+	defer guard("batch call", nil)
 	m.b.failed.Add(1)
 	if m.b.span.IsRecording() {
 		m.b.span.RecordError(err, trace.WithAttributes(m.id, errorType(err)))
@@ -422,6 +445,20 @@ func errorType(err error) attribute.KeyValue {
 		return semconv.ErrorTypeKey.String("timeout")
 	}
 	return semconv.ErrorTypeOther
+}
+
+// guard, deferred, recovers a panic of the program's OpenTelemetry parts
+// (its propagator, sampler, span processor or exporter, which adaptq
+// calls), reports it to OpenTelemetry's error handler (otel.Handle) and
+// calls undo, if any, to leave what it was doing untraced: tracing never
+// fails a put or a message, nor stops a worker.
+func guard(what string, undo func()) {
+	if r := recover(); r != nil {
+		otel.Handle(fmt.Errorf("adaptq tracing: %s: recovered a panic of OpenTelemetry's provider or propagator: %v", what, r))
+		if undo != nil {
+			undo()
+		}
+	}
 }
 
 // setter adapts a set func to a propagation.TextMapCarrier (Inject only).
