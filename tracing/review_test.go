@@ -3,13 +3,16 @@ package tracing_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -19,6 +22,7 @@ import (
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/azure/azuritetest"
+	"github.com/adaptq/adaptq/queue/driver"
 	"github.com/adaptq/adaptq/queue/memory"
 	"github.com/adaptq/adaptq/tracing"
 )
@@ -154,4 +158,44 @@ func TestIdlePutCostsNoAllocation(t *testing.T) {
 		t.Fatalf("peek: %v, %v; want the tenant alone", ms, err)
 	}
 	t.Logf("allocations per put: idle tracing %v, none %v", a, b)
+}
+
+// failingPut is the memory driver with puts that fail as a cloud SDK's do,
+// the request's URL and its signature in the error's text.
+type failingPut struct{ driver.Queue }
+
+func (failingPut) Put(context.Context, []byte, driver.PutOptions) (string, error) {
+	return "", errors.New("PUT https://acct.queue.core.windows.net/orders/messages?sv=2022-11-02&sig=SECRETSIG: 403 AuthenticationFailed")
+}
+
+// A failed put's span, which goes to a collector outside the worker,
+// records the error with its secrets redacted, as the logs do.
+func TestFailedPutSpanHidesSecrets(t *testing.T) {
+	sr := recorded(t)
+	q, err := memory.NewStore().Queue("orders", queue.WithWrapper(func(d driver.Queue) driver.Queue { return failingPut{d} }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Put(context.Background(), []byte("A1"), queue.PutOptions{}); err == nil {
+		t.Fatal("the put did not fail")
+	}
+	send := spans(sr, "send orders")
+	if len(send) != 1 {
+		t.Fatalf("%d send spans, want 1", len(send))
+	}
+	s := send[0]
+	if s.Status().Code != codes.Error {
+		t.Errorf("status %v, want Error", s.Status())
+	}
+	texts := []string{s.Status().Description}
+	for _, e := range s.Events() {
+		for _, a := range e.Attributes {
+			texts = append(texts, a.Value.Emit())
+		}
+	}
+	for _, x := range texts {
+		if strings.Contains(x, "SECRETSIG") {
+			t.Errorf("the span shows the signature: %q", x)
+		}
+	}
 }

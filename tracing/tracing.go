@@ -417,20 +417,32 @@ func (m batchMessage) End(err error) {
 	defer guard("batch call", nil)
 	m.b.failed.Add(1)
 	if m.b.span.IsRecording() {
-		m.b.span.RecordError(err, trace.WithAttributes(m.id, errorType(err)))
+		exception(m.b.span, err, m.id, errorType(err))
 	}
 }
 
-// recordError records err on span: an exception event, status Error, and
-// error.type (permanent, panic, timeout, or the semantic conventions'
-// _OTHER), which stays low in cardinality as the conventions ask.
+// recordError records err on span: an exception event and status Error,
+// both with err's text redacted, and error.type (permanent, panic,
+// timeout, or the semantic conventions' _OTHER), which stays low in
+// cardinality as the conventions ask.
 func recordError(span trace.Span, err error) {
 	if !span.IsRecording() {
 		return
 	}
-	span.RecordError(err)
+	msg := exception(span, err)
 	span.SetAttributes(errorType(err))
-	span.SetStatus(codes.Error, err.Error())
+	span.SetStatus(codes.Error, msg)
+}
+
+// exception adds err's exception event to span, as span.RecordError does,
+// with the text of queue.RedactError (a span goes to a collector outside
+// the worker: no URL's signature or password, no token in it) and err's
+// own type; it returns that text.
+func exception(span trace.Span, err error, attrs ...attribute.KeyValue) string {
+	msg := queue.RedactError(err).Error()
+	span.AddEvent(semconv.ExceptionEventName, trace.WithAttributes(append(attrs,
+		semconv.ExceptionType(fmt.Sprintf("%T", err)), semconv.ExceptionMessage(msg))...))
+	return msg
 }
 
 // errorType is err's error.type.
