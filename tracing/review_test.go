@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/adaptq/adaptq/adaptqtest"
 	"github.com/adaptq/adaptq/handler"
@@ -196,6 +200,91 @@ func TestFailedPutSpanHidesSecrets(t *testing.T) {
 	for _, x := range texts {
 		if strings.Contains(x, "SECRETSIG") {
 			t.Errorf("the span shows the signature: %q", x)
+		}
+	}
+}
+
+// A producer that writes trace context itself (any metadata it likes)
+// cannot smuggle a header to an http: handler, nor make its request fail:
+// the handler gets the trace context as the propagator re-encodes it,
+// valid or left out.
+func TestForgedTraceContextReachesHandlersOnlyValidated(t *testing.T) {
+	sr := tracetest.NewSpanRecorder()
+	tr := tracing.New(tracing.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))),
+		tracing.WithPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})))
+	tracing.Register(tr)
+	t.Cleanup(func() { tracing.Register(tracing.New()) })
+	var mu sync.Mutex
+	var got []http.Header
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Clone())
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	h, err := handler.HTTP(srv.URL, handler.HTTPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := adaptqtest.NewListener("orders", h, listener.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	// The producer's queue writes its metadata as it is.
+	tracing.Register(tracing.New(tracing.WithTracerProvider(noop.NewTracerProvider()), tracing.WithPropagator(propagation.NewCompositeTextMapPropagator())))
+	q, err := k.Queue("orders")
+	tracing.Register(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	var many []string
+	for i := range 40 {
+		many = append(many, fmt.Sprintf("k%d=%s", i, strings.Repeat("v", 80)))
+	}
+	var ids []string
+	for _, md := range []map[string]string{
+		{"traceparent": parent, "tracestate": "a=b\r\nX-Evil: 1", "baggage": "k=v\r\nX-Evil2: 1"},
+		{"traceparent": parent + "\r\nX-Evil: 1"},
+		{"traceparent": parent, "tracestate": strings.Join(many, ","), "baggage": "user=a%0D%0AX-Evil3:%201"},
+	} {
+		id, err := q.Put(context.Background(), []byte("A1"), queue.PutOptions{Metadata: md})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if ms, err := q.Peek(context.Background(), 1); err != nil || len(ms) != 1 || ms[0].Metadata["tracestate"] != "a=b\r\nX-Evil: 1" {
+		t.Fatalf("the producer's metadata was not stored as it wrote it: %v, %v", ms, err)
+	}
+	if err := k.Settle(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		k.RequireHandled(t, id)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != len(ids) {
+		t.Fatalf("%d requests, want %d", len(got), len(ids))
+	}
+	for _, hd := range got {
+		for name, vs := range hd {
+			if strings.HasPrefix(name, "X-Evil") {
+				t.Errorf("a producer's header reached the handler: %s: %q", name, vs)
+			}
+			for _, v := range vs {
+				if strings.ContainsAny(v, "\r\n") {
+					t.Errorf("header %s has a line break: %q", name, v)
+				}
+			}
+		}
+		if ts := hd.Get("tracestate"); strings.Count(ts, ",") >= 32 {
+			t.Errorf("tracestate of %d members passed", strings.Count(ts, ",")+1)
+		}
+		if tp := hd.Get("traceparent"); len(tp) != len(parent) {
+			t.Errorf("traceparent %q", tp)
 		}
 	}
 }
