@@ -1,7 +1,9 @@
 // Package tracing follows messages with OpenTelemetry, from the put that
 // wrote one to the handler that finished it: a producer span on each put
-// (Queue.Put), whose W3C trace context is written into the message's
-// Metadata; a consumer span for each message a listener handles, child of
+// (Queue.Put; one per Queue.PutBatch, with messaging.batch.message_count
+// and the failed messages' count and first error), whose W3C trace context
+// is written into the message's Metadata (each message's, where it fits
+// the backend's limits); a consumer span for each message a listener handles, child of
 // the producer's span, that the handler's context carries; the handler's
 // failure recorded on it; poisoning and requeueing as events on it. Exec
 // handlers get TRACEPARENT (and TRACESTATE) in their environment and HTTP
@@ -80,6 +82,9 @@ const (
 	// when AttrRequeueHidden is false).
 	AttrRequeueDelay  = attribute.Key("adaptq.requeue.delay")
 	AttrRequeueHidden = attribute.Key("adaptq.requeue.hidden")
+	// AttrPutFailed is how many messages of a batch put (Queue.PutBatch)
+	// failed, on its span, whose exception event is the first's error.
+	AttrPutFailed = attribute.Key("adaptq.put.failed_count")
 
 	// EventPoisoned: the message was put to the poison queue.
 	EventPoisoned = "adaptq.poisoned"
@@ -247,6 +252,32 @@ func (p *putSpan) End(id string, err error) {
 		recordError(p.span, err)
 	} else if id != "" && p.span.IsRecording() {
 		p.span.SetAttributes(semconv.MessagingMessageID(id))
+	}
+	p.span.End()
+}
+
+var _ queue.BatchPutSpan = (*putSpan)(nil)
+
+// EndBatch ends the span of a PutBatch: the call's error, else how many
+// of its messages failed (AttrPutFailed) and the first one's error.
+func (p *putSpan) EndBatch(results []queue.PutResult, err error) {
+	if err != nil {
+		recordError(p.span, err)
+		p.span.End()
+		return
+	}
+	failed, first := 0, error(nil)
+	for _, r := range results {
+		if r.Err != nil {
+			if failed++; first == nil {
+				first = r.Err
+			}
+		}
+	}
+	if failed > 0 && p.span.IsRecording() {
+		p.span.RecordError(first)
+		p.span.SetAttributes(AttrPutFailed.Int(failed), errorType(first))
+		p.span.SetStatus(codes.Error, fmt.Sprintf("%d of %d messages failed", failed, len(results)))
 	}
 	p.span.End()
 }
