@@ -169,7 +169,7 @@ func noEndBatch([]PutResult, error)                 {}
 // traceMetadata is md with span's trace context added (in a copy) where
 // it fits the backend's limits, else md.
 func (q *Queue) traceMetadata(span PutSpan, body []byte, md map[string]string) map[string]string {
-	if t := span.Inject(md); driver.CheckMetadata(t, q.f.Metadata, len(body), q.f.MaxBody) == nil {
+	if t := span.Inject(md); q.fitsMetadata(body, t) {
 		return t
 	}
 	return md

@@ -54,12 +54,23 @@ func TestPutAtAzureLimitNotFailedByTraceContext(t *testing.T) {
 	if _, err := q.Put(ctx, body, queue.PutOptions{}); err != nil {
 		t.Fatalf("put of %d bytes (limit %d) with tracing: %v", len(body), q.Features().MaxBody, err)
 	}
-	ms, err := q.Get(ctx, 1, time.Minute)
-	if err != nil || len(ms) != 1 || !bytes.Equal(ms[0].Body, body) {
+	// And in a batch put (one span for the call, its trace context in
+	// each message's metadata where it fits).
+	rs, err := q.PutBatch(ctx, []queue.PutMessage{{Body: body}, {Body: []byte("small")}})
+	if err != nil {
+		t.Fatalf("put batch with tracing: %v", err)
+	}
+	for k, r := range rs {
+		if r.Err != nil {
+			t.Errorf("put batch: message %d of %d bytes: %v", k, len(body), r.Err)
+		}
+	}
+	ms, err := q.Get(ctx, 3, time.Minute)
+	if err != nil || len(ms) != 3 {
 		t.Fatalf("get: %d messages, %v", len(ms), err)
 	}
-	if n := len(spans(sr, "send "+q.Name())); n != 1 {
-		t.Fatalf("%d producer spans, want 1", n)
+	if n := len(spans(sr, "send "+q.Name())); n != 2 {
+		t.Fatalf("%d producer spans, want 2", n)
 	}
 }
 
@@ -183,23 +194,35 @@ func TestFailedPutSpanHidesSecrets(t *testing.T) {
 	if _, err := q.Put(context.Background(), []byte("A1"), queue.PutOptions{}); err == nil {
 		t.Fatal("the put did not fail")
 	}
+	// A batch put whose messages fail (put one by one: the wrapper has no
+	// PutBatch) records the first message's error.
+	rs, err := q.PutBatch(context.Background(), []queue.PutMessage{{Body: []byte("B1")}, {Body: []byte("B2")}})
+	if err != nil || len(rs) != 2 || rs[0].Err == nil {
+		t.Fatalf("put batch: %v, %v; want each message failed", rs, err)
+	}
 	send := spans(sr, "send orders")
-	if len(send) != 1 {
-		t.Fatalf("%d send spans, want 1", len(send))
+	if len(send) != 2 {
+		t.Fatalf("%d send spans, want 2", len(send))
 	}
-	s := send[0]
-	if s.Status().Code != codes.Error {
-		t.Errorf("status %v, want Error", s.Status())
-	}
-	texts := []string{s.Status().Description}
-	for _, e := range s.Events() {
-		for _, a := range e.Attributes {
-			texts = append(texts, a.Value.Emit())
+	for _, s := range send {
+		if s.Status().Code != codes.Error {
+			t.Errorf("status %v, want Error", s.Status())
 		}
-	}
-	for _, x := range texts {
-		if strings.Contains(x, "SECRETSIG") {
-			t.Errorf("the span shows the signature: %q", x)
+		texts := []string{s.Status().Description}
+		events := 0
+		for _, e := range s.Events() {
+			events++
+			for _, a := range e.Attributes {
+				texts = append(texts, a.Value.Emit())
+			}
+		}
+		if events == 0 {
+			t.Errorf("span %v records no exception", s.Attributes())
+		}
+		for _, x := range texts {
+			if strings.Contains(x, "SECRETSIG") {
+				t.Errorf("the span shows the signature: %q", x)
+			}
 		}
 	}
 }

@@ -261,6 +261,7 @@ var _ queue.BatchPutSpan = (*putSpan)(nil)
 // EndBatch ends the span of a PutBatch: the call's error, else how many
 // of its messages failed (AttrPutFailed) and the first one's error.
 func (p *putSpan) EndBatch(results []queue.PutResult, err error) {
+	defer guard("put", nil)
 	if err != nil {
 		recordError(p.span, err)
 		p.span.End()
@@ -275,7 +276,7 @@ func (p *putSpan) EndBatch(results []queue.PutResult, err error) {
 		}
 	}
 	if failed > 0 && p.span.IsRecording() {
-		p.span.RecordError(first)
+		exception(p.span, first)
 		p.span.SetAttributes(AttrPutFailed.Int(failed), errorType(first))
 		p.span.SetStatus(codes.Error, fmt.Sprintf("%d of %d messages failed", failed, len(results)))
 	}
