@@ -136,45 +136,6 @@ func testPanickingPropagator(t *testing.T, p propagation.TextMapPropagator) {
 	}
 }
 
-// With tracing imported and nothing configured (OpenTelemetry's globals
-// unset), a put allocates no more than one with tracing off, and adds no
-// metadata.
-func TestIdlePutCostsNoAllocation(t *testing.T) {
-	if fmt.Sprintf("%T", otel.GetTracerProvider()) != "*global.tracerProvider" {
-		t.Skip("a test before this one set OpenTelemetry's globals")
-	}
-	tracing.Register(tracing.New())
-	s := memory.NewStore()
-	traced, err := s.Queue("idle-traced")
-	if err != nil {
-		t.Fatal(err)
-	}
-	plain, err := s.Queue("idle-plain", queue.WithTracer(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, body := context.Background(), []byte("A1")
-	md := map[string]string{"tenant": "a"}
-	put := func(q *queue.Queue) func() {
-		return func() {
-			if _, err := q.Put(ctx, body, queue.PutOptions{Metadata: md}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	put(traced)()
-	put(plain)()
-	a, b := testing.AllocsPerRun(200, put(traced)), testing.AllocsPerRun(200, put(plain))
-	if a > b {
-		t.Errorf("an idle traced put allocates %v times, an untraced one %v", a, b)
-	}
-	ms, err := traced.Peek(ctx, 1)
-	if err != nil || len(ms) != 1 || len(ms[0].Metadata) != 1 {
-		t.Fatalf("peek: %v, %v; want the tenant alone", ms, err)
-	}
-	t.Logf("allocations per put: idle tracing %v, none %v", a, b)
-}
-
 // failingPut is the memory driver with puts that fail as a cloud SDK's do,
 // the request's URL and its signature in the error's text.
 type failingPut struct{ driver.Queue }

@@ -45,6 +45,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -113,35 +114,64 @@ type Tracing struct {
 	// global: tp and prop are OpenTelemetry's globals (no option named
 	// others), so while neither has been set (idle) nothing is traced.
 	global bool
-	tp     trace.TracerProvider
-	prop   propagation.TextMapPropagator
-	tracer trace.Tracer
+	tp     trace.TracerProvider          // nil: the global one, as it is at each use
+	prop   propagation.TextMapPropagator // nil: the global one, as it is at each use
+	tracer trace.Tracer                  // tp's, if tp is set
+	// globalTracer is the tracer of the global provider last seen.
+	globalTracer atomic.Pointer[providerTracer]
 	// propagate is the handler.Propagation of every handler context.
 	propagate handler.Propagation
 }
 
+// providerTracer is a provider and its tracer of adaptq's scope.
+type providerTracer struct {
+	tp         trace.TracerProvider
+	tracer     trace.Tracer
+	comparable bool // tp's type is: a later provider may be compared with it
+}
+
 // New returns a Tracing with OpenTelemetry's global provider and
-// propagator, unless opts name others. The global ones are read through
-// OpenTelemetry's delegation, so a provider set after New is used too.
+// propagator, unless opts name others. The global ones are read at each
+// use (otel.GetTracerProvider, otel.GetTextMapPropagator), so a provider
+// or a propagator set after New, or set again, is used.
 func New(opts ...Option) *Tracing {
 	t := &Tracing{}
 	for _, o := range opts {
 		o(t)
 	}
 	t.global = t.tp == nil && t.prop == nil
-	if t.tp == nil {
-		t.tp = otel.GetTracerProvider()
+	if t.tp != nil {
+		t.tracer = t.tp.Tracer(ScopeName)
 	}
-	if t.prop == nil {
-		t.prop = otel.GetTextMapPropagator()
-	}
-	t.tracer = t.tp.Tracer(ScopeName)
-	prop := t.prop
 	t.propagate = func(ctx context.Context, set func(k, v string)) {
 		defer guard("handler's trace context", nil)
-		prop.Inject(ctx, setter(set))
+		t.propagator().Inject(ctx, setter(set))
 	}
 	return t
+}
+
+// propagator is the propagator t uses now.
+func (t *Tracing) propagator() propagation.TextMapPropagator {
+	if t.prop != nil {
+		return t.prop
+	}
+	return otel.GetTextMapPropagator()
+}
+
+// tracerNow is the tracer t makes spans with now: its provider's, else
+// the current global provider's (OpenTelemetry's delegation reaches only
+// the first provider a program sets, so t does not rely on it).
+func (t *Tracing) tracerNow() trace.Tracer {
+	if t.tp != nil {
+		return t.tracer
+	}
+	tp := otel.GetTracerProvider()
+	if c := t.globalTracer.Load(); c != nil && c.comparable && c.tp == tp {
+		return c.tracer
+	}
+	c := &providerTracer{tp: tp, tracer: tp.Tracer(ScopeName), comparable: reflect.TypeOf(tp).Comparable()}
+	t.globalTracer.Store(c)
+	return c.tracer
 }
 
 // unsetTP and unsetProp are OpenTelemetry's global provider and
@@ -204,7 +234,7 @@ func (t *Tracing) StartPut(ctx context.Context, q *queue.Queue, n int, md map[st
 	in := ctx
 	defer guard("put", func() { rctx, ps = in, nil })
 	if len(md) > 0 && !trace.SpanContextFromContext(ctx).IsValid() {
-		ctx = t.prop.Extract(ctx, propagation.MapCarrier(md))
+		ctx = t.propagator().Extract(ctx, propagation.MapCarrier(md))
 	}
 	attrs := []attribute.KeyValue{
 		system(q.Features().Name),
@@ -215,7 +245,7 @@ func (t *Tracing) StartPut(ctx context.Context, q *queue.Queue, n int, md map[st
 	if n > 1 {
 		attrs = append(attrs, semconv.MessagingBatchMessageCount(n))
 	}
-	sctx, span := t.tracer.Start(ctx, "send "+q.Name(), trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	sctx, span := t.tracerNow().Start(ctx, "send "+q.Name(), trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
 	return sctx, &putSpan{t: t, ctx: sctx, span: span}
 }
 
@@ -234,7 +264,7 @@ func (p *putSpan) Inject(md map[string]string) (out map[string]string) {
 		return md
 	}
 	c := make(propagation.MapCarrier, 2)
-	p.t.prop.Inject(p.ctx, c)
+	p.t.propagator().Inject(p.ctx, c)
 	if len(c) == 0 {
 		return md
 	}
@@ -321,11 +351,11 @@ func (c *consumer) Start(ctx context.Context, m *queue.Message) (rctx context.Co
 		}
 	})
 	if len(m.Metadata) > 0 {
-		ctx = c.t.prop.Extract(ctx, propagation.MapCarrier(m.Metadata))
+		ctx = c.t.propagator().Extract(ctx, propagation.MapCarrier(m.Metadata))
 	}
 	// The queue's attributes (system, destination, operation: what a
 	// sampler may look at) go in at the start, the message's after.
-	ctx, span = c.t.tracer.Start(ctx, c.name, c.start...)
+	ctx, span = c.t.tracerNow().Start(ctx, c.name, c.start...)
 	if span.IsRecording() {
 		span.SetAttributes(
 			semconv.MessagingMessageID(m.ID),
@@ -381,17 +411,18 @@ func (c *consumer) StartBatch(ctx context.Context, ms []*queue.Message) (rctx co
 	in := ctx
 	defer guard("batch call", func() { rctx, bs = in, nil })
 	links := make([]trace.Link, 0, len(ms))
+	prop := c.t.propagator()
 	for _, m := range ms {
 		if len(m.Metadata) == 0 {
 			continue
 		}
-		if sc := trace.SpanContextFromContext(c.t.prop.Extract(context.Background(), propagation.MapCarrier(m.Metadata))); sc.IsValid() {
+		if sc := trace.SpanContextFromContext(prop.Extract(context.Background(), propagation.MapCarrier(m.Metadata))); sc.IsValid() {
 			links = append(links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{semconv.MessagingMessageID(m.ID)}})
 		}
 	}
 	attrs := make([]attribute.KeyValue, 0, len(c.attrs)+1)
 	attrs = append(append(attrs, c.attrs...), semconv.MessagingBatchMessageCount(len(ms)))
-	sctx, span := c.t.tracer.Start(ctx, c.name, trace.WithSpanKind(trace.SpanKindConsumer),
+	sctx, span := c.t.tracerNow().Start(ctx, c.name, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attrs...), trace.WithLinks(links...))
 	if span.SpanContext().IsValid() {
 		sctx = handler.WithPropagation(sctx, c.t.propagate)
