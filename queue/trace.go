@@ -86,10 +86,21 @@ func (q *Queue) TracePut(ctx context.Context, body []byte, opts PutOptions) (con
 	if span == nil {
 		return ctx, opts, noEnd
 	}
-	if md := span.Inject(opts.Metadata); driver.CheckMetadata(md, q.f.Metadata, len(body), q.f.MaxBody) == nil {
+	if md := span.Inject(opts.Metadata); q.fitsMetadata(body, md) {
 		opts.Metadata = md
 	}
 	return ctx, opts, span.End
+}
+
+// fitsMetadata reports whether a put of body with md passes the backend's
+// limits: the portable check, and the driver's own exact one if it has one
+// (driver.MetadataFitter).
+func (q *Queue) fitsMetadata(body []byte, md map[string]string) bool {
+	if driver.CheckMetadata(md, q.f.Metadata, len(body), q.f.MaxBody) != nil {
+		return false
+	}
+	f, ok := q.raw.(driver.MetadataFitter)
+	return !ok || f.FitMetadata(body, md) == nil
 }
 
 func noEnd(string, error) {}
@@ -158,7 +169,7 @@ func noEndBatch([]PutResult, error)                 {}
 // traceMetadata is md with span's trace context added (in a copy) where
 // it fits the backend's limits, else md.
 func (q *Queue) traceMetadata(span PutSpan, body []byte, md map[string]string) map[string]string {
-	if t := span.Inject(md); driver.CheckMetadata(t, q.f.Metadata, len(body), q.f.MaxBody) == nil {
+	if t := span.Inject(md); q.fitsMetadata(body, t) {
 		return t
 	}
 	return md

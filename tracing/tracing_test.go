@@ -372,3 +372,50 @@ func TestGlobalProviderByDefault(t *testing.T) {
 		t.Fatalf("%d send and %d process spans, want 1 and 1, the producer the consumer's parent", len(send), len(process))
 	}
 }
+
+// Registered with no options, tracing follows OpenTelemetry's globals as
+// they are now, not only the first provider and propagator the program
+// set (OpenTelemetry's delegation reaches the first only): a program (or
+// `adaptq run`, then `adaptq enqueue`, in one test binary) that replaces
+// its provider gets its spans in the new one. It leaves the globals set
+// (no-op): keep it last, with TestGlobalProviderByDefault.
+func TestGlobalProviderReplacedIsFollowed(t *testing.T) {
+	tracing.Register(tracing.New())
+	t.Cleanup(func() {
+		otel.SetTracerProvider(noop.NewTracerProvider())
+		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
+	})
+	q, err := memory.NewStore().Queue("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var srs []*tracetest.SpanRecorder
+	for range 2 {
+		sr := tracetest.NewSpanRecorder()
+		srs = append(srs, sr)
+		otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr)))
+		otel.SetTextMapPropagator(propagation.TraceContext{})
+		if _, err := q.Put(ctx, []byte("A1"), queue.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, sr := range srs {
+		if n := len(spans(sr, "send orders")); n != 1 {
+			t.Errorf("provider %d recorded %d send spans, want 1", i+1, n)
+		}
+	}
+	// The propagator too: with the global one replaced by a no-op, a put
+	// carries no trace context.
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
+	if _, err := q.Put(ctx, []byte("A2"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := q.Peek(ctx, 3)
+	if err != nil || len(ms) != 3 {
+		t.Fatalf("peek: %d, %v", len(ms), err)
+	}
+	if ms[1].Metadata["traceparent"] == "" || ms[2].Metadata != nil {
+		t.Errorf("metadata %v then %v, want a traceparent, then none", ms[1].Metadata, ms[2].Metadata)
+	}
+}
