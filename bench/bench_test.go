@@ -100,6 +100,12 @@ var figures = map[string][]string{
 		"SQS (fauxqs): PutBatch vs Put", "Azure (Azurite): PutBatch vs Put",
 		"SQS whole pipeline with PutBatch", "SQS whole pipeline with Put:",
 	},
+	"batchhandler": {
+		"single handler, one INSERT per message (memory queue)", "batch handler, one INSERT per call (memory queue)",
+		"batch ÷ single, messages/s (memory queue)",
+		"single handler, one INSERT per message (PostgreSQL queue)", "batch handler, one INSERT per call (PostgreSQL queue)",
+		"batch ÷ single, messages/s (PostgreSQL queue)",
+	},
 }
 
 // TestReportTiny runs every section at tiny sizes and checks the Markdown:
