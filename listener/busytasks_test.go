@@ -89,3 +89,59 @@ func TestExplicitTasksDoNotGrow(t *testing.T) {
 		t.Errorf("most tasks seen: %d, want 1 (BusyTasks 0)", most)
 	}
 }
+
+// A pool resized while it runs is the caller's (a scaling agent's): the
+// listener no longer grows it, even though its Options.Tasks was left 0.
+func TestResizedDefaultPoolDoesNotGrow(t *testing.T) {
+	const n = 64
+	var (
+		mu      sync.Mutex
+		most    int
+		seen    int
+		l       *listener.Listener
+		first   = make(chan struct{})
+		resized = make(chan struct{})
+		done    = make(chan struct{})
+	)
+	h := func(_ context.Context, m *queue.Message) error {
+		mu.Lock()
+		seen++
+		k := seen
+		mu.Unlock()
+		if k == 1 {
+			// The first get came back full and grew the pool to 2;
+			// the caller now takes the pool over at that size.
+			close(first)
+			<-resized
+		}
+		a := l.ActiveTasks()
+		mu.Lock()
+		defer mu.Unlock()
+		most = max(most, a)
+		if k == n {
+			close(done)
+		}
+		return nil
+	}
+	// One slot: one message held at a time, each get full (1 of 1).
+	o := listener.Options{BatchSize: 1, Concurrency: 1}
+	f := newFixtureWith(t, h, o, func(d driver.Queue) driver.Queue { return busyFeatures{Queue: d, busy: 4} })
+	l = f.l
+	f.put(n)
+	f.start()
+	<-first
+	if a := l.ActiveTasks(); a != 2 {
+		t.Fatalf("tasks after the first full get: %d, want 2", a)
+	}
+	l.Resize(2)
+	close(resized)
+	<-done
+	if err := f.stop(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most > 2 {
+		t.Errorf("most tasks seen after Resize(2): %d, want 2 (the caller's size)", most)
+	}
+}

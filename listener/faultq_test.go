@@ -54,6 +54,9 @@ type tortureQueue struct {
 	driver.Queue
 	faultRate  float64
 	latencyMax time.Duration
+	// busy is the Features().BusyTasks it reports (a default pool then
+	// grows while gets come back full), set before the listener is made.
+	busy int
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
@@ -88,10 +91,11 @@ func newTortureQueue(q driver.Queue, seed uint64, faultRate float64, latencyMax 
 
 var errTortureFault = errors.New("injected fault: 503 server busy")
 
-// Features: the driver's, without batch delete.
+// Features: the driver's, without batch delete, with busy's BusyTasks.
 func (q *tortureQueue) Features() driver.Features {
 	f := q.Queue.Features()
 	f.BatchDelete = false
+	f.BusyTasks = q.busy
 	return f
 }
 

@@ -34,8 +34,9 @@ type Listener struct {
 	log  *zap.Logger
 	sem  *slots // handler slots, adaptive limit, rate limit (flow.go)
 	// busyPool is the pool a default listener grows to while gets come
-	// back full (growBusy); 0 or 1: it does not grow.
-	busyPool int
+	// back full (growBusy); 0 or 1: it does not grow. Resize sets it to
+	// 0: a pool resized is the caller's.
+	busyPool atomic.Int32
 
 	// Lifecycle and pool size, guarded by mu.
 	mu         sync.Mutex
@@ -171,9 +172,9 @@ func newListener(q *queue.Queue, o Options, batch bool, set func(*Listener)) (*L
 		sem:      sem,
 		resizeCh: make(chan struct{}),
 		wakeCh:   make(chan struct{}),
-		busyPool: min(busy, o.MaxTasks),
 		tracer:   tracerFor(o, q),
 	}
+	l.busyPool.Store(int32(min(busy, o.MaxTasks)))
 	set(l)
 	if sem.aimd != nil {
 		l.h = handler.Chain(l.h, l.observeFlow)
@@ -323,11 +324,12 @@ func (l *Listener) startTaskLocked() {
 // round trips and share their commits, one task waiting on each get in
 // turn drains at a fraction of the backend's rate. The tasks it adds stop
 // by the idle rule (QueueEmpty) once the queue is drained, down to
-// MinTasks. A pending stop request (Resize asked for fewer) wins.
+// MinTasks. A pending stop request (Resize asked for fewer) wins, and a
+// pool once resized (by a scaling agent) is not grown again.
 func (l *Listener) growBusy() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.running || l.stopping || l.stopTokens > 0 || l.active >= l.busyPool {
+	if !l.running || l.stopping || l.stopTokens > 0 || l.active >= int(l.busyPool.Load()) {
 		return
 	}
 	l.startTaskLocked()
@@ -336,7 +338,9 @@ func (l *Listener) growBusy() {
 
 // Resize makes the pool n tasks, clamped to [MinTasks, MaxTasks]: it starts
 // tasks, or asks the surplus to stop after their current get. It does
-// nothing when the listener is not running.
+// nothing when the listener is not running. A listener left to its
+// default pool (Options.Tasks 0) no longer grows it after a Resize: the
+// pool is the caller's from then on.
 func (l *Listener) Resize(n int) {
 	if n < l.o.MinTasks {
 		n = l.o.MinTasks
@@ -349,6 +353,7 @@ func (l *Listener) Resize(n int) {
 	if !l.running || l.stopping {
 		return
 	}
+	l.busyPool.Store(0)
 	cur := l.active - l.stopTokens
 	switch {
 	case n > cur:

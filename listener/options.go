@@ -92,7 +92,7 @@ type Options struct {
 	// back full, up to the driver's Features().BusyTasks (PostgreSQL: 8;
 	// 0 elsewhere), and the idle rule stops the added tasks once the queue
 	// is drained; a Tasks given (the worker gives pool.initial and resizes
-	// by its policy) is never grown.
+	// by its policy) is never grown, nor a pool once Resize has sized it.
 	Tasks int
 	// MinTasks is the fewest tasks the idle stop rule leaves (default 1).
 	MinTasks int

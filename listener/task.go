@@ -230,7 +230,7 @@ func (t *task) loop() error {
 			l.sem.Release(int64(len(ms)))
 			return nil
 		}
-		if l.busyPool > 1 && len(ms) == held {
+		if l.busyPool.Load() > 1 && len(ms) == held {
 			l.growBusy()
 		}
 		if t.idle > 0 {

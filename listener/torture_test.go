@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,6 +42,9 @@ var (
 	tortureDuration = flag.Duration("torture.duration", 20*time.Second, "how long TestTorture runs schedules")
 	tortureSeed     = flag.Uint64("torture.seed", 0, "run only the TestTorture schedule with this seed")
 )
+
+// maxTortureTasks is every schedule's MaxTasks.
+const maxTortureTasks = 8
 
 // waitBound is how long Wait may take beyond the shutdown grace before the
 // run counts as hung: far more than a busy machine needs.
@@ -91,6 +95,12 @@ type tortureRun struct {
 	pois *queue.Queue
 	l    *listener.Listener
 	o    listener.Options
+	// tasks is the current run's Start; resized is set once the pool was
+	// resized (it is the caller's from then on); noResize: the schedule
+	// never resizes, so that the busy growth alone sizes the pool.
+	tasks    atomic.Int32
+	resized  atomic.Bool
+	noResize bool
 
 	mu      sync.Mutex
 	bodies  []string                // every body put
@@ -136,6 +146,7 @@ func (r *tortureRun) handle(ctx context.Context, m *queue.Message) error {
 	}
 	r.running[body][g] = true
 	r.mu.Unlock()
+	r.checkTasks()
 	if r.q.wasReleased(m.ID, g) {
 		r.failf("%s (generation %d) started after it was released", body, g)
 	}
@@ -225,6 +236,17 @@ func runTorture(t *testing.T, seed uint64) (listener.Stats, int) {
 		running: map[string]map[int]bool{}, ran: map[string]bool{}, idOf: map[string]string{}}
 	r.q = newTortureQueue(nil, seed, []float64{0, 0.02, 0.1}[rng.IntN(3)],
 		[]time.Duration{0, time.Millisecond, 5 * time.Millisecond}[rng.IntN(3)])
+	// A third of the schedules leave the pool to its default on a backend
+	// that reports BusyTasks (PostgreSQL's growth while gets come back
+	// full), at times above MaxTasks (its own generator, so that a seed's
+	// other choices stay what they were). The queue reads the driver's
+	// features once, as it is made.
+	grng := rand.New(rand.NewPCG(seed, 3))
+	defaultPool := grng.IntN(3) == 0
+	if defaultPool {
+		r.q.busy = 2 + grng.IntN(2*maxTortureTasks)
+		r.noResize = grng.IntN(2) == 0
+	}
 	if r.lq, err = store.Queue("torture", queue.WithWrapper(func(d driver.Queue) driver.Queue { r.q.Queue = d; return r.q })); err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +257,7 @@ func runTorture(t *testing.T, seed uint64) (listener.Stats, int) {
 		Concurrency:         1 + rng.IntN(3*batch),
 		NewBatchThreshold:   rng.IntN(batch) - rng.IntN(2), // -1 (wait for all) .. batch-1
 		Tasks:               1 + rng.IntN(4),
-		MaxTasks:            8,
+		MaxTasks:            maxTortureTasks,
 		Idle:                scaling.IdleBackoff{Min: time.Millisecond, Max: 20 * time.Millisecond},
 		ShutdownGrace:       time.Duration(rng.IntN(200)) * time.Millisecond,
 		ErrorBackoffInitial: time.Millisecond,
@@ -273,6 +295,9 @@ func runTorture(t *testing.T, seed uint64) (listener.Stats, int) {
 		o.Concurrency = 1 + brng.IntN(4)
 		o.Adaptive = nil // a batch handler's concurrency counts calls, fixed
 	}
+	if defaultPool {
+		o.Tasks = 0
+	}
 	r.o = o
 	var l *listener.Listener
 	if o.BatchMax > 0 {
@@ -284,6 +309,7 @@ func runTorture(t *testing.T, seed uint64) (listener.Stats, int) {
 		t.Fatalf("seed %d: %v", seed, err)
 	}
 	r.l = l
+	r.o.Tasks = l.Options().Tasks
 	r.drive()
 	r.check()
 	if err := goleak.Find(ignore); err != nil {
@@ -318,6 +344,7 @@ func (r *tortureRun) put(n int) {
 // Wait returns within the grace plus waitBound with nothing left counted.
 func (r *tortureRun) start(n int) (cancel context.CancelFunc, done chan error) {
 	ctx, cancel := context.WithCancel(context.Background())
+	r.tasks.Store(int32(n))
 	if err := r.l.Start(ctx, n); err != nil {
 		r.failf("Start(%d): %v", n, err)
 	}
@@ -346,6 +373,17 @@ func (r *tortureRun) stop(cancel context.CancelFunc, done chan error) bool {
 	return true
 }
 
+// checkTasks: the pool is never below 0 nor above MaxTasks, and until
+// it is resized no larger than the run started it or than the busy
+// growth's bound (BusyTasks, at most MaxTasks).
+func (r *tortureRun) checkTasks() {
+	n := r.l.ActiveTasks()
+	tasks, resized := int(r.tasks.Load()), r.resized.Load()
+	if n < 0 || n > r.o.MaxTasks || !resized && n > max(tasks, min(r.q.busy, r.o.MaxTasks)) {
+		r.failf("ActiveTasks %d (started with %d, BusyTasks %d, MaxTasks %d, resized %v)", n, tasks, r.q.busy, r.o.MaxTasks, resized)
+	}
+}
+
 // drive puts messages and runs random events until every message has left
 // the queue, then stops the listener.
 func (r *tortureRun) drive() {
@@ -357,13 +395,14 @@ func (r *tortureRun) drive() {
 	steals := rng.IntN(4) // more competing gets while the queue drains
 	for {
 		time.Sleep(time.Duration(1+rng.IntN(15)) * time.Millisecond)
-		if n := r.l.ActiveTasks(); n < 0 {
-			r.failf("ActiveTasks %d", n)
-		}
+		r.checkTasks()
 		if events > 0 {
 			events--
 			switch x := rng.IntN(100); {
+			case x < 30 && r.noResize:
+				r.l.Wake()
 			case x < 30:
+				r.resized.Store(true)
 				r.l.Resize(1 + rng.IntN(r.o.MaxTasks))
 			case x < 45:
 				r.l.Abort()
