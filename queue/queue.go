@@ -648,23 +648,18 @@ func (q *Queue) reject(op Op, err error) error {
 // fail wraps and classifies an error the driver returned, and tells the
 // observers of the failed call. An error of a call whose context had ended
 // is not transient (the caller gave up), except a put's transient error
-// that is not the context's own: its request was sent and then failed (a
+// that is not the context's own error (a driver's own request timeout
+// is not the caller's cancel): its request was sent and then failed (a
 // reply lost, a connection dropped), so the messages may be stored, and
 // only a transient error says so (Put: "an error means nothing was
 // written, except a transient error").
 func (q *Queue) fail(ctx context.Context, op Op, n int, err error) error {
 	e := q.classified(op, err)
-	if ctx.Err() != nil && !(e.transient && (op == OpPut || op == OpPutBatch) && !isContextErr(err)) {
+	if cerr := ctx.Err(); cerr != nil && !(e.transient && (op == OpPut || op == OpPutBatch) && !errors.Is(err, cerr)) {
 		e.transient = false // the caller's context ended: the caller gave up
 	}
 	q.observe(op, n, e)
 	return e
-}
-
-// isContextErr: err is a context's end (the call stopped before or when
-// the context ended, not a network's failure after it sent).
-func isContextErr(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // wrap names the driver, operation and queue in an error of the queue's
