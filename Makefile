@@ -3,7 +3,7 @@
 
 GO ?= go
 
-.PHONY: test fuzz torture bench soak vet fmt screenshot
+.PHONY: test test-main test-bench fuzz torture bench soak vet fmt screenshot
 
 # Azurite, the Azure Storage emulator the queue/azure tests run against,
 # pinned by tools/azurite/package-lock.json. npm ci runs again only when
@@ -31,11 +31,19 @@ $(CHROMIUM):
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || \
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
+# The three parts run at once (many tests wait on a server, an emulator or
+# a real clock, so two cores have time to spare); each part's output is
+# printed whole when it ends, and the first failure fails the target.
 test: $(AZURITE) $(FAUXQS) $(CHROMIUM)
 	$(GO) vet ./...
+	cd bench && $(GO) vet ./...
+	$(MAKE) --no-print-directory -j3 --output-sync=target test-main test-bench fuzz FUZZTIME=10s
+
+test-main:
 	$(GO) test -race -count=1 -timeout 9m ./...
-	cd bench && $(GO) vet ./... && $(GO) test -race -count=1 ./...
-	$(MAKE) fuzz FUZZTIME=10s
+
+test-bench:
+	cd bench && $(GO) test -race -count=1 ./...
 
 # Short fuzz runs of the config loader and of the SQLite driver against the
 # memory driver as a model; their seeds are in the tests. `make fuzz

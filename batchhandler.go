@@ -123,9 +123,11 @@ func (w *Worker) newBatchListener(wq *workerQueue, bh handler.BatchFunc, o liste
 		mws = append(mws, handler.TimeoutBatch(qc.HandlerTimeout))
 	}
 	o.BatchMax, o.BatchWait = qc.BatchHandler.Max, qc.BatchHandler.Wait
-	if o.Concurrency == listener.DefaultConcurrency {
-		// Left at its default, which counts messages: a batch handler's
-		// concurrency counts calls.
+	if !qc.concurrencySet && o.Concurrency == listener.DefaultConcurrency {
+		// Left out of the file (or, in a Config built in Go, left at
+		// DefaultQueueConfig's), the default counts messages: a batch
+		// handler's concurrency counts calls. A number written is that
+		// many calls, the single handler's default of 64 included.
 		o.Concurrency = listener.DefaultBatchConcurrency
 	}
 	// A new-batch threshold holds back a task's gets while its messages

@@ -168,3 +168,47 @@ queues:
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// A batch handler's concurrency counts calls: left out of the file it is
+// listener.DefaultBatchConcurrency, and any number written is that many
+// calls, 64 too (the single handler's default, which an explicit value
+// must not be mistaken for: 63 and 65 were read as written, 64 as 2).
+func TestBatchHandlerExplicitConcurrencyIsHonoured(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		line string
+		want int
+	}{
+		{"", listener.DefaultBatchConcurrency},
+		{"concurrency: 63", 63},
+		{"concurrency: 64", 64},
+		{"concurrency: 65", 65},
+	} {
+		cfg := testConfig(t, `
+admin: {address: ""}
+queues:
+  - url: sqlite://$DIR/w.db?queue=rows
+    batch_handler: {max: 5}
+    `+tc.line+`
+`)
+		w, err := New(cfg, WithLogger(zap.NewNop()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.MustHandleBatch("rows", func(context.Context, []*queue.Message) []error { return nil })
+		stop := runWorker(t, w)
+		l, _ := w.Listener("rows")
+		if c := l.Options().Concurrency; c != tc.want {
+			t.Errorf("%q: the listener runs %d calls at once, want %d", tc.line, c, tc.want)
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// From the environment too.
+	y := "queues:\n  - url: sqlite://" + t.TempDir() + "/w.db?queue=rows\n"
+	cfg, err := parseConfig("test.yaml", []byte(y), []string{"ADAPTQ_QUEUES_0_CONCURRENCY=64"})
+	if err != nil || !cfg.Queues[0].concurrencySet || cfg.Queues[0].Concurrency != 64 {
+		t.Errorf("ADAPTQ_QUEUES_0_CONCURRENCY=64: %v, concurrency %s, set %v", err, cfg.Queues[0].Concurrency, cfg.Queues[0].concurrencySet)
+	}
+}

@@ -153,7 +153,8 @@ type QueueConfig struct {
 	// BatchHandler shapes the calls of a batch handler (Worker.HandleBatch):
 	// the handler named by handler gets many messages per call. It is
 	// only for such a handler. With a batch handler, concurrency counts
-	// calls (left at its default, it is listener.DefaultBatchConcurrency).
+	// calls (left out, it is listener.DefaultBatchConcurrency; a number
+	// written, 64 included, is that many calls).
 	BatchHandler BatchHandlerConfig `yaml:"batch_handler"`
 	// PassEnv names the worker's environment variables an exec: handler's
 	// program gets besides the base set (handler.ExecBaseEnv: PATH, HOME,
@@ -165,6 +166,12 @@ type QueueConfig struct {
 	// Instances is the policy of the scaling signal (GET /v1/scaling): how
 	// many worker instances the queue needs.
 	Instances InstancesConfig `yaml:"instances"`
+
+	// concurrencySet: the file (or the environment) wrote concurrency, so
+	// that a batch handler's calls are what it says, 64 included; left
+	// out, they are listener.DefaultBatchConcurrency (see
+	// Worker.newBatchListener). Not a key.
+	concurrencySet bool
 }
 
 // BatchHandlerConfig is a batch handler's call size and fill wait.
@@ -581,6 +588,9 @@ func nameEnvOverrides(problems []string, set map[string]string) []string {
 func collectPaths(t reflect.Type, prefix []string, raw any, out map[string][]string) {
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
+		if !f.IsExported() {
+			continue // not a key
+		}
 		key := f.Tag.Get("yaml")
 		p := append(append([]string(nil), prefix...), key)
 		switch {
@@ -731,6 +741,11 @@ func decode(path string, raw any, dst reflect.Value) []string {
 				el.Set(reflect.ValueOf(DefaultQueueConfig()))
 			}
 			problems = append(problems, decode(fmt.Sprintf("%s[%d]", path, i), item, el)...)
+			if qc, ok := el.Addr().Interface().(*QueueConfig); ok {
+				if m, ok := item.(map[string]any); ok {
+					_, qc.concurrencySet = m["concurrency"]
+				}
+			}
 			out = reflect.Append(out, el)
 		}
 		dst.Set(out)
@@ -810,6 +825,9 @@ func decodeStruct(path string, m map[string]any, dst reflect.Value) []string {
 	fields := map[string]int{}
 	var names []string
 	for i := 0; i < t.NumField(); i++ {
+		if !t.Field(i).IsExported() {
+			continue // not a key
+		}
 		k := t.Field(i).Tag.Get("yaml")
 		fields[k] = i
 		names = append(names, k)

@@ -80,6 +80,7 @@ var figures = map[string][]string{
 	},
 	"postgres": {
 		"adaptq, PostgreSQL driver + listener", "River v0.51.1 (riverpgxv5)", "adaptq ÷ River, processed jobs/s",
+		"hand-written pgx loop", "adaptq (default options) ÷ hand-written loop",
 		"adaptq with async_leases=true", "the price of durable leases",
 		"CPU per processed job", "adaptq calls per message", "statements sent per message",
 		"idle worker, queue calls per hour", "idle River client", "cross-process wake",
@@ -98,6 +99,12 @@ var figures = map[string][]string{
 		"memory: PutBatch vs Put", "SQLite: PutBatch vs Put", "PostgreSQL: PutBatch vs Put", "Redis: PutBatch vs Put",
 		"SQS (fauxqs): PutBatch vs Put", "Azure (Azurite): PutBatch vs Put",
 		"SQS whole pipeline with PutBatch", "SQS whole pipeline with Put:",
+	},
+	"batchhandler": {
+		"single handler, one INSERT per message (memory queue)", "batch handler, one INSERT per call (memory queue)",
+		"batch ÷ single, messages/s (memory queue)",
+		"single handler, one INSERT per message (PostgreSQL queue)", "batch handler, one INSERT per call (PostgreSQL queue)",
+		"batch ÷ single, messages/s (PostgreSQL queue)",
 	},
 }
 

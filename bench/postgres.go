@@ -26,6 +26,7 @@ import (
 // Targets of issue 15.
 const (
 	PostgresRatioTarget     = 2.0  // adaptq's processed jobs/s over River's
+	PostgresHandTarget      = 0.9  // over the hand-written loop's (issue 34)
 	PostgresCallsTarget     = 1.1  // backend calls per message
 	PostgresIdleCallsTarget = 12.0 // calls an hour of an idle worker
 	PostgresWakeTarget      = 10 * time.Millisecond
@@ -108,10 +109,23 @@ type pgSide struct {
 }
 
 func openPGSide(ctx context.Context, base string, wrap func(driver.Queue) driver.Queue, opts ...postgres.Option) (*pgSide, error) {
+	return openPGSidePool(ctx, base, pgPoolConns, wrap, opts...)
+}
+
+// openPGSidePool is openPGSide with a pool of pool connections; 0 is
+// pgxpool's default (max(4, GOMAXPROCS)), what postgres.Open gives a user.
+func openPGSidePool(ctx context.Context, base string, pool int, wrap func(driver.Queue) driver.Queue, opts ...postgres.Option) (*pgSide, error) {
 	s := &pgSide{base: base, schema: pgtest.NewSchemaName(), calls: &callTracer{}, m: meter.New(0)}
 	cfg, err := pgConfig(base, s.calls)
 	if err != nil {
 		return nil, err
+	}
+	if pool == 0 {
+		def, err := pgxpool.ParseConfig(base)
+		if err != nil {
+			return nil, err
+		}
+		cfg.MaxConns = def.MaxConns
 	}
 	s.db, err = postgres.OpenConfig(ctx, cfg, append([]postgres.Option{postgres.WithSchema(s.schema)}, opts...)...)
 	if err != nil {
@@ -174,8 +188,8 @@ UPDATE `+sc+`.counts SET n = n + $2::int WHERE queue_id = $1 AND shard = 0`, qid
 	return nil
 }
 
-// drainAdaptq drains n messages with the listener (pgTasks tasks, a no-op
-// handler) and returns jobs/s and the calls per message, counted by the
+// drainAdaptq drains n messages with the listener (its default options,
+// a no-op handler, postgres.Open's pool) and returns jobs/s and the calls per message, counted by the
 // meter (queue calls) and by the tracer (every statement).
 type pgDrain struct {
 	rate       float64
@@ -192,7 +206,7 @@ func (d pgDrain) cpuPerMsg() (client, server time.Duration) {
 }
 
 func drainAdaptq(ctx context.Context, base string, n int, opts ...postgres.Option) (pgDrain, error) {
-	s, err := openPGSide(ctx, base, nil, opts...)
+	s, err := openPGSidePool(ctx, base, 0, nil, opts...)
 	if err != nil {
 		return pgDrain{}, err
 	}
@@ -204,7 +218,7 @@ func drainAdaptq(ctx context.Context, base string, n int, opts ...postgres.Optio
 	st0 := s.calls.n.Load()
 	var d time.Duration
 	cpu, err := measureCPU(func() (err error) {
-		d, _, err = drainListener(ctx, s.q, n, noop, listener.Options{Tasks: pgTasks, MinTasks: pgTasks, Concurrency: pgTasks * listenerSlotsPerTask}, 10*time.Minute)
+		d, _, err = drainListener(ctx, s.q, n, noop, listener.Options{}, 10*time.Minute)
 		return err
 	})
 	if err != nil {
@@ -385,9 +399,9 @@ func postgresSection(ctx context.Context, e *Env, s *Section) error {
 	}
 	n := e.Sizes.Postgres
 	repeats := e.Sizes.Repeats
-	s.how("PostgreSQL %s on loopback, synchronous_commit = %s for both, autovacuum_naptime = %s; each side in a fresh schema of the same database, pools of %d connections.", version, syncCommit, naptime, pgPoolConns)
+	s.how("PostgreSQL %s on loopback, synchronous_commit = %s for both, autovacuum_naptime = %s; each side in a fresh schema of the same database; River and the hand-written loop with pools of %d connections, adaptq with postgres.Open's (pgxpool's default, max(4, GOMAXPROCS)).", version, syncCommit, naptime, pgPoolConns)
 	s.how("Throughput: %s jobs of %d bytes, drained from full with a no-op handler, %d runs of each side alternating (median). Filling is not timed: adaptq's with one INSERT … SELECT per 50,000 messages, River's with InsertMany of 5,000; both tables VACUUM ANALYZEd before the clock starts.", commas(int64(n)), len(pgBody), repeats)
-	s.how("adaptq: the listener with %d tasks, batch size 32, %d handler slots each. River %s: its own client (riverpgxv5) with MaxWorkers %d, FetchCooldown %s, FetchPollInterval %s (its benchmark's settings), timed from Start to the last JobCompleted event.", pgTasks, listenerSlotsPerTask, riverVersion, riverMaxWorkers, riverFetchCooldown, riverFetchPollInterval)
+	s.how("adaptq: postgres.Open's pool and the listener with its default options (`listener.Options{}`: one task that grows to postgres.BusyTasks = %d while gets come back full, batch size 32, concurrency 64), as a user gets them. River %s: its own client (riverpgxv5, a pool of %d) with MaxWorkers %d, FetchCooldown %s, FetchPollInterval %s (its benchmark's settings), timed from Start to the last JobCompleted event.", postgres.BusyTasks, riverVersion, pgPoolConns, riverMaxWorkers, riverFetchCooldown, riverFetchPollInterval)
 
 	// ADAPTQ_BENCH_POSTGRES_PARTS (drain,idle,wake,expired,long) runs some of the
 	// section's parts only, to study one.
@@ -437,8 +451,14 @@ func cpuMedian(ds []pgDrain) (client, server time.Duration) {
 
 // pgThroughput is the side-by-side drain.
 func pgThroughput(ctx context.Context, e *Env, s *Section, base string, n, repeats int) error {
-	var ad, aa, rv []pgDrain
+	var ad, aa, rv, hd []pgDrain
 	for i := 0; i < repeats; i++ {
+		e.logf("postgres: run %d/%d: hand-written loop", i+1, repeats)
+		hdur, hcpu, err := pgHandDrain(ctx, base, n, false)
+		if err != nil {
+			return fmt.Errorf("hand-written drain: %w", err)
+		}
+		hd = append(hd, pgDrain{rate: rate(n, hdur), cpu: hcpu, n: n})
 		e.logf("postgres: run %d/%d: adaptq", i+1, repeats)
 		a, err := drainAdaptq(ctx, base, n)
 		if err != nil {
@@ -467,6 +487,11 @@ func pgThroughput(ctx context.Context, e *Env, s *Section, base string, n, repea
 	s.add(Row{What: "adaptq, PostgreSQL driver + listener", Figure: perSec(ar), Note: "runs: " + ratesList(ad)})
 	s.add(Row{What: "River " + riverVersion + " (riverpgxv5)", Figure: perSec(rr), Note: "runs: " + ratesList(rv)})
 	s.add(Row{What: "adaptq ÷ River, processed jobs/s", Figure: fmt.Sprintf("%.2f×", ratio), Target: fmt.Sprintf("≥ %.0f×", PostgresRatioTarget), Holds: verdict(ratio >= PostgresRatioTarget)})
+	hr := median(pick(hd, func(d pgDrain) float64 { return d.rate }))
+	hcl, hsv := cpuMedian(hd)
+	s.add(Row{What: fmt.Sprintf("hand-written pgx loop (PEERS.md: %d goroutines, autocommitted SKIP LOCKED get of 32, `unnest` delete of the batch)", pgTasks), Figure: perSec(hr),
+		Note: "runs: " + ratesList(hd) + fmt.Sprintf("; CPU per message %s client + %s server", usString(hcl), usString(hsv))})
+	s.add(Row{What: "adaptq (default options) ÷ hand-written loop, processed jobs/s", Figure: fmt.Sprintf("%.2f×", ar/hr), Target: fmt.Sprintf("≥ %.1f×", PostgresHandTarget), Holds: verdict(ar/hr >= PostgresHandTarget)})
 	xr := median(pick(aa, func(d pgDrain) float64 { return d.rate }))
 	xcl, xsv := cpuMedian(aa)
 	s.add(Row{What: "adaptq with async_leases=true (Gets and renewals commit without waiting for the WAL flush; not the default)", Figure: perSec(xr),

@@ -62,10 +62,11 @@ var ExecBaseEnv = []string{
 // prefix in ExecOptions.PassEnv (or ExecBaseEnv) never passes, even when it
 // matches them: adaptq's own ADAPTQ_ variables (the admin token, the Redis
 // password, a queue URL given by environment), the credentials of the
-// backends and clouds adaptq talks to, and the proxy URLs (which may hold a
-// password). "AWS_*" passes AWS_REGION, not AWS_SECRET_ACCESS_KEY. Only
-// PassEnv naming one exactly passes it: the operator asked for that
-// variable. An entry ending in "*" stands for every variable that starts
+// backends and clouds adaptq talks to (an OTLP collector's headers among
+// them), and the proxy URLs (which may hold a password). "AWS_*" passes
+// AWS_REGION, not AWS_SECRET_ACCESS_KEY; "OTEL_*" passes
+// OTEL_SERVICE_NAME, not OTEL_EXPORTER_OTLP_HEADERS. Only PassEnv naming
+// one exactly passes it: the operator asked for that variable. An entry ending in "*" stands for every variable that starts
 // with the rest; names are compared without regard to case.
 var ExecSecretEnv = []string{
 	"ADAPTQ_*",
@@ -77,6 +78,10 @@ var ExecSecretEnv = []string{
 	"REDIS_PASSWORD", "REDISCLI_AUTH", "REDIS_URL",
 	"PGPASSWORD", "PGPASSFILE", "DATABASE_URL",
 	"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
+	// The OTLP exporter's headers (`adaptq run` reads them): an API key or
+	// a bearer token, as a collector or a tracing vendor asks.
+	"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+	"OTEL_EXPORTER_OTLP_METRICS_HEADERS", "OTEL_EXPORTER_OTLP_LOGS_HEADERS",
 }
 
 // ExitDataErr is the exit code Exec treats as a permanent failure unless

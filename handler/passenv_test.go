@@ -46,17 +46,19 @@ func TestExecPassEnvRefusesEverythingAndBadNames(t *testing.T) {
 // asked for that variable.
 func TestExecPassEnvPrefixNeverPassesTheWorkersSecrets(t *testing.T) {
 	secrets := map[string]string{
-		"ADAPTQ_ADMIN_TOKEN":              "admin-SECRET",
-		"ADAPTQ_REDIS_PASSWORD":           "redis-SECRET",
-		"ADAPTQ_QUEUES_0_URL":             "redis://:url-SECRET@h:6379",
-		"AWS_SECRET_ACCESS_KEY":           "aws-SECRET",
-		"AWS_SESSION_TOKEN":               "aws-session-SECRET",
-		"AZURE_STORAGE_CONNECTION_STRING": "AccountKey=azure-SECRET",
-		"AZURE_CLIENT_SECRET":             "azure-client-SECRET",
-		"HTTPS_PROXY":                     "http://u:proxy-SECRET@proxy:3128",
-		"https_proxy":                     "http://u:proxy-lower-SECRET@proxy:3128",
-		"PGPASSWORD":                      "pg-SECRET",
-		"REDISCLI_AUTH":                   "rediscli-SECRET",
+		"ADAPTQ_ADMIN_TOKEN":                "admin-SECRET",
+		"ADAPTQ_REDIS_PASSWORD":             "redis-SECRET",
+		"ADAPTQ_QUEUES_0_URL":               "redis://:url-SECRET@h:6379",
+		"AWS_SECRET_ACCESS_KEY":             "aws-SECRET",
+		"AWS_SESSION_TOKEN":                 "aws-session-SECRET",
+		"AZURE_STORAGE_CONNECTION_STRING":   "AccountKey=azure-SECRET",
+		"AZURE_CLIENT_SECRET":               "azure-client-SECRET",
+		"HTTPS_PROXY":                       "http://u:proxy-SECRET@proxy:3128",
+		"https_proxy":                       "http://u:proxy-lower-SECRET@proxy:3128",
+		"PGPASSWORD":                        "pg-SECRET",
+		"REDISCLI_AUTH":                     "rediscli-SECRET",
+		"OTEL_EXPORTER_OTLP_HEADERS":        "api-key=otlp-SECRET",
+		"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "Authorization=Bearer%20otlp-traces-SECRET",
 	}
 	for k, v := range secrets {
 		t.Setenv(k, v)
@@ -64,14 +66,15 @@ func TestExecPassEnvPrefixNeverPassesTheWorkersSecrets(t *testing.T) {
 	t.Setenv("AWS_REGION", "eu-west-1")
 	t.Setenv("AZURE_CLIENT_ID", "client-id")
 	t.Setenv("PGHOST", "127.0.0.1")
-	prefixes := []string{"ADAPTQ_*", "AWS_*", "AZURE_*", "HTTPS_*", "https_*", "PG*", "REDIS*", "A*"}
+	t.Setenv("OTEL_SERVICE_NAME", "svc")
+	prefixes := []string{"ADAPTQ_*", "AWS_*", "AZURE_*", "HTTPS_*", "https_*", "PG*", "REDIS*", "A*", "OTEL_*"}
 	env := printedEnv(t, handler.ExecOptions{PassEnv: prefixes})
 	for k := range secrets {
 		if v, ok := env[k]; ok {
 			t.Errorf("a prefix passed %s=%s", k, v)
 		}
 	}
-	for _, k := range []string{"AWS_REGION", "AZURE_CLIENT_ID", "PGHOST"} {
+	for _, k := range []string{"AWS_REGION", "AZURE_CLIENT_ID", "PGHOST", "OTEL_SERVICE_NAME"} {
 		if _, ok := env[k]; !ok {
 			t.Errorf("the child lacks %s, which a prefix names and is no secret", k)
 		}

@@ -89,6 +89,9 @@ type batch struct {
 	// txDeleted[i]: message i's handler deleted it in its transaction
 	// and then failed (settle.go); only its runner reads and writes it.
 	txDeleted [queue.MaxBatchSize]bool
+	// settles[i] is message i's TxSettler (settle.go), part of the batch
+	// so that a handler's context costs no allocation of its own.
+	settles [queue.MaxBatchSize]txSettle
 
 	// pooled: a batch handler's pool runs the messages (batchcall.go);
 	// t is nil and they do not count towards a task's threshold.

@@ -3,6 +3,7 @@ package listener
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -178,7 +179,9 @@ func (p *pool) startLocked() {
 		for _, r := range call {
 			r.b.unhold()
 		}
-		p.waiting = append(p.waiting[:0], p.waiting[n:]...)
+		// slices.Delete zeroes the tail it leaves: no stale ref there
+		// keeps a finished get's batch, and its bodies, alive.
+		p.waiting = slices.Delete(p.waiting, 0, n)
 		p.running++
 		l.wg.Go(func() { p.run(call) })
 	}
@@ -274,6 +277,13 @@ func (p *pool) run(call []ref) {
 		switch {
 		case l.draining.Load():
 			b.releaseUnstarted(i)
+		case !b.leaseHeld(i):
+			// Its renewals failed while it waited: another consumer may
+			// hold it now, so it is not run here.
+			if b.state[i].CompareAndSwap(stFetched, stSettling) {
+				b.lapsedInPool(i)
+				b.state[i].Store(stDone)
+			}
 		case l.o.Poison != nil && m.DequeueCount > l.o.MaxDequeueCount && l.counted(m) > l.o.MaxDequeueCount:
 			if b.state[i].CompareAndSwap(stFetched, stSettling) {
 				b.poison(i, "dequeue count above the maximum before the run", nil)
@@ -328,6 +338,20 @@ func (p *pool) run(call []ref) {
 		tally.add(b, false)
 	}
 	l.traceCallEnd(span, runs, res)
+}
+
+// lapsedInPool settles a message whose lease ended, by the listener's
+// clock, while it waited in the pool for a call (its renewals failed):
+// another consumer may run it now, so it is neither run nor handed back
+// here. It reappears, or has reappeared, with its dequeue count raised by
+// the backend's refusals, not by a run of its own, which is excused here.
+func (b *batch) lapsedInPool(i int) {
+	l := b.l
+	m := b.msgs[i]
+	l.failures.excuse(m.ID)
+	l.stats.leasesLost.Add(1)
+	l.log.Warn("listener: the lease of a message waiting for a batch handler call ended (its renewals failed); it is not run here",
+		zap.String("msg_id", m.ID), zap.Int("dequeue_count", m.DequeueCount))
 }
 
 // settleTally counts, per batch, the messages a call has finished with, so

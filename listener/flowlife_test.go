@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/adaptq/adaptq/internal/testutil"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/scaling"
@@ -30,7 +31,7 @@ func TestRateWaitingTasksResizeAndStop(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testutil.HangGuard): // a hang guard: the outcome does not depend on it
 		t.Fatal("Wait did not return with a task parked on the rate limit")
 	}
 	if d, st := f.depth(), f.l.LocalState(); d != 4 || st.InFlight != 0 || rec.distinct() != 1 {

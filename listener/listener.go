@@ -33,6 +33,9 @@ type Listener struct {
 	o    Options
 	log  *zap.Logger
 	sem  *slots // handler slots, adaptive limit, rate limit (flow.go)
+	// busyPool is the pool a default listener grows to while gets come
+	// back full (growBusy); 0 or 1: it does not grow.
+	busyPool int
 
 	// Lifecycle and pool size, guarded by mu.
 	mu         sync.Mutex
@@ -116,6 +119,12 @@ func New(q *queue.Queue, h handler.Func, o Options) (*Listener, error) {
 // newListener makes the listener New and NewBatch return (batch: the
 // latter); set installs the handler.
 func newListener(q *queue.Queue, o Options, batch bool, set func(*Listener)) (*Listener, error) {
+	// A pool left to its default grows while gets come back full, up to
+	// what the backend serves faster in parallel (see growBusy).
+	busy := 0
+	if o.Tasks == 0 {
+		busy = q.Features().BusyTasks
+	}
 	o.fitLatency(q.Features().Billed)
 	o = o.withDefaults()
 	if err := o.validate(); err != nil {
@@ -162,6 +171,7 @@ func newListener(q *queue.Queue, o Options, batch bool, set func(*Listener)) (*L
 		sem:      sem,
 		resizeCh: make(chan struct{}),
 		wakeCh:   make(chan struct{}),
+		busyPool: min(busy, o.MaxTasks),
 		tracer:   tracerFor(o, q),
 	}
 	set(l)
@@ -305,6 +315,23 @@ func (l *Listener) startTaskLocked() {
 	l.totalTasks.Add(1)
 	ctx := l.runCtx
 	l.group.Go(func() error { return l.taskMain(ctx, id) })
+}
+
+// growBusy starts one more task after a get that came back full, while a
+// pool left to its default (Options.Tasks 0) runs fewer than the driver's
+// Features().BusyTasks: on a backend whose concurrent gets overlap their
+// round trips and share their commits, one task waiting on each get in
+// turn drains at a fraction of the backend's rate. The tasks it adds stop
+// by the idle rule (QueueEmpty) once the queue is drained, down to
+// MinTasks. A pending stop request (Resize asked for fewer) wins.
+func (l *Listener) growBusy() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.running || l.stopping || l.stopTokens > 0 || l.active >= l.busyPool {
+		return
+	}
+	l.startTaskLocked()
+	l.log.Debug("listener: busy, task added", zap.Int("tasks", l.active))
 }
 
 // Resize makes the pool n tasks, clamped to [MinTasks, MaxTasks]: it starts

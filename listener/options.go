@@ -88,6 +88,11 @@ type Options struct {
 	// the whole batch.
 	NewBatchThreshold int
 	// Tasks is the number of dequeue tasks Run starts with (default 1).
+	// Left 0, the pool also grows by one task after each get that comes
+	// back full, up to the driver's Features().BusyTasks (PostgreSQL: 8;
+	// 0 elsewhere), and the idle rule stops the added tasks once the queue
+	// is drained; a Tasks given (the worker gives pool.initial and resizes
+	// by its policy) is never grown.
 	Tasks int
 	// MinTasks is the fewest tasks the idle stop rule leaves (default 1).
 	MinTasks int

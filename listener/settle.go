@@ -40,7 +40,14 @@ type txSettle struct {
 
 // settleContext gives message i's handler its TxSettler.
 func (b *batch) settleContext(ctx context.Context, i int) context.Context {
-	return queue.WithTxSettler(ctx, &txSettle{b: b, i: i})
+	s := &b.settles[i]
+	if s.b == nil {
+		// Set once, by the message's first run, before its handler starts:
+		// a run again (after a worker fault) shares it, and BeginSettle's
+		// state change orders each winner's write of from.
+		s.b, s.i = b, i
+	}
+	return queue.WithTxSettler(ctx, s)
 }
 
 // callSettle is the queue.TxSettler of a batch handler call: it settles

@@ -230,6 +230,9 @@ func (t *task) loop() error {
 			l.sem.Release(int64(len(ms)))
 			return nil
 		}
+		if l.busyPool > 1 && len(ms) == held {
+			l.growBusy()
+		}
 		if t.idle > 0 {
 			t.idle = 0
 			l.stats.workDetected.Add(1)

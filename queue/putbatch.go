@@ -65,10 +65,25 @@ const putBatchParallel = MaxBatchSize
 // message, each a billed call. Observers see each backend call: OpPutBatch
 // with the messages it stored, billed by its bodies' size where the
 // backend bills by payload (SQS: one request per 64 KiB).
+//
+// Under a Tracer (package tracing) the call is one put of len(msgs)
+// messages: one span, whose trace context goes into a copy of each
+// message's metadata where it fits the backend's limits (a message never
+// fails for tracing's sake; msgs is never changed), ended with the
+// results (BatchPutSpan).
 func (q *Queue) PutBatch(ctx context.Context, msgs []PutMessage) (results []PutResult, err error) {
 	if len(msgs) == 0 {
 		return nil, nil
 	}
+	if q.tracer != nil {
+		return q.tracedPutBatch(ctx, msgs)
+	}
+	return q.putBatch(ctx, msgs, nil)
+}
+
+// putBatch is PutBatch, the trace context of span (nil: none) added to
+// each message's metadata where it fits.
+func (q *Queue) putBatch(ctx context.Context, msgs []PutMessage, span PutSpan) (results []PutResult, err error) {
 	if err := q.begin(ctx, OpPutBatch); err != nil {
 		return nil, err
 	}
@@ -81,7 +96,7 @@ func (q *Queue) PutBatch(ctx context.Context, msgs []PutMessage) (results []PutR
 			results[i].Err = q.reject(OpPutBatch, fmt.Errorf("message %d of %d: %w", i, len(msgs), err))
 			continue
 		}
-		reqs = append(reqs, driver.PutRequest{Body: m.Body, Opts: o})
+		reqs = append(reqs, driver.PutRequest{Body: m.Body, Opts: q.inject(span, m.Body, o)})
 		idx = append(idx, i)
 	}
 	if len(reqs) == 0 {

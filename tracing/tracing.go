@@ -1,7 +1,9 @@
 // Package tracing follows messages with OpenTelemetry, from the put that
 // wrote one to the handler that finished it: a producer span on each put
-// (Queue.Put), whose W3C trace context is written into the message's
-// Metadata; a consumer span for each message a listener handles, child of
+// (Queue.Put; one per Queue.PutBatch, with messaging.batch.message_count
+// and the failed messages' count and first error), whose W3C trace context
+// is written into the message's Metadata (each message's, where it fits
+// the backend's limits); a consumer span for each message a listener handles, child of
 // the producer's span, that the handler's context carries; the handler's
 // failure recorded on it; poisoning and requeueing as events on it. Exec
 // handlers get TRACEPARENT (and TRACESTATE) in their environment and HTTP
@@ -43,6 +45,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -80,6 +83,9 @@ const (
 	// when AttrRequeueHidden is false).
 	AttrRequeueDelay  = attribute.Key("adaptq.requeue.delay")
 	AttrRequeueHidden = attribute.Key("adaptq.requeue.hidden")
+	// AttrPutFailed is how many messages of a batch put (Queue.PutBatch)
+	// failed, on its span, whose exception event is the first's error.
+	AttrPutFailed = attribute.Key("adaptq.put.failed_count")
 
 	// EventPoisoned: the message was put to the poison queue.
 	EventPoisoned = "adaptq.poisoned"
@@ -108,34 +114,64 @@ type Tracing struct {
 	// global: tp and prop are OpenTelemetry's globals (no option named
 	// others), so while neither has been set (idle) nothing is traced.
 	global bool
-	tp     trace.TracerProvider
-	prop   propagation.TextMapPropagator
-	tracer trace.Tracer
+	tp     trace.TracerProvider          // nil: the global one, as it is at each use
+	prop   propagation.TextMapPropagator // nil: the global one, as it is at each use
+	tracer trace.Tracer                  // tp's, if tp is set
+	// globalTracer is the tracer of the global provider last seen.
+	globalTracer atomic.Pointer[providerTracer]
 	// propagate is the handler.Propagation of every handler context.
 	propagate handler.Propagation
 }
 
+// providerTracer is a provider and its tracer of adaptq's scope.
+type providerTracer struct {
+	tp         trace.TracerProvider
+	tracer     trace.Tracer
+	comparable bool // tp's type is: a later provider may be compared with it
+}
+
 // New returns a Tracing with OpenTelemetry's global provider and
-// propagator, unless opts name others. The global ones are read through
-// OpenTelemetry's delegation, so a provider set after New is used too.
+// propagator, unless opts name others. The global ones are read at each
+// use (otel.GetTracerProvider, otel.GetTextMapPropagator), so a provider
+// or a propagator set after New, or set again, is used.
 func New(opts ...Option) *Tracing {
 	t := &Tracing{}
 	for _, o := range opts {
 		o(t)
 	}
 	t.global = t.tp == nil && t.prop == nil
-	if t.tp == nil {
-		t.tp = otel.GetTracerProvider()
+	if t.tp != nil {
+		t.tracer = t.tp.Tracer(ScopeName)
 	}
-	if t.prop == nil {
-		t.prop = otel.GetTextMapPropagator()
-	}
-	t.tracer = t.tp.Tracer(ScopeName)
-	prop := t.prop
 	t.propagate = func(ctx context.Context, set func(k, v string)) {
-		prop.Inject(ctx, setter(set))
+		defer guard("handler's trace context", nil)
+		t.propagator().Inject(ctx, setter(set))
 	}
 	return t
+}
+
+// propagator is the propagator t uses now.
+func (t *Tracing) propagator() propagation.TextMapPropagator {
+	if t.prop != nil {
+		return t.prop
+	}
+	return otel.GetTextMapPropagator()
+}
+
+// tracerNow is the tracer t makes spans with now: its provider's, else
+// the current global provider's (OpenTelemetry's delegation reaches only
+// the first provider a program sets, so t does not rely on it).
+func (t *Tracing) tracerNow() trace.Tracer {
+	if t.tp != nil {
+		return t.tracer
+	}
+	tp := otel.GetTracerProvider()
+	if c := t.globalTracer.Load(); c != nil && c.comparable && c.tp == tp {
+		return c.tracer
+	}
+	c := &providerTracer{tp: tp, tracer: tp.Tracer(ScopeName), comparable: reflect.TypeOf(tp).Comparable()}
+	t.globalTracer.Store(c)
+	return c.tracer
 }
 
 // unsetTP and unsetProp are OpenTelemetry's global provider and
@@ -191,12 +227,14 @@ func system(driverName string) attribute.KeyValue {
 // on untraced.
 // A put with no trace in ctx of a message whose metadata carries one (put
 // again from a poison queue) continues that trace.
-func (t *Tracing) StartPut(ctx context.Context, q *queue.Queue, n int, md map[string]string) (context.Context, queue.PutSpan) {
+func (t *Tracing) StartPut(ctx context.Context, q *queue.Queue, n int, md map[string]string) (rctx context.Context, ps queue.PutSpan) {
 	if t.idle() {
 		return ctx, nil
 	}
+	in := ctx
+	defer guard("put", func() { rctx, ps = in, nil })
 	if len(md) > 0 && !trace.SpanContextFromContext(ctx).IsValid() {
-		ctx = t.prop.Extract(ctx, propagation.MapCarrier(md))
+		ctx = t.propagator().Extract(ctx, propagation.MapCarrier(md))
 	}
 	attrs := []attribute.KeyValue{
 		system(q.Features().Name),
@@ -207,8 +245,8 @@ func (t *Tracing) StartPut(ctx context.Context, q *queue.Queue, n int, md map[st
 	if n > 1 {
 		attrs = append(attrs, semconv.MessagingBatchMessageCount(n))
 	}
-	ctx, span := t.tracer.Start(ctx, "send "+q.Name(), trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
-	return ctx, &putSpan{t: t, ctx: ctx, span: span}
+	sctx, span := t.tracerNow().Start(ctx, "send "+q.Name(), trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	return sctx, &putSpan{t: t, ctx: sctx, span: span}
 }
 
 type putSpan struct {
@@ -220,12 +258,13 @@ type putSpan struct {
 // Inject adds the put's trace context to a copy of md; md itself when there
 // is no trace to pass on (the no-op provider with no incoming trace) or
 // the propagator writes nothing (the no-op propagator).
-func (p *putSpan) Inject(md map[string]string) map[string]string {
+func (p *putSpan) Inject(md map[string]string) (out map[string]string) {
+	defer guard("put", func() { out = md })
 	if !p.span.SpanContext().IsValid() {
 		return md
 	}
 	c := make(propagation.MapCarrier, 2)
-	p.t.prop.Inject(p.ctx, c)
+	p.t.propagator().Inject(p.ctx, c)
 	if len(c) == 0 {
 		return md
 	}
@@ -238,10 +277,38 @@ func (p *putSpan) Inject(md map[string]string) map[string]string {
 }
 
 func (p *putSpan) End(id string, err error) {
+	defer guard("put", nil)
 	if err != nil {
 		recordError(p.span, err)
 	} else if id != "" && p.span.IsRecording() {
 		p.span.SetAttributes(semconv.MessagingMessageID(id))
+	}
+	p.span.End()
+}
+
+var _ queue.BatchPutSpan = (*putSpan)(nil)
+
+// EndBatch ends the span of a PutBatch: the call's error, else how many
+// of its messages failed (AttrPutFailed) and the first one's error.
+func (p *putSpan) EndBatch(results []queue.PutResult, err error) {
+	defer guard("put", nil)
+	if err != nil {
+		recordError(p.span, err)
+		p.span.End()
+		return
+	}
+	failed, first := 0, error(nil)
+	for _, r := range results {
+		if r.Err != nil {
+			if failed++; first == nil {
+				first = r.Err
+			}
+		}
+	}
+	if failed > 0 && p.span.IsRecording() {
+		exception(p.span, first)
+		p.span.SetAttributes(AttrPutFailed.Int(failed), errorType(first))
+		p.span.SetStatus(codes.Error, fmt.Sprintf("%d of %d messages failed", failed, len(results)))
 	}
 	p.span.End()
 }
@@ -270,16 +337,25 @@ type consumer struct {
 // Start begins m's consumer span, child of the span that put m when m's
 // metadata carries its trace context. With nothing configured (see idle)
 // it returns ctx and a nil MessageSpan: the listener then traces nothing.
-func (c *consumer) Start(ctx context.Context, m *queue.Message) (context.Context, listener.MessageSpan) {
+func (c *consumer) Start(ctx context.Context, m *queue.Message) (rctx context.Context, ms listener.MessageSpan) {
 	if c.t.idle() {
 		return ctx, nil
 	}
+	in := ctx
+	var span trace.Span
+	defer guard("message", func() {
+		rctx, ms = in, nil
+		if span != nil {
+			defer guard("message", nil)
+			span.End()
+		}
+	})
 	if len(m.Metadata) > 0 {
-		ctx = c.t.prop.Extract(ctx, propagation.MapCarrier(m.Metadata))
+		ctx = c.t.propagator().Extract(ctx, propagation.MapCarrier(m.Metadata))
 	}
 	// The queue's attributes (system, destination, operation: what a
 	// sampler may look at) go in at the start, the message's after.
-	ctx, span := c.t.tracer.Start(ctx, c.name, c.start...)
+	ctx, span = c.t.tracerNow().Start(ctx, c.name, c.start...)
 	if span.IsRecording() {
 		span.SetAttributes(
 			semconv.MessagingMessageID(m.ID),
@@ -295,6 +371,7 @@ func (c *consumer) Start(ctx context.Context, m *queue.Message) (context.Context
 type messageSpan struct{ span trace.Span }
 
 func (s messageSpan) Poisoned(reason, poisonID string) {
+	defer guard("message", nil)
 	if !s.span.IsRecording() {
 		return
 	}
@@ -304,6 +381,7 @@ func (s messageSpan) Poisoned(reason, poisonID string) {
 }
 
 func (s messageSpan) Requeued(delay time.Duration, hidden bool) {
+	defer guard("message", nil)
 	if s.span.IsRecording() {
 		s.span.AddEvent(EventRequeued, trace.WithAttributes(AttrRequeueDelay.Float64(delay.Seconds()), AttrRequeueHidden.Bool(hidden)))
 	}
@@ -314,6 +392,7 @@ func (s messageSpan) Context(ctx context.Context) context.Context {
 }
 
 func (s messageSpan) End(err error) {
+	defer guard("message", nil)
 	if err != nil {
 		recordError(s.span, err)
 	}
@@ -325,27 +404,30 @@ func (s messageSpan) End(err error) {
 // messaging.batch.message_count, linked to the span that put each message
 // (the conventions' way for a batch, whose messages come from many
 // traces), a child of ctx's span if any.
-func (c *consumer) StartBatch(ctx context.Context, ms []*queue.Message) (context.Context, listener.BatchSpan) {
+func (c *consumer) StartBatch(ctx context.Context, ms []*queue.Message) (rctx context.Context, bs listener.BatchSpan) {
 	if c.t.idle() {
 		return ctx, nil
 	}
+	in := ctx
+	defer guard("batch call", func() { rctx, bs = in, nil })
 	links := make([]trace.Link, 0, len(ms))
+	prop := c.t.propagator()
 	for _, m := range ms {
 		if len(m.Metadata) == 0 {
 			continue
 		}
-		if sc := trace.SpanContextFromContext(c.t.prop.Extract(context.Background(), propagation.MapCarrier(m.Metadata))); sc.IsValid() {
+		if sc := trace.SpanContextFromContext(prop.Extract(context.Background(), propagation.MapCarrier(m.Metadata))); sc.IsValid() {
 			links = append(links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{semconv.MessagingMessageID(m.ID)}})
 		}
 	}
 	attrs := make([]attribute.KeyValue, 0, len(c.attrs)+1)
 	attrs = append(append(attrs, c.attrs...), semconv.MessagingBatchMessageCount(len(ms)))
-	ctx, span := c.t.tracer.Start(ctx, c.name, trace.WithSpanKind(trace.SpanKindConsumer),
+	sctx, span := c.t.tracerNow().Start(ctx, c.name, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attrs...), trace.WithLinks(links...))
 	if span.SpanContext().IsValid() {
-		ctx = handler.WithPropagation(ctx, c.t.propagate)
+		sctx = handler.WithPropagation(sctx, c.t.propagate)
 	}
-	return ctx, &batchSpan{span: span, ms: ms}
+	return sctx, &batchSpan{span: span, ms: ms}
 }
 
 type batchSpan struct {
@@ -359,6 +441,7 @@ func (b *batchSpan) Message(k int) listener.MessageSpan {
 }
 
 func (b *batchSpan) End() {
+	defer guard("batch call", nil)
 	if n := b.failed.Load(); n > 0 && b.span.IsRecording() {
 		b.span.SetStatus(codes.Error, fmt.Sprintf("%d of %d messages failed", n, len(b.ms)))
 	}
@@ -373,12 +456,14 @@ type batchMessage struct {
 }
 
 func (m batchMessage) Poisoned(reason, poisonID string) {
+	defer guard("batch call", nil)
 	if m.b.span.IsRecording() {
 		m.b.span.AddEvent(EventPoisoned, trace.WithAttributes(m.id, AttrPoisonReason.String(reason), AttrPoisonID.String(poisonID)))
 	}
 }
 
 func (m batchMessage) Requeued(delay time.Duration, hidden bool) {
+	defer guard("batch call", nil)
 	if m.b.span.IsRecording() {
 		m.b.span.AddEvent(EventRequeued, trace.WithAttributes(m.id, AttrRequeueDelay.Float64(delay.Seconds()), AttrRequeueHidden.Bool(hidden)))
 	}
@@ -392,22 +477,35 @@ func (m batchMessage) End(err error) {
 	if err == nil {
 		return
 	}
+	defer guard("batch call", nil)
 	m.b.failed.Add(1)
 	if m.b.span.IsRecording() {
-		m.b.span.RecordError(err, trace.WithAttributes(m.id, errorType(err)))
+		exception(m.b.span, err, m.id, errorType(err))
 	}
 }
 
-// recordError records err on span: an exception event, status Error, and
-// error.type (permanent, panic, timeout, or the semantic conventions'
-// _OTHER), which stays low in cardinality as the conventions ask.
+// recordError records err on span: an exception event and status Error,
+// both with err's text redacted, and error.type (permanent, panic,
+// timeout, or the semantic conventions' _OTHER), which stays low in
+// cardinality as the conventions ask.
 func recordError(span trace.Span, err error) {
 	if !span.IsRecording() {
 		return
 	}
-	span.RecordError(err)
+	msg := exception(span, err)
 	span.SetAttributes(errorType(err))
-	span.SetStatus(codes.Error, err.Error())
+	span.SetStatus(codes.Error, msg)
+}
+
+// exception adds err's exception event to span, as span.RecordError does,
+// with the text of queue.RedactError (a span goes to a collector outside
+// the worker: no URL's signature or password, no token in it) and err's
+// own type; it returns that text.
+func exception(span trace.Span, err error, attrs ...attribute.KeyValue) string {
+	msg := queue.RedactError(err).Error()
+	span.AddEvent(semconv.ExceptionEventName, trace.WithAttributes(append(attrs,
+		semconv.ExceptionType(fmt.Sprintf("%T", err)), semconv.ExceptionMessage(msg))...))
+	return msg
 }
 
 // errorType is err's error.type.
@@ -422,6 +520,20 @@ func errorType(err error) attribute.KeyValue {
 		return semconv.ErrorTypeKey.String("timeout")
 	}
 	return semconv.ErrorTypeOther
+}
+
+// guard, deferred, recovers a panic of the program's OpenTelemetry parts
+// (its propagator, sampler, span processor or exporter, which adaptq
+// calls), reports it to OpenTelemetry's error handler (otel.Handle) and
+// calls undo, if any, to leave what it was doing untraced: tracing never
+// fails a put or a message, nor stops a worker.
+func guard(what string, undo func()) {
+	if r := recover(); r != nil {
+		otel.Handle(fmt.Errorf("adaptq tracing: %s: recovered a panic of OpenTelemetry's provider or propagator: %v", what, r))
+		if undo != nil {
+			undo()
+		}
+	}
 }
 
 // setter adapts a set func to a propagation.TextMapCarrier (Inject only).

@@ -24,6 +24,7 @@ import (
 	"github.com/adaptq/adaptq/handler"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/queue/memory"
 	"github.com/adaptq/adaptq/queue/poison"
 	"github.com/adaptq/adaptq/tracing"
 )
@@ -294,6 +295,54 @@ func TestNoopAddsNoMetadata(t *testing.T) {
 	if ms[0].Metadata != nil || len(ms[1].Metadata) != 1 || ms[1].Metadata["tenant"] != "a" {
 		t.Errorf("metadata %v and %v, want nil and the tenant alone", ms[0].Metadata, ms[1].Metadata)
 	}
+	res, err := q.PutBatch(context.Background(), []queue.PutMessage{{Body: []byte("A1")}, {Body: []byte("A2"), Opts: queue.PutOptions{Metadata: map[string]string{"tenant": "a"}}}})
+	if err != nil || res[0].Err != nil || res[1].Err != nil {
+		t.Fatalf("put batch: %v, %+v", err, res)
+	}
+	ms, err = q.Peek(context.Background(), 4)
+	if err != nil || len(ms) != 4 {
+		t.Fatalf("peek: %d messages, %v", len(ms), err)
+	}
+	byBody := map[string]map[string]string{} // the kit's driver puts a batch's messages concurrently
+	for _, m := range ms[2:] {
+		byBody[string(m.Body)] = m.Metadata
+	}
+	if byBody["A1"] != nil || len(byBody["A2"]) != 1 || byBody["A2"]["tenant"] != "a" {
+		t.Errorf("batch: metadata %v, want nil for A1 and the tenant alone for A2", byBody)
+	}
+}
+
+// With nothing configured, a traced Put or PutBatch allocates no more
+// than one on a queue without tracing.
+func TestNoopAllocatesNothing(t *testing.T) {
+	tracing.Register(tracing.New())
+	ctx := context.Background()
+	allocs := func(opt queue.Option, put func(q *queue.Queue)) float64 {
+		q, err := memory.NewStore().Queue("orders", opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return testing.AllocsPerRun(200, func() { put(q) })
+	}
+	md := map[string]string{"tenant": "a"}
+	batch := []queue.PutMessage{{Body: []byte("A1")}, {Body: []byte("A2"), Opts: queue.PutOptions{Metadata: md}}}
+	for name, put := range map[string]func(q *queue.Queue){
+		"put": func(q *queue.Queue) {
+			if _, err := q.Put(ctx, []byte("A1"), queue.PutOptions{Metadata: md}); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"put batch": func(q *queue.Queue) {
+			if _, err := q.PutBatch(ctx, batch); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		traced, plain := allocs(tracing.New().QueueOption(), put), allocs(queue.WithTracer(nil), put)
+		if traced != plain {
+			t.Errorf("%s: %v allocations with tracing unconfigured, %v without tracing", name, traced, plain)
+		}
+	}
 }
 
 // Registered with no options (as the import does), tracing follows
@@ -321,5 +370,52 @@ func TestGlobalProviderByDefault(t *testing.T) {
 	send, process := spans(sr, "send orders"), spans(sr, "process orders")
 	if len(send) != 1 || len(process) != 1 || process[0].Parent().SpanID() != send[0].SpanContext().SpanID() {
 		t.Fatalf("%d send and %d process spans, want 1 and 1, the producer the consumer's parent", len(send), len(process))
+	}
+}
+
+// Registered with no options, tracing follows OpenTelemetry's globals as
+// they are now, not only the first provider and propagator the program
+// set (OpenTelemetry's delegation reaches the first only): a program (or
+// `adaptq run`, then `adaptq enqueue`, in one test binary) that replaces
+// its provider gets its spans in the new one. It leaves the globals set
+// (no-op): keep it last, with TestGlobalProviderByDefault.
+func TestGlobalProviderReplacedIsFollowed(t *testing.T) {
+	tracing.Register(tracing.New())
+	t.Cleanup(func() {
+		otel.SetTracerProvider(noop.NewTracerProvider())
+		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
+	})
+	q, err := memory.NewStore().Queue("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var srs []*tracetest.SpanRecorder
+	for range 2 {
+		sr := tracetest.NewSpanRecorder()
+		srs = append(srs, sr)
+		otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr)))
+		otel.SetTextMapPropagator(propagation.TraceContext{})
+		if _, err := q.Put(ctx, []byte("A1"), queue.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, sr := range srs {
+		if n := len(spans(sr, "send orders")); n != 1 {
+			t.Errorf("provider %d recorded %d send spans, want 1", i+1, n)
+		}
+	}
+	// The propagator too: with the global one replaced by a no-op, a put
+	// carries no trace context.
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
+	if _, err := q.Put(ctx, []byte("A2"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := q.Peek(ctx, 3)
+	if err != nil || len(ms) != 3 {
+		t.Fatalf("peek: %d, %v", len(ms), err)
+	}
+	if ms[1].Metadata["traceparent"] == "" || ms[2].Metadata != nil {
+		t.Errorf("metadata %v then %v, want a traceparent, then none", ms[1].Metadata, ms[2].Metadata)
 	}
 }

@@ -98,3 +98,55 @@ func TestPutInTransactionIsTraced(t *testing.T) {
 		})
 	}
 }
+
+// A batch put in the caller's transaction (postgres.PutBatchTx) is one
+// producer span, as PutBatch is, whose trace context each message carries.
+func TestPutBatchInTransactionIsOneSpan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	tr := tracing.New(tracing.WithTracerProvider(tp), tracing.WithPropagator(propagation.TraceContext{}))
+	db, err := postgres.Open(ctx, pgtest.URL(t), postgres.WithSchema(pgtest.Schema(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	q, err := db.Queue(ctx, "orders", tr.QueueOption())
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := map[string]string{"tenant": "a"}
+	tx, err := db.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := postgres.PutBatchTx(ctx, tx, q, [][]byte{[]byte("A1"), []byte("A2")}, queue.PutOptions{Metadata: md}); err != nil {
+		_ = tx.Rollback(ctx)
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(md) != 1 {
+		t.Errorf("the caller's metadata was changed: %v", md)
+	}
+	send := spans(sr, "send orders")
+	if len(send) != 1 {
+		t.Fatalf("%d send spans, want 1", len(send))
+	}
+	if v, _ := attr(send[0], "messaging.batch.message_count"); v.AsInt64() != 2 {
+		t.Errorf("batch message count %d, want 2", v.AsInt64())
+	}
+	sc := send[0].SpanContext()
+	want := "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"
+	ms, err := q.Peek(ctx, 2)
+	if err != nil || len(ms) != 2 {
+		t.Fatalf("peek: %d, %v", len(ms), err)
+	}
+	for _, m := range ms {
+		if m.Metadata["traceparent"] != want || m.Metadata["tenant"] != "a" {
+			t.Errorf("%s: metadata %v, want the tenant and the batch's traceparent %q", m.Body, m.Metadata, want)
+		}
+	}
+}

@@ -45,6 +45,9 @@ func TestReferenceConfigShowsEveryKey(t *testing.T) {
 	walk = func(typ reflect.Type, at string) {
 		for i := range typ.NumField() {
 			f := typ.Field(i)
+			if !f.IsExported() {
+				continue // not a key
+			}
 			key := f.Tag.Get("yaml")
 			if !regexp.MustCompile(`(^|[\s{#-])` + key + `:`).Match(data) {
 				t.Errorf("%s%s is not in %s", at, key, referenceConfig)

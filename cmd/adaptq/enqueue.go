@@ -18,6 +18,7 @@ import (
 	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/internal/durationhint"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/tracing/otlpenv"
 )
 
 const (
@@ -56,7 +57,11 @@ Messages go in batches (one backend call per batch where the backend takes
 many at once: SQS's SendMessageBatch of 10, one transaction or statement of
 32 on SQLite, PostgreSQL and Redis), 8 batches at a time, so messages of one
 run are not stored in input order (queues never promise order anyway). Everything is checked before the first
-put: a bad flag or an oversized body writes nothing.`,
+put: a bad flag or an oversized body writes nothing.
+
+Tracing: with OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER=otlp) set,
+as for run, each batch is a producer span sent to that OTLP/HTTP endpoint, and
+its messages carry its trace context.`,
 		Example: `  adaptq enqueue --queue orders 'order 1001'
   adaptq enqueue --queue orders --count 10000 'load test'
   seq 1 100 | adaptq enqueue --queue orders --lines -
@@ -95,6 +100,20 @@ func (o *enqueueCmd) run(cmd *cobra.Command, e env, args []string) (err error) {
 			return inputErrorf("--lines: %s has no non-empty line", source)
 		}
 	}
+
+	// As run: spans (one per PutBatch) to the OTLP endpoint the OTEL_*
+	// variables name, if any, flushed before enqueue returns.
+	_, stopTracing, err := otlpenv.Setup(ctx)
+	if err != nil {
+		return inputError{fmt.Errorf("tracing: %w", err)}
+	}
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.Background(), tracingFlush)
+		defer cancel()
+		if err := stopTracing(fctx); err != nil {
+			fmt.Fprintf(e.stderr, "adaptq: tracing: flushing spans at exit failed: %v\n", err)
+		}
+	}()
 
 	q, from, err := o.openConfigured(ctx, cmd)
 	if err != nil {

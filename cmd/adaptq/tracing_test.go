@@ -15,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/adaptq/adaptq/queue"
 )
 
 // adaptq run with an OTLP endpoint (a receiver on loopback) in the
@@ -71,6 +73,49 @@ queues:
 	defer mu.Unlock()
 	if posts == 0 {
 		t.Error("no spans reached the OTLP endpoint")
+	}
+}
+
+// adaptq enqueue with an OTLP endpoint in the environment: the batch's
+// producer span reaches the endpoint by the time enqueue returns, and each
+// message carries its trace context. Not parallel, as the run test.
+func TestEnqueueExportsSpansToTheOTLPEndpoint(t *testing.T) {
+	var mu sync.Mutex
+	posts := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/traces" {
+			mu.Lock()
+			posts++
+			mu.Unlock()
+		}
+	}))
+	defer srv.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+	t.Cleanup(func() {
+		otel.SetTracerProvider(noop.NewTracerProvider())
+		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
+	})
+	dir := t.TempDir()
+	url := "sqlite://" + dir + "/q.db?queue=orders"
+	mustCLI(t, "A1\nA2\n", "enqueue", "--url", url, "--lines", "-")
+	mu.Lock()
+	n := posts
+	mu.Unlock()
+	if n == 0 {
+		t.Error("no spans reached the OTLP endpoint")
+	}
+	q, err := queue.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	ms, err := q.Peek(context.Background(), 2)
+	if err != nil || len(ms) != 2 {
+		t.Fatalf("peek: %d, %v", len(ms), err)
+	}
+	traceparent := regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-01$`)
+	if tp := ms[0].Metadata["traceparent"]; !traceparent.MatchString(tp) || ms[1].Metadata["traceparent"] != tp {
+		t.Errorf("traceparents %q and %q, want the batch's, the same in both", tp, ms[1].Metadata["traceparent"])
 	}
 }
 

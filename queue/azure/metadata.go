@@ -104,3 +104,27 @@ func (q *Queue) claimCheckSize(size int) int {
 	env, _ := json.Marshal(envelope{Version: envelopeVersion, Container: q.a.cfg.Container, Blob: q.name + "/" + strings.Repeat("0", 32), Size: size})
 	return len(env)
 }
+
+var _ driver.MetadataFitter = (*Queue)(nil)
+
+// FitMetadata implements driver.MetadataFitter with Put's own size checks:
+// a body that goes in the message as it is must fit it with md's envelope
+// in front (else Put would fail, or move it to a claim-check blob), and
+// the claim-check envelope of one that goes to a blob must fit it too.
+func (q *Queue) FitMetadata(body []byte, md map[string]string) error {
+	if !needsMetaEnvelope(body, md) {
+		return nil
+	}
+	limit := q.a.cfg.Encoding.inlineLimit()
+	if len(body) <= limit && !isEnvelope(body) {
+		if n := len(metaLine(md, len(body))) + len(body); n > limit {
+			return metaSizeError(n, limit)
+		}
+		return nil
+	}
+	cc := q.claimCheckSize(len(body))
+	if n := len(metaLine(md, cc)) + cc; n > limit {
+		return metaSizeError(n, limit)
+	}
+	return nil
+}

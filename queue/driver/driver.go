@@ -177,6 +177,13 @@ type Features struct {
 	// each 64 KiB of a call's payload is one request); 0 when a call is
 	// one request whatever its size.
 	BillingChunk int
+	// BusyTasks is how many dequeue tasks a listener left to its default
+	// pool (Options.Tasks 0) runs while its gets come back full: a backend
+	// whose concurrent gets overlap their round trips and share their
+	// commits (PostgreSQL's group commit) drains faster with several; 0 or
+	// 1 keeps one (an embedded database with one writer gains nothing, a
+	// billed backend pays for every get).
+	BusyTasks int
 	// Metadata bounds a message's metadata; zero when the driver stores
 	// none (the portable queue then refuses any).
 	Metadata MetadataLimits

@@ -256,3 +256,15 @@ func DecodeMetadata(b []byte) (map[string]string, error) {
 	}
 	return md, nil
 }
+
+// MetadataFitter is a driver whose own check of a put's metadata is finer
+// than CheckMetadata's estimate (Azure's metadata envelope is JSON in
+// front of the body, larger than its keys and values). FitMetadata returns
+// an error when a put of body with md would fail for md's size, or would
+// be stored otherwise than a put of body alone (an inline body moved to a
+// claim-check blob). Tracing asks it before adding trace context to a
+// put's metadata, so that a put never fails, nor costs more, for
+// tracing's sake.
+type MetadataFitter interface {
+	FitMetadata(body []byte, md map[string]string) error
+}

@@ -18,7 +18,7 @@ import (
 var features = driver.Features{
 	MaxPeek: queue.MaxPeek, BatchDelete: true, Siblings: true,
 	NativeNotify: true, Durability: driver.PowerLoss, TimeResolution: time.Microsecond,
-	Metadata: driver.DefaultMetadataLimits,
+	Metadata: driver.DefaultMetadataLimits, BusyTasks: postgres.BusyTasks,
 }
 
 // TestConformance runs the contract's suite on the real server, each case

@@ -33,6 +33,16 @@ const DefaultSchema = "adaptq"
 // 10 ms wake target of issue 15.
 const DefaultNotifyInterval = 5 * time.Millisecond
 
+// BusyTasks is the pool a listener left to its default tasks grows to
+// while its gets come back full (driver.Features.BusyTasks): each Get
+// commits, and waits for its WAL flush, so one task waiting on each get
+// in turn drained 100,000 messages at 0.25–0.33× the rate of PEERS.md's
+// hand-written loop of 8 goroutines, and 8 tasks at 0.9–1.0× of it
+// (bench/cmd/pgprobe, issue 34): concurrent gets overlap their round
+// trips and share their flushes (group commit), and the hand loop peaks
+// at 8 on two cores.
+const BusyTasks = 8
+
 // SweepInterval is how often, at most, a process sweeps a queue's expired
 // messages: every call that reads the queue (Get, Peek, Count, Depth)
 // starts a sweep in the background unless one began within the interval.

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/adaptq/adaptq"
+	"github.com/adaptq/adaptq/internal/testutil"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/postgres/pgtest"
 )
@@ -137,9 +138,12 @@ func startWorker(t *testing.T, u string, h *handledSet) *worker {
 	return w
 }
 
-// waitFor polls cond; the timeout only guards against a hang.
+// waitFor polls cond; the timeout only guards against a hang, and is at
+// least testutil.HangGuard (testutil.Guard), so that a machine slowed by
+// load cannot fail a test by it.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	timeout = testutil.Guard(timeout)
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {

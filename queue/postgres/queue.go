@@ -38,6 +38,7 @@ func (q *pgQueue) Features() driver.Features {
 		Metadata:       driver.DefaultMetadataLimits,
 		Durability:     driver.PowerLoss,
 		TimeResolution: time.Microsecond,
+		BusyTasks:      BusyTasks,
 	}
 }
 

@@ -115,12 +115,18 @@ func QueuePut(ctx context.Context, b *pgx.Batch, q *queue.Queue, body []byte, op
 	}
 	// As Put: a span (of the queueing; the id comes with the batch's
 	// results), the trace context in the metadata.
-	ctx, opts, end := q.TracePut(ctx, body, opts)
+	_, opts, end := q.TracePut(ctx, body, opts)
 	ttl, err := checkPut(q, body, opts)
 	end("", err)
 	if err != nil {
 		return fmt.Errorf("postgres: put in batch %q: %w", q.Name(), err)
 	}
+	pq.queuePut(b, body, opts, ttl, id)
+	return nil
+}
+
+// queuePut adds the statement of a checked put (ttl from checkPut) to b.
+func (pq *pgQueue) queuePut(b *pgx.Batch, body []byte, opts queue.PutOptions, ttl int64, id *string) {
 	if body == nil {
 		body = []byte{}
 	}
@@ -147,7 +153,6 @@ func QueuePut(ctx context.Context, b *pgx.Batch, q *queue.Queue, body []byte, op
 		}
 		return nil
 	})
-	return nil
 }
 
 // PutBatchTx puts one message per body on q inside tx, in one round trip
@@ -159,23 +164,43 @@ func PutBatchTx(ctx context.Context, tx pgx.Tx, q *queue.Queue, bodies [][]byte,
 	if tx == nil {
 		return nil, fmt.Errorf("postgres: put batch in transaction: %w: tx is nil", queue.ErrInvalidArgument)
 	}
-	if _, err := txQueue(ctx, q, "put batch"); err != nil {
+	if len(bodies) == 0 {
+		if _, err := txQueue(ctx, q, "put batch"); err != nil {
+			return nil, err
+		}
+		return []string{}, nil
+	}
+	// As PutBatch: one span, its trace context in each message's metadata
+	// where it fits.
+	ctx, inject, end := q.TracePutBatch(ctx, len(bodies))
+	ids, err := putBatchTx(ctx, tx, q, bodies, opts, inject)
+	if err != nil {
+		end(nil, err)
 		return nil, err
 	}
+	results := make([]queue.PutResult, len(ids))
+	for i, id := range ids {
+		results[i].ID = id
+	}
+	end(results, nil)
+	return ids, nil
+}
+
+func putBatchTx(ctx context.Context, tx pgx.Tx, q *queue.Queue, bodies [][]byte, opts queue.PutOptions, inject func([]byte, queue.PutOptions) queue.PutOptions) ([]string, error) {
+	pq, err := txQueue(ctx, q, "put batch")
+	if err != nil {
+		return nil, err
+	}
+	ttls := make([]int64, len(bodies))
 	for i, body := range bodies {
-		if _, err := checkPut(q, body, opts); err != nil {
+		if ttls[i], err = checkPut(q, body, opts); err != nil {
 			return nil, fmt.Errorf("postgres: put batch in transaction %q: body %d: %w", q.Name(), i, err)
 		}
 	}
 	ids := make([]string, len(bodies))
-	if len(bodies) == 0 {
-		return ids, nil
-	}
 	b := &pgx.Batch{}
 	for i, body := range bodies {
-		if err := QueuePut(ctx, b, q, body, opts, &ids[i]); err != nil {
-			return nil, err
-		}
+		pq.queuePut(b, body, inject(body, opts), ttls[i], &ids[i])
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err

@@ -27,6 +27,7 @@ import (
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/postgres"
 	"github.com/adaptq/adaptq/queue/postgres/pgtest"
+	"github.com/adaptq/adaptq/scaling"
 )
 
 // txFixture is a DB on a fresh schema with a queue "work" and an
@@ -402,9 +403,15 @@ func TestDeleteTx(t *testing.T) {
 // the listener deletes nothing itself (no NotFound); a handler whose
 // transaction rolls back gets the message again.
 func TestListenerSettleInTx(t *testing.T) {
-	f := newTxFixture(t)
+	// The DB and the listener share a fake clock: no lease ends by wall
+	// time (a 500 ms visibility on the real clock could run out, under
+	// load, in a handler that then committed). The rolled-back wait out
+	// their visibility when the test moves the clock, once nothing is in
+	// flight; vis is far beyond what tickShort moves it while handlers run.
+	fc := clock.NewFake(time.Now())
+	f := newTxFixture(t, postgres.WithClock(fc))
 	ctx := context.Background()
-	const n = 20
+	const n, vis, short = 20, 24 * time.Hour, 10 * time.Millisecond
 	for i := range n {
 		if _, err := f.q.Put(ctx, []byte(strconv.Itoa(i)), queue.PutOptions{}); err != nil {
 			t.Fatal(err)
@@ -423,13 +430,26 @@ func TestListenerSettleInTx(t *testing.T) {
 		return err
 	}
 	l, err := listener.New(f.q, h, listener.Options{Tasks: 1, MinTasks: 1, MaxTasks: 1, BatchSize: 8,
-		VisibilityTimeout: 500 * time.Millisecond, RetryDelay: func(*queue.Message, error) time.Duration { return 0 }})
+		VisibilityTimeout: vis, Clock: fc, Idle: scaling.IdleBackoff{Max: short},
+		RetryDelay: func(*queue.Message, error) time.Duration { return 0 }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
+	tickShort(t, fc, short)
 	go func() { errc <- l.Run(rctx) }()
+	// Every first run ends (the odd commit, the even roll back and fail)
+	// with no lease ended; then nothing is in flight, and the clock moves
+	// past the rolled-back's visibility.
+	waitFor(t, 60*time.Second, "every first run", func() bool {
+		st := l.Stats()
+		return st.Processed == n/2 && st.Failed == n/2
+	})
+	if st := l.Stats(); done.Load() != n/2 || st.ReceiptMismatches != 0 || st.NotFound != 0 {
+		t.Fatalf("first runs: %d committed, mismatches %d notFound %d", done.Load(), st.ReceiptMismatches, st.NotFound)
+	}
+	fc.Advance(vis)
 	waitFor(t, 60*time.Second, "every message handled", func() bool { return done.Load() == n })
 	cancel()
 	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
@@ -446,6 +466,32 @@ func TestListenerSettleInTx(t *testing.T) {
 	if c, _ := f.q.Count(ctx); c != 0 {
 		t.Fatalf("Count = %d", c)
 	}
+}
+
+// tickShort moves c to each timer due within short of its time, until the
+// test ends: the listener's pacing, trigger floor and idle sleeps (all
+// within short) run in virtual time, while a lease (far longer) never
+// ends by it. The polling only lets the woken goroutines move; no outcome
+// depends on its pace.
+func tickShort(t *testing.T, c *clock.Fake, short time.Duration) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if next, ok := c.NextDeadline(); ok {
+				if d := next.Sub(c.Now()); d <= short {
+					c.Advance(max(d, 0)) // fires only what is due within d
+				}
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	})
+	t.Cleanup(func() { close(done); wg.Wait() })
 }
 
 // lostLeaseCount is how many messages TestSettleInTxLostLease runs:
@@ -1128,9 +1174,13 @@ func TestWatchLeavesThePool(t *testing.T) {
 // during the call (the call outlasts half the visibility timeout) is the
 // one the delete uses.
 func TestBatchHandlerSettleInTx(t *testing.T) {
-	f := newTxFixture(t)
+	// A fake clock: the renewal is reached by moving it, and no lease ends
+	// by wall time (on the real clock, a renewal late under load lost the
+	// lease of a 400 ms visibility).
+	fc := clock.NewFake(time.Now())
+	f := newTxFixture(t, postgres.WithClock(fc))
 	ctx := context.Background()
-	const n = 6
+	const n, vis = 6, 400 * time.Millisecond
 	for i := range n {
 		if _, err := f.q.Put(ctx, []byte(strconv.Itoa(i)), queue.PutOptions{}); err != nil {
 			t.Fatal(err)
@@ -1151,8 +1201,19 @@ func TestBatchHandlerSettleInTx(t *testing.T) {
 		defer tx.Rollback(ctx) //nolint:errcheck
 		// Outlast half the visibility timeout: the messages are renewed,
 		// and their receipts change, before the deletes.
+		// The clock moves timer by timer, each move once the callbacks the
+		// last one started have returned, and never to the leases' end.
 		renewed := l.Stats().Renewed
-		waitFor(t, 30*time.Second, "a renewal during the call", func() bool { return l.Stats().Renewed > renewed })
+		leaseEnd := fc.Now().Add(vis)
+		waitFor(t, 30*time.Second, "a renewal during the call", func() bool {
+			if l.Stats().Renewed > renewed {
+				return true
+			}
+			if next, ok := fc.NextDeadline(); ok && fc.Running() == 0 && next.Before(leaseEnd) {
+				fc.Set(next)
+			}
+			return false
+		})
 		for i, m := range ms {
 			if _, err := tx.Exec(ctx, `INSERT INTO `+f.orders+` (note, msg_id) VALUES ('batch', $1)`, m.ID); err != nil {
 				errs[i] = err
@@ -1169,7 +1230,7 @@ func TestBatchHandlerSettleInTx(t *testing.T) {
 	}
 	var err error
 	l, err = listener.NewBatch(f.q, h, listener.Options{Tasks: 1, MinTasks: 1, MaxTasks: 1, BatchSize: n, BatchMax: n,
-		BatchWait: time.Second, VisibilityTimeout: 400 * time.Millisecond})
+		BatchWait: time.Second, VisibilityTimeout: vis, Clock: fc})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,8 +18,10 @@ import (
 	"time"
 
 	"github.com/adaptq/adaptq/internal/clock"
+	"github.com/adaptq/adaptq/internal/testutil"
 	"github.com/adaptq/adaptq/listener"
 	"github.com/adaptq/adaptq/queue"
+	"github.com/adaptq/adaptq/scaling"
 )
 
 // wakes records the queues DB.SQL's commit hook named.
@@ -253,11 +255,12 @@ func TestDeleteTxSQLite(t *testing.T) {
 // deletes none itself, and redelivers those whose transaction rolled back;
 // puts in the application's transactions wake it through DB.SQL.
 func TestListenerSettleInTxSQLite(t *testing.T) {
-	db, err := Open(filepath.Join(t.TempDir(), "q.db")) // the wall clock: the rolled-back wait out their visibility
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	// The DB and the listener share a fake clock: no lease can end by
+	// wall time (a 300 ms visibility on the real clock ran out, under
+	// load, in a handler that then committed: "failed 11"). The
+	// rolled-back wait out their visibility when the test moves the clock,
+	// once nothing is in flight.
+	db, fc, _ := newDB(t)
 	q := mustQueue(t, db, "work")
 	var n listener.LocalNotifier
 	s := appDB(t, db, nil)
@@ -266,7 +269,9 @@ func TestListenerSettleInTxSQLite(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ws.Close()
-	const total = 20
+	// vis is a lease far beyond what tickShort moves the clock while
+	// handlers run (at most short a step, a step per 100 µs of wall time).
+	const total, vis, short = 20, 24 * time.Hour, 10 * time.Millisecond
 	var runs sync.Map
 	var done atomic.Int64
 	h := func(ctx context.Context, m *queue.Message) error {
@@ -280,13 +285,14 @@ func TestListenerSettleInTxSQLite(t *testing.T) {
 		return err
 	}
 	l, err := listener.New(q, h, listener.Options{Tasks: 1, MinTasks: 1, MaxTasks: 1, BatchSize: 8, Notifier: &n,
-		SafetyInterval: time.Hour, VisibilityTimeout: 300 * time.Millisecond,
+		SafetyInterval: time.Hour, VisibilityTimeout: vis, Clock: fc, Idle: scaling.IdleBackoff{Max: short},
 		RetryDelay: func(*queue.Message, error) time.Duration { return 0 }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
+	tickShort(t, fc, short)
 	go func() { errc <- l.Run(rctx) }()
 	for i := range total {
 		tx, err := ws.BeginTx(ctx, nil)
@@ -300,13 +306,20 @@ func TestListenerSettleInTxSQLite(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(60 * time.Second) // a hang guard only
-	for done.Load() < total {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d handled", done.Load(), total)
-		}
-		time.Sleep(10 * time.Millisecond)
+	// Every first run ends (the odd commit, the even roll back and fail)
+	// with the fake time still where the gets were: no lease has ended.
+	testutil.Eventually(t, time.Minute, "every first run ends", func() bool {
+		st := l.Stats()
+		return st.Processed == total/2 && st.Failed == total/2
+	})
+	if st := l.Stats(); done.Load() != total/2 || st.ReceiptMismatches != 0 || st.NotFound != 0 {
+		t.Fatalf("first runs: %d committed, mismatches %d notFound %d", done.Load(), st.ReceiptMismatches, st.NotFound)
 	}
+	// Nothing is in flight: the rolled-back's visibility ends, and a wake
+	// sends the listener to get them (its idle sleep may be longer).
+	fc.Advance(vis)
+	n.Notify("work")
+	testutil.Eventually(t, time.Minute, "the second runs commit", func() bool { return done.Load() == total })
 	cancel()
 	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
@@ -321,6 +334,32 @@ func TestListenerSettleInTxSQLite(t *testing.T) {
 	if orderRows(t, s, "1") != total || rawCount(t, db, "messages") != 0 {
 		t.Fatal("want one row per message and no message left")
 	}
+}
+
+// tickShort moves c to each timer due within short of its time, until the
+// test ends: the listener's pacing, trigger floor and idle sleeps (all
+// within short) run in virtual time, while a lease (far longer) never
+// ends by it. It is not a sleep the outcome depends on: the polling only
+// lets the woken goroutines move.
+func tickShort(t *testing.T, c *clock.Fake, short time.Duration) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if next, ok := c.NextDeadline(); ok {
+				if d := next.Sub(c.Now()); d <= short {
+					c.Advance(max(d, 0)) // fires only what is due within d
+				}
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	})
+	t.Cleanup(func() { close(done); wg.Wait() })
 }
 
 // TestSettleInTxLostLeaseSQLite: consumers whose leases expire in their

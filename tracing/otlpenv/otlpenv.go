@@ -20,6 +20,7 @@ package otlpenv
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 
@@ -63,7 +64,52 @@ func Enabled(getenv func(string) string) (bool, error) {
 	if _, err := propagators(getenv("OTEL_PROPAGATORS")); err != nil {
 		return false, err
 	}
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"} {
+		if err := checkHeaders(k, getenv(k)); err != nil {
+			return false, err
+		}
+	}
 	return true, nil
+}
+
+// checkHeaders refuses a headers variable (comma-separated key=value,
+// values percent-encoded) that the exporter would not read whole: it
+// would log the malformed entry, credential and all, and go on without
+// it. The error names the entry by its place and its key when that is a
+// valid header name, never the value.
+func checkHeaders(name, v string) error {
+	if strings.TrimSpace(v) == "" {
+		return nil
+	}
+	for i, entry := range strings.Split(v, ",") {
+		if strings.TrimSpace(entry) == "" {
+			continue
+		}
+		k, val, ok := strings.Cut(entry, "=")
+		k = strings.TrimSpace(k)
+		if !ok || !validHeaderKey(k) {
+			return fmt.Errorf("%s: entry %d is not key=value with a header name for key (value not shown)", name, i+1)
+		}
+		if _, err := url.PathUnescape(val); err != nil {
+			return fmt.Errorf("%s: entry %d (%q): the value is not percent-encoded (value not shown)", name, i+1, k)
+		}
+	}
+	return nil
+}
+
+// validHeaderKey reports whether k is an HTTP header name (RFC 9110's
+// token), as the exporter requires.
+func validHeaderKey(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 func propagators(v string) (propagation.TextMapPropagator, error) {

@@ -29,8 +29,18 @@ func TestEnabled(t *testing.T) {
 		{env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, wantErr: `OTEL_EXPORTER_OTLP_PROTOCOL: "grpc"`},
 		{env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, want: true},
 		{env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_PROPAGATORS": "tracecontext,b3"}, wantErr: `OTEL_PROPAGATORS: "b3"`},
+		{env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_HEADERS": "api-key=s3cret, x-b = a%20b ,"}, want: true},
+		// A malformed entry is refused naming the variable and the entry's
+		// place, never its value: the exporter would log the value (the
+		// credential, typically) to stderr and send nothing with it.
+		{env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_HEADERS": "a=b,Authorization:Bearer s3cret"}, wantErr: "OTEL_EXPORTER_OTLP_HEADERS: entry 2"},
+		{env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "Authorization=Bearer%zzs3cret"}, wantErr: `OTEL_EXPORTER_OTLP_TRACES_HEADERS: entry 1 ("Authorization")`},
+		{env: map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_HEADERS": "Bearer s3cret=x"}, wantErr: "OTEL_EXPORTER_OTLP_HEADERS: entry 1"},
 	} {
 		got, err := otlpenv.Enabled(func(k string) string { return c.env[k] })
+		if err != nil && strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%v: the error shows the secret: %v", c.env, err)
+		}
 		if got != c.want || (err == nil) != (c.wantErr == "") || (err != nil && !strings.Contains(err.Error(), c.wantErr)) {
 			t.Errorf("%v: %v, %v; want %v, error with %q", c.env, got, err, c.want, c.wantErr)
 		}
