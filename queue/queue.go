@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -645,10 +646,16 @@ func (q *Queue) reject(op Op, err error) error {
 }
 
 // fail wraps and classifies an error the driver returned, and tells the
-// observers of the failed call.
+// observers of the failed call. An error of a call whose context had ended
+// is not transient (the caller gave up), except a put's transient error
+// that is not the context's own error (a driver's own request timeout
+// is not the caller's cancel): its request was sent and then failed (a
+// reply lost, a connection dropped), so the messages may be stored, and
+// only a transient error says so (Put: "an error means nothing was
+// written, except a transient error").
 func (q *Queue) fail(ctx context.Context, op Op, n int, err error) error {
 	e := q.classified(op, err)
-	if ctx.Err() != nil {
+	if cerr := ctx.Err(); cerr != nil && !(e.transient && (op == OpPut || op == OpPutBatch) && !errors.Is(err, cerr)) {
 		e.transient = false // the caller's context ended: the caller gave up
 	}
 	q.observe(op, n, e)

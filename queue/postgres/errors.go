@@ -91,6 +91,28 @@ func classify(err error) (bool, time.Duration) {
 	return false, 0
 }
 
+// unanswered makes the error of a put's statement, sent on a connection
+// the call holds, whose context ended and whose server did not answer the
+// cancel request within cancelWait (pgx then drops the connection and
+// returns the context's bare error, where an answered cancel is SQLSTATE
+// 57014 and a statement never sent is pgconn's SafeToRetry) say what it
+// is: the statement may have run and committed, so the error is transient
+// ("may be stored"), not the context's own, which says nothing was
+// written.
+func unanswered(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil || pgconn.SafeToRetry(err) {
+		return err
+	}
+	if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return err
+	}
+	return driver.Transient(fmt.Errorf("the server did not answer the cancel of the statement within %s: the connection was dropped and the statement's outcome is unknown (%v)", cancelWait, err), 0)
+}
+
 // ended makes the error of a statement the server stopped because the
 // caller's context ended (cancelOnServer: SQLSTATE 57014) say so, as the
 // context's error: errors.Is(err, context.Canceled) holds, and the call is

@@ -85,11 +85,15 @@ func (q *pgQueue) Put(ctx context.Context, body []byte, opts driver.PutOptions) 
 	lim := &q.st.n
 	notify := lim.claim(wallNow(), q.db.notify)
 	var id int64
-	var err error
-	if notify {
-		err = q.db.pool.QueryRow(ctx, q.db.sql.putNotify, q.db.nowArg(), q.st.id, r.delay, r.ttl, r.body, r.meta, q.db.channel, q.st.name).Scan(&id)
-	} else {
-		err = q.db.pool.QueryRow(ctx, q.db.sql.put, q.db.nowArg(), q.st.id, r.delay, r.ttl, r.body, r.meta).Scan(&id)
+	c, err := q.db.pool.Acquire(ctx)
+	if err == nil {
+		if notify {
+			err = c.QueryRow(ctx, q.db.sql.putNotify, q.db.nowArg(), q.st.id, r.delay, r.ttl, r.body, r.meta, q.db.channel, q.st.name).Scan(&id)
+		} else {
+			err = c.QueryRow(ctx, q.db.sql.put, q.db.nowArg(), q.st.id, r.delay, r.ttl, r.body, r.meta).Scan(&id)
+		}
+		c.Release()
+		err = unanswered(ctx, err)
 	}
 	if err != nil {
 		if notify {
@@ -145,21 +149,25 @@ func (q *pgQueue) PutBatch(ctx context.Context, reqs []driver.PutRequest) (_ []s
 	}
 	lim := &q.st.n
 	notify := lim.claim(wallNow(), q.db.notify)
-	var rows pgx.Rows
-	var err error
-	if notify {
-		rows, err = q.db.pool.Query(ctx, q.db.sql.putBatchNotify, q.db.nowArg(), q.st.id, delays, ttls, bodies, metas, q.db.channel, q.st.name)
-	} else {
-		rows, err = q.db.pool.Query(ctx, q.db.sql.putBatch, q.db.nowArg(), q.st.id, delays, ttls, bodies, metas)
-	}
 	var ids []string
+	c, err := q.db.pool.Acquire(ctx)
 	if err == nil {
-		ids = make([]string, 0, len(reqs))
-		var id int64
-		_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
-			ids = append(ids, strconv.FormatInt(id, 10))
-			return nil
-		})
+		var rows pgx.Rows
+		if notify {
+			rows, err = c.Query(ctx, q.db.sql.putBatchNotify, q.db.nowArg(), q.st.id, delays, ttls, bodies, metas, q.db.channel, q.st.name)
+		} else {
+			rows, err = c.Query(ctx, q.db.sql.putBatch, q.db.nowArg(), q.st.id, delays, ttls, bodies, metas)
+		}
+		if err == nil {
+			ids = make([]string, 0, len(reqs))
+			var id int64
+			_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+				ids = append(ids, strconv.FormatInt(id, 10))
+				return nil
+			})
+		}
+		c.Release()
+		err = unanswered(ctx, err)
 	}
 	if err == nil && len(ids) != len(reqs) {
 		err = fmt.Errorf("the batch put returned %d ids for %d messages", len(ids), len(reqs))

@@ -87,3 +87,70 @@ func TestResentPutBatchDoesNotResurrect(t *testing.T) {
 	e.wantGone(t, "after the delete")
 	e.wantTombstones(t, 5) // the two warm-ups' and the batch's three
 }
+
+// TestPutWhoseContextEndsAfterSendingSaysItMayBeStored: a Put or PutBatch
+// whose request reached the server (which stored the messages) and whose
+// caller's context ended before the reply came (here the connection then
+// drops) cannot know what became of the messages: each result must be
+// transient ("may have been stored"), never an error that says nothing
+// was written. Before the fix the portable queue turned every error of a
+// call whose context had ended into a non-transient one, so a put that
+// stored its messages reported them as not written.
+func TestPutWhoseContextEndsAfterSendingSaysItMayBeStored(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Put", true: "PutBatch"}[batch], func(t *testing.T) {
+			e := newResendEnv(t, map[bool]string{false: "ctx-put", true: "ctx-batch"}[batch])
+			bg := context.Background()
+			// Load the batch script (a NOSCRIPT answer would be the reply held).
+			if res, err := e.q.PutBatch(bg, []queue.PutMessage{{Body: []byte("warm")}}); err != nil || res[0].Err != nil {
+				t.Fatalf("PutBatch = %v, %v", res, err)
+			}
+			warm := e.getOne(t, "")
+			if err := e.direct.Delete(bg, warm.ID, warm.PopReceipt); err != nil {
+				t.Fatal(err)
+			}
+			release, err := e.p.HoldReplies()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer release()
+			ctx, cancel := context.WithCancel(bg)
+			defer cancel()
+			done := make(chan []error, 1)
+			go func() {
+				if !batch {
+					_, err := e.q.Put(ctx, []byte("a"), queue.PutOptions{})
+					done <- []error{err}
+					return
+				}
+				res, err := e.q.PutBatch(ctx, []queue.PutMessage{{Body: []byte("a")}, {Body: []byte("b")}})
+				if err != nil {
+					done <- []error{err}
+					return
+				}
+				errs := make([]error, len(res))
+				for i, r := range res {
+					errs[i] = r.Err
+				}
+				done <- errs
+			}()
+			eventually(t, time.Minute, "the put's reply is held", func() bool { return e.p.Counts().Held > 0 })
+			cancel()      // the caller gives up...
+			e.p.DropAll() // ...and the connection fails under the call
+			errs := <-done
+			release()
+			n, err := e.direct.Count(bg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				t.Fatal("the server stored nothing: the fault did not land after the send")
+			}
+			for i, err := range errs {
+				if err != nil && !queue.IsTransient(err) {
+					t.Errorf("message %d: %v, not transient (nothing written), but the queue holds %d message(s)", i, err, n)
+				}
+			}
+		})
+	}
+}

@@ -70,31 +70,20 @@ func (q *Queue) PutBatch(ctx context.Context, reqs []driver.PutRequest) ([]strin
 		}
 		ids[i] = *s.MessageId
 	}
-	for _, f := range out.Failed {
-		i, ok := entryIndex(f.Id, len(reqs))
-		if !ok {
-			continue
-		}
-		answered[i] = true
-		e := &Error{Op: "SendMessageBatch", Queue: q.name, Code: aws.ToString(f.Code), Message: firstLine(aws.ToString(f.Message)), err: errors.New(aws.ToString(f.Code))}
+	sent := make([]*string, len(entries))
+	for k, en := range entries {
+		sent[k] = en.Id
+	}
+	q.batchFailed("SendMessageBatch", "no result for the entry: it may or may not be stored", out.Failed, sent, answered, results, func(_ int, e *Error) error {
 		switch {
 		case hasCode(e.Code, []string{"InvalidParameterValue"}) && strings.Contains(e.Message, "shorter than"):
 			e.kind = queue.ErrTooLarge
-			results[i] = e
+			return e
 		case hasCode(e.Code, []string{"InvalidMessageContents"}):
 			e.kind = queue.ErrInvalidArgument
-			results[i] = e
-		case f.SenderFault:
-			results[i] = e
-		default:
-			results[i] = queue.Transient(e, 0)
+			return e
 		}
-	}
-	for _, en := range entries {
-		i, _ := strconv.Atoi(*en.Id)
-		if !answered[i] {
-			results[i] = queue.Transient(&Error{Op: "SendMessageBatch", Queue: q.name, Message: "no result for the entry: it may or may not be stored", err: errors.New("no result")}, 0)
-		}
-	}
+		return nil
+	})
 	return ids, results, nil
 }

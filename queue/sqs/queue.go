@@ -492,6 +492,36 @@ func entryIndex(id *string, n int) (int, bool) {
 	return i, err == nil && i >= 0 && i < n
 }
 
+// batchFailed records a batch call's failed entries in results (and in
+// answered), then marks every sent entry that the answer left out
+// transient with missing: it may or may not have been acted on. known
+// gives the result of a failure it recognises (entry i, the service's
+// error), nil for one it does not: a sender fault then stays permanent,
+// anything else is transient.
+func (q *Queue) batchFailed(op, missing string, failed []types.BatchResultErrorEntry, sent []*string, answered map[int]bool, results []error, known func(i int, e *Error) error) {
+	for _, f := range failed {
+		i, ok := entryIndex(f.Id, len(results))
+		if !ok {
+			continue
+		}
+		answered[i] = true
+		e := &Error{Op: op, Queue: q.name, Code: aws.ToString(f.Code), Message: firstLine(aws.ToString(f.Message)), err: errors.New(aws.ToString(f.Code))}
+		switch r := known(i, e); {
+		case r != nil:
+			results[i] = r
+		case f.SenderFault:
+			results[i] = e
+		default:
+			results[i] = queue.Transient(e, 0)
+		}
+	}
+	for _, id := range sent {
+		if i, ok := entryIndex(id, len(results)); ok && !answered[i] {
+			results[i] = queue.Transient(&Error{Op: op, Queue: q.name, Message: missing, err: errors.New("no result")}, 0)
+		}
+	}
+}
+
 // deleteError maps a delete's failures that mean "no such message here"
 // to ErrNotFound.
 func deleteError(err error) error {
@@ -542,29 +572,17 @@ func (q *Queue) DeleteBatch(ctx context.Context, receipts []driver.Receipt) ([]e
 			results[i] = errExpired
 		}
 	}
-	for _, f := range out.Failed {
-		i, ok := entryIndex(f.Id, len(receipts))
-		if !ok {
-			continue
-		}
-		answered[i] = true
-		e := &Error{Op: "DeleteMessageBatch", Queue: q.name, Code: aws.ToString(f.Code), Message: firstLine(aws.ToString(f.Message)), err: errors.New(aws.ToString(f.Code))}
-		switch {
-		case hasCode(e.Code, codesReceipt):
+	sent := make([]*string, len(entries))
+	for k, en := range entries {
+		sent[k] = en.Id
+	}
+	q.batchFailed("DeleteMessageBatch", "no result for the entry", out.Failed, sent, answered, results, func(_ int, e *Error) error {
+		if hasCode(e.Code, codesReceipt) {
 			e.kind = queue.ErrNotFound
-			results[i] = e
-		case f.SenderFault:
-			results[i] = e
-		default:
-			results[i] = queue.Transient(e, 0)
+			return e
 		}
-	}
-	for _, en := range entries {
-		i, _ := strconv.Atoi(*en.Id)
-		if !answered[i] {
-			results[i] = queue.Transient(&Error{Op: "DeleteMessageBatch", Queue: q.name, Message: "no result for the entry", err: errors.New("no result")}, 0)
-		}
-	}
+		return nil
+	})
 	return results, nil
 }
 
@@ -736,32 +754,20 @@ func (q *Queue) UpdateVisibilityBatch(ctx context.Context, receipts []driver.Rec
 		}
 		newReceipts[i] = receipts[i].PopReceipt
 	}
-	for _, f := range out.Failed {
-		i, ok := entryIndex(f.Id, len(receipts))
-		if !ok {
-			continue
-		}
-		answered[i] = true
-		e := &Error{Op: "ChangeMessageVisibilityBatch", Queue: q.name, Code: aws.ToString(f.Code), Message: firstLine(aws.ToString(f.Message)), err: errors.New(aws.ToString(f.Code))}
-		switch {
-		case hasCode(e.Code, codesReceipt), hasCode(e.Code, []string{"InvalidParameterValue"}) && strings.Contains(e.Message, "ReceiptHandle"):
+	sent := make([]*string, len(entries))
+	for k, en := range entries {
+		sent[k] = en.Id
+	}
+	q.batchFailed("ChangeMessageVisibilityBatch", "no result for the entry", out.Failed, sent, answered, results, func(i int, e *Error) error {
+		if hasCode(e.Code, codesReceipt) || hasCode(e.Code, []string{"InvalidParameterValue"}) && strings.Contains(e.Message, "ReceiptHandle") {
 			e.kind = queue.ErrReceiptMismatch
-			results[i] = e
 			if judged && expiredAt(parsed[i].expires, now) {
-				results[i] = errExpired
+				return errExpired
 			}
-		case f.SenderFault:
-			results[i] = e
-		default:
-			results[i] = queue.Transient(e, 0)
+			return e
 		}
-	}
-	for _, en := range entries {
-		i, _ := strconv.Atoi(*en.Id)
-		if !answered[i] {
-			results[i] = queue.Transient(&Error{Op: "ChangeMessageVisibilityBatch", Queue: q.name, Message: "no result for the entry", err: errors.New("no result")}, 0)
-		}
-	}
+		return nil
+	})
 	if len(expired) > 0 {
 		q.deleteExpired(context.WithoutCancel(ctx), expired)
 	}
