@@ -118,6 +118,11 @@ func (w *Worker) resolve(qc QueueConfig) (queueHandler, error) {
 // handler_timeout of each call.
 func (w *Worker) newBatchListener(wq *workerQueue, bh handler.BatchFunc, o listener.Options) (*listener.Listener, error) {
 	qc := wq.cfg
+	if t := qc.NewBatchThreshold; t != nil {
+		// Refused rather than ignored (config validation refuses it with
+		// batch_handler; a handler registered from Go is known only here).
+		return nil, fmt.Errorf("new_batch_threshold: %d is set for a batch handler (Worker.HandleBatch), whose pool bounds its gets: leave it out", *t)
+	}
 	mws := append([]handler.BatchMiddleware{w.metrics.observeBatch(wq.name, w.clock)}, w.batchMws...)
 	if qc.HandlerTimeout > 0 {
 		mws = append(mws, handler.TimeoutBatch(qc.HandlerTimeout))

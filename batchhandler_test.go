@@ -34,6 +34,8 @@ queues:
 		{"batch_handler: {wait: 5}", "queues[0].batch_handler.wait"},
 		{"batch_handler: {maks: 5}", "queues[0].batch_handler.maks"},
 		{"concurrency: auto\n    batch_handler: {max: 5}", "queues[0].batch_handler: is set with concurrency auto"},
+		{"new_batch_threshold: 4\n    batch_handler: {max: 5}", "queues[0].new_batch_threshold: 4 is set with batch_handler"},
+		{"new_batch_threshold: 0\n    batch_handler: {max: 5}", "queues[0].new_batch_threshold: 0 is set with batch_handler"},
 		{"handler: 'exec: /bin/true'\n    batch_handler: {max: 5}", `queues[0].batch_handler: is for a batch handler (Worker.HandleBatch); handler "exec: /bin/true" handles one message`},
 	} {
 		y := "queues:\n  - url: sqlite://" + t.TempDir() + "/w.db?queue=rows\n    " + tc.yaml + "\n"
@@ -165,6 +167,46 @@ queues:
 	w.MustHandle("rows", func(context.Context, *queue.Message) error { return nil })
 	err = w.Run(context.Background())
 	if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), `queues[0] (rows).batch_handler: is for a batch handler (Worker.HandleBatch); handler "rows" handles one message`) {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// new_batch_threshold on a queue whose handler, registered from Go, is a
+// batch handler is refused at start-up, naming the field and the value:
+// its pool bounds the gets, and the threshold would be silently ignored.
+func TestNewBatchThresholdWithABatchHandlerIsRefused(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t, `
+admin: {address: ""}
+queues:
+  - url: sqlite://$DIR/w.db?queue=rows
+    new_batch_threshold: 3
+`)
+	w, err := New(cfg, WithLogger(zap.NewNop()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.MustHandleBatch("rows", func(_ context.Context, ms []*queue.Message) []error { return make([]error, len(ms)) })
+	// Run returns its refusal, or (the bug) the worker gets ready and runs.
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(ctx) }()
+	returned := false
+	waitUntil(t, "Run refuses or the worker is ready", func() bool {
+		select {
+		case err = <-errc:
+			returned = true
+		default:
+		}
+		ready, _ := w.Readiness()
+		return returned || ready
+	})
+	cancel()
+	if !returned {
+		err = <-errc
+		t.Fatalf("the worker ran with new_batch_threshold and a batch handler (Run: %v)", err)
+	}
+	if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), `queues[0] (rows): new_batch_threshold: 3 is set for a batch handler`) {
 		t.Fatalf("Run: %v", err)
 	}
 }

@@ -1120,6 +1120,9 @@ func (q *QueueConfig) validate(at string) []string {
 	if q.BatchHandler.set() && (strings.HasPrefix(q.Handler, ExecPrefix) || strings.HasPrefix(q.Handler, HTTPPrefix)) {
 		add("batch_handler", "%s", errNotBatch(q.Handler))
 	}
+	if t := q.NewBatchThreshold; t != nil && q.BatchHandler.set() {
+		add("new_batch_threshold", "%d is set with batch_handler: a batch handler's pool bounds its gets (leave new_batch_threshold out)", *t)
+	}
 	if q.BatchHandler.set() && q.Concurrency == ConcurrencyAuto {
 		add("batch_handler", "is set with concurrency auto: a batch handler's concurrency counts calls and is fixed (set a number)")
 	}

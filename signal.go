@@ -8,6 +8,7 @@ import (
 
 	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/internal/clock"
+	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/scaling"
 )
 
@@ -46,7 +47,7 @@ func (w *Worker) Scaling(ctx context.Context) (admin.Scaling, error) {
 		}
 		depth, err := wq.scalingDepth(ctx, w.clock)
 		if err != nil {
-			q.DepthError = err.Error()
+			q.DepthError = queue.RedactText(err.Error())
 			failed = fmt.Errorf("%w: %q: %w", errDepth, wq.name, err)
 		} else {
 			rate := 0.0

@@ -6,6 +6,7 @@ import (
 
 	"github.com/adaptq/adaptq/admin"
 	"github.com/adaptq/adaptq/listener"
+	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/meter"
 )
 
@@ -25,7 +26,7 @@ func (w *Worker) Stats(ctx context.Context) admin.Stats {
 		minute, hour := wq.win.windows(w.clock.Now())
 		qs := queueStats(wq.name, st, wq.meter.Snapshot(), admin.QueueWindows{Name: wq.name, LastMinute: minute, LastHour: hour})
 		if err != nil {
-			qs.DepthError = err.Error()
+			qs.DepthError = queue.RedactText(err.Error())
 		}
 		qs.Flow = flowStats(wq.l.Flow())
 		s.Queues = append(s.Queues, qs)

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -19,7 +20,11 @@ const fakeQueue = "admin-q"
 // empty poison queue and nothing else to show. It serves the tests of the
 // endpoint's HTTP behaviour (hosts, tokens, sessions, origins, bounds);
 // the root package's tests run the same routes on a real worker.
-type fakeWorker struct{ poison *queue.Queue }
+type fakeWorker struct {
+	poison *queue.Queue
+	// depthErr, when set, is the queue's DepthError in Stats and Scaling.
+	depthErr string
+}
 
 func newFakeWorker(t *testing.T) *fakeWorker {
 	t.Helper()
@@ -38,10 +43,13 @@ func (f *fakeWorker) check(name string) error {
 }
 
 func (f *fakeWorker) Stats(context.Context) Stats {
-	return Stats{Queues: []QueueStats{{Name: fakeQueue}}}
+	return Stats{Queues: []QueueStats{{Name: fakeQueue, DepthError: f.depthErr}}}
 }
 
 func (f *fakeWorker) Scaling(context.Context) (Scaling, error) {
+	if f.depthErr != "" {
+		return Scaling{Queues: []QueueScaling{{Name: fakeQueue, DepthError: f.depthErr}}}, errors.New("depth")
+	}
 	return Scaling{Queues: []QueueScaling{{Name: fakeQueue}}}, nil
 }
 

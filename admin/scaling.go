@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 
+	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/scaling"
 )
 
@@ -65,6 +66,11 @@ type ScalingSource interface {
 func serveScaling(src ScalingSource) http.HandlerFunc {
 	return func(rw http.ResponseWriter, r *http.Request) {
 		sig, err := src.Scaling(r.Context())
+		for i := range sig.Queues {
+			// A depth error may quote a backend's URL or a signed request:
+			// its secrets are hidden whatever the source.
+			sig.Queues[i].DepthError = queue.RedactText(sig.Queues[i].DepthError)
+		}
 		rw.Header().Set("Content-Type", "application/json")
 		rw.Header().Set("Cache-Control", "no-store")
 		if err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/internal/statuspage"
+	"github.com/adaptq/adaptq/queue"
 )
 
 // Worker is what the admin endpoint reads and drives: the worker host
@@ -230,7 +231,11 @@ func Start(w Worker, o Options) (*Server, error) {
 		rw.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(rw)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(s.w.Stats(r.Context()))
+		st := s.w.Stats(r.Context())
+		for i := range st.Queues {
+			st.Queues[i].DepthError = queue.RedactText(st.Queues[i].DepthError)
+		}
+		_ = enc.Encode(st)
 	})
 	mux.Handle("GET "+ScalingPath, serveScaling(w))
 	mux.HandleFunc("POST "+TriggerPath, func(rw http.ResponseWriter, r *http.Request) {

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -140,5 +141,34 @@ func TestStartNeedsATokenOffLoopback(t *testing.T) {
 			t.Fatalf("Start(%q): %v", addr, err)
 		}
 		s.Stop()
+	}
+}
+
+// TestDepthErrorRedacted: a depth error that quotes a secret (a backend's
+// URL with its password, a SAS signature) is served by /v1/stats and
+// /v1/scaling with the secret hidden, as the scaler serves it.
+func TestDepthErrorRedacted(t *testing.T) {
+	w := newFakeWorker(t)
+	w.depthErr = `count: dial redis://:hunter2pw@10.0.0.1:6379: refused; GET https://a.queue.core.windows.net/q?sig=s3cr3tSIG&se=1`
+	s, err := Start(w, Options{Address: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	for _, path := range []string{StatsPath, ScalingPath} {
+		resp, err := http.Get("http://" + s.Addr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, secret := range []string{"hunter2pw", "s3cr3tSIG"} {
+			if strings.Contains(string(body), secret) {
+				t.Errorf("GET %s shows the secret %q:\n%s", path, secret, body)
+			}
+		}
+		if !strings.Contains(string(body), "depth_error") {
+			t.Errorf("GET %s has no depth_error:\n%s", path, body)
+		}
 	}
 }

@@ -310,7 +310,7 @@ func (p *pool) run(call []ref) {
 	res := handler.BatchResults(l.bh(hctx, ms), len(ms))
 	l.ewma.add(time.Since(start))
 	l.stats.calls.Add(1)
-	l.logWholeCall(ms, res[0])
+	l.logWholeCall(ms, res)
 	for k, r := range runs {
 		b, i, err := r.b, r.i, res[k]
 		if err != nil {
@@ -389,10 +389,24 @@ func (t *settleTally) settle() {
 // logWholeCall writes one line of the failure log for a call that failed
 // as a whole (it panicked, or returned the wrong number of results), with
 // the call's size, within the log's rate limit; each message's own line
-// follows as for any failure.
-func (l *Listener) logWholeCall(ms []*queue.Message, first error) {
-	pe, panicked := errors.AsType[*handler.PanicError](first)
-	if !panicked && !errors.Is(first, handler.ErrBatchResults) {
+// follows as for any failure. Every result is looked at: the first may be
+// a message's own failure (a JSONBatch body that did not decode).
+func (l *Listener) logWholeCall(ms []*queue.Message, res []error) {
+	// Any result, not the first: JSONBatch gives a body that does not
+	// decode its own error, and the call's failure to the others.
+	var first error
+	var pe *handler.PanicError
+	panicked := false
+	for _, err := range res {
+		if p, ok := errors.AsType[*handler.PanicError](err); ok {
+			first, pe, panicked = err, p, true
+			break
+		}
+		if first == nil && errors.Is(err, handler.ErrBatchResults) {
+			first = err
+		}
+	}
+	if first == nil {
 		return
 	}
 	ce := l.log.Check(zap.WarnLevel, "listener: batch handler call failed as a whole; each of its messages fails")

@@ -358,6 +358,34 @@ func TestBatchCallFailureIsLoggedOnce(t *testing.T) {
 	}
 }
 
+// A JSONBatch call whose first body does not decode and whose func then
+// panics failed as a whole: its line is written though the first result
+// is the decode error, not the panic.
+func TestBatchCallFailureIsLoggedWhenTheFirstBodyFailsToDecode(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	f, _ := newBatchFixture(t, handler.JSONBatch(func(context.Context, []struct{ N int }) []error {
+		panic("bulk insert exploded")
+	}), listener.Options{BatchMax: 8, MaxDequeueCount: 100, Logger: zap.New(core), FailureLogLines: -1})
+	ctx := context.Background()
+	if _, err := f.raw.Put(ctx, []byte("not json"), queue.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 7; i++ {
+		if _, err := f.raw.Put(ctx, fmt.Appendf(nil, `{"N":%d}`, i), queue.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.start()
+	eventually(t, "8 failed", func() bool { return f.l.Stats().Failed >= 8 })
+	eventually(t, "the call's line", func() bool {
+		return logs.FilterMessage("listener: batch handler call failed as a whole; each of its messages fails").Len() >= 1
+	})
+	e := logs.FilterMessage("listener: batch handler call failed as a whole; each of its messages fails").All()[0]
+	if e.ContextMap()["stack"] == nil {
+		t.Errorf("the call's line has %v, want the stack", e.ContextMap())
+	}
+}
+
 // loseLease refuses the renewals of one message, as if another consumer
 // had taken it.
 type loseLease struct {

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -138,6 +139,8 @@ func (p Policy) validate() error {
 		return bad("pace", p.Pace, "is negative")
 	case p.FixedPoll < 0:
 		return bad("fixed_poll", p.FixedPoll, "is negative")
+	case math.IsNaN(p.RateLimit):
+		return bad("rate_limit", p.RateLimit, "is not a number")
 	case p.RateLimit < 0 || p.RateBurst < 0:
 		return bad("rate_limit", fmt.Sprintf("%v/s burst %d", p.RateLimit, p.RateBurst), "is negative")
 	case p.Trigger && p.SafetyInterval < p.Idle.Max:

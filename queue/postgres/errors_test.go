@@ -64,3 +64,25 @@ func TestEnded(t *testing.T) {
 		t.Errorf("ended(cancelled, %v) = %v, want it unchanged", other, err)
 	}
 }
+
+// TestTxErrIsTransient: a serialization failure or a deadlock of a
+// statement in the caller's transaction (PutTx, DeleteTx in REPEATABLE
+// READ or SERIALIZABLE) is what queue.IsTransient sees as transient, so
+// the caller's retry of the transaction runs; a constraint violation is
+// not; the server's error stays reachable.
+func TestTxErrIsTransient(t *testing.T) {
+	pq := &pgQueue{db: &DB{}, st: &queueState{name: "jobs"}}
+	for _, c := range []struct {
+		code      string
+		transient bool
+	}{{"40001", true}, {"40P01", true}, {"23505", false}} {
+		err := pq.txErr("put", &pgconn.PgError{Code: c.code})
+		if got := queue.IsTransient(err); got != c.transient {
+			t.Errorf("SQLSTATE %s: queue.IsTransient(%v) = %v, want %v", c.code, err, got, c.transient)
+		}
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != c.code {
+			t.Errorf("SQLSTATE %s: the PgError is lost: %v", c.code, err)
+		}
+	}
+}

@@ -203,7 +203,7 @@ func putBatchTx(ctx context.Context, tx pgx.Tx, q *queue.Queue, bodies [][]byte,
 		pq.queuePut(b, body, inject(body, opts), ttls[i], &ids[i])
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return nil, err
+		return nil, markTransient(err)
 	}
 	return ids, nil
 }
@@ -353,5 +353,18 @@ func (q *pgQueue) txErr(op string, err error) error {
 			return fmt.Errorf("%w: %s in transaction %q: the transaction's database is not %q, or its schema %q has no queue %q with id %d", ErrOtherDatabase, op, q.st.name, q.db.database, q.db.schema, q.st.name, q.st.id)
 		}
 	}
-	return fmt.Errorf("postgres: %s in transaction %q: %w", op, q.st.name, err)
+	return markTransient(fmt.Errorf("postgres: %s in transaction %q: %w", op, q.st.name, err))
+}
+
+// markTransient marks an error of a statement in the caller's transaction
+// as transient (driver.Transient) where the driver's classify says a retry
+// may cure it: a serialization failure (40001) or a deadlock (40P01) in
+// REPEATABLE READ or SERIALIZABLE, a lost connection. A Queue's own calls
+// get this from Classify; PutTx and DeleteTx do not go through it, so
+// queue.IsTransient would otherwise miss it and the caller's retry not run.
+func markTransient(err error) error {
+	if t, after := classify(err); t {
+		return driver.Transient(err, after)
+	}
+	return err
 }
