@@ -105,13 +105,13 @@ func pgListenerDrain(ctx context.Context, base string, n, pool int, lo listener.
 	if err := s.fill(ctx, n); err != nil {
 		return 0, cpuSpan{}, "", err
 	}
-	before, st0 := s.m.Snapshot(), s.calls.n.Load()
+	before, st0, k0 := s.m.Snapshot(), s.calls.n.Load(), s.calls.snapshot()
 	var d time.Duration
 	cpu, err := measureCPU(func() (err error) {
 		d, _, err = drainListener(ctx, s.q, n, noop, lo, 10*time.Minute)
 		return err
 	})
-	detail := fmt.Sprintf("%s; statements %.4f", breakdown(s.m.Snapshot().Sub(before)), float64(s.calls.n.Load()-st0)/float64(n))
+	detail := fmt.Sprintf("%s; statements %.4f: %s", breakdown(s.m.Snapshot().Sub(before)), float64(s.calls.n.Load()-st0)/float64(n), s.calls.kindsPer(k0, n))
 	return d, cpu, detail, err
 }
 
@@ -217,7 +217,7 @@ func pgDriverDrain(ctx context.Context, base string, n int) (time.Duration, cpuS
 	if err := s.fill(ctx, n); err != nil {
 		return 0, cpuSpan{}, "", err
 	}
-	st0 := s.calls.n.Load()
+	st0, k0 := s.calls.n.Load(), s.calls.snapshot()
 	var done atomic.Int64
 	var d time.Duration
 	cpu, err := measureCPU(func() error {
@@ -259,5 +259,5 @@ func pgDriverDrain(ctx context.Context, base string, n int) (time.Duration, cpuS
 			return nil
 		}
 	})
-	return d, cpu, fmt.Sprintf("statements %.4f", float64(s.calls.n.Load()-st0)/float64(n)), err
+	return d, cpu, fmt.Sprintf("statements %.4f: %s", float64(s.calls.n.Load()-st0)/float64(n), s.calls.kindsPer(k0, n)), err
 }

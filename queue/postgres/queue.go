@@ -3,10 +3,13 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/driver"
@@ -201,7 +204,7 @@ func (q *pgQueue) Get(ctx context.Context, n int, visibility time.Duration) (_ [
 		var (
 			id, receipt int64
 			m           driver.Message
-			expires     *time.Time
+			expires     pgtype.Timestamptz // a value: no allocation per row
 		)
 		if err := rows.Scan(&id, &receipt, &m.DequeueCount, &m.InsertedAt, &expires, &m.NextVisibleAt, &m.Body, &meta); err != nil {
 			rows.Close()
@@ -215,8 +218,8 @@ func (q *pgQueue) Get(ctx context.Context, n int, visibility time.Duration) (_ [
 		}
 		m.ID = strconv.FormatInt(id, 10)
 		m.PopReceipt = formatReceipt(receipt)
-		if expires != nil {
-			m.ExpiresAt = *expires
+		if expires.Valid {
+			m.ExpiresAt = expires.Time
 		}
 		ms = append(ms, m)
 	}
@@ -299,7 +302,17 @@ func (q *pgQueue) sweep(ctx context.Context, batch, turn int) (int, error) {
 	}
 }
 
-func formatReceipt(r int64) string { return fmt.Sprintf("%016x", uint64(r)) }
+// formatReceipt writes a receipt as 16 hex digits.
+func formatReceipt(r int64) string {
+	const digits = "0123456789abcdef"
+	var b [16]byte
+	u := uint64(r)
+	for i := len(b) - 1; i >= 0; i-- {
+		b[i] = digits[u&15]
+		u >>= 4
+	}
+	return string(b[:])
+}
 
 // parseReceipt reads a receipt; ok is false for one this driver never
 // made.
@@ -364,11 +377,115 @@ func (q *pgQueue) DeleteBatch(ctx context.Context, receipts []driver.Receipt) ([
 	return res, ended(ctx, err)
 }
 
+// noReceipt stands in the delete's array for a receipt this driver never
+// made (one that does not parse): no message holds it, as Get's {receipt}
+// draws from ±0.9e19 and math.MinInt64 lies outside (and a message never
+// got holds NULL).
+const noReceipt = math.MinInt64
+
 // deleteBatch deletes any number of messages in one statement. A receipt
 // repeated in the list is sent once: the repeat finds its message gone.
+// The arrays are plain []int64, which pgx encodes without reflection, and
+// the statement answers each receipt in order, so the common batch (every
+// id distinct) is matched to its outcomes without a map.
 func (q *pgQueue) deleteBatch(ctx context.Context, receipts []driver.Receipt) ([]error, error) {
-	ids := make([]*int64, 0, len(receipts))
-	rs := make([]*int64, 0, len(receipts))
+	ids := make([]int64, len(receipts))
+	rs := make([]int64, len(receipts))
+	for i, r := range receipts {
+		ids[i], _ = parseID(r.ID) // 0 if not an id: no message has it
+		if v, ok := parseReceipt(r.PopReceipt); ok {
+			rs[i] = v
+		} else {
+			rs[i] = noReceipt
+		}
+	}
+	if !distinct(ids) {
+		return q.deleteRepeats(ctx, receipts, ids, rs)
+	}
+	res := make([]error, len(receipts))
+	err := q.deleteRows(ctx, ids, rs, func(i int, deleted, live *bool) {
+		res[i] = q.deleteOutcome(receipts[i].ID, deleted, live)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// distinct reports whether no id is repeated; it sorts a copy, so a batch
+// of any size is checked without a map.
+func distinct(ids []int64) bool {
+	if len(ids) < 2 {
+		return true
+	}
+	s := slices.Clone(ids)
+	slices.Sort(s)
+	for i := 1; i < len(s); i++ {
+		if s[i] == s[i-1] {
+			return false
+		}
+	}
+	return true
+}
+
+// deleteRows runs the batch delete over the arrays and calls f with each
+// receipt's position and its row: deleted is set if it deleted its message
+// (true: unexpired), live if it did not and its message was there before
+// the statement (true: unexpired).
+func (q *pgQueue) deleteRows(ctx context.Context, ids, rs []int64, f func(i int, deleted, live *bool)) error {
+	rows, err := q.db.pool.Query(ctx, q.db.sql.delBatch, q.db.nowArg(), q.st.id, ids, rs)
+	if err != nil {
+		return err
+	}
+	i := 0
+	for rows.Next() {
+		var deleted, live pgtype.Bool
+		if err := rows.Scan(&deleted, &live); err != nil {
+			rows.Close()
+			return err
+		}
+		if i >= len(ids) {
+			rows.Close()
+			return fmt.Errorf("delete batch: more rows than %d receipts", len(ids))
+		}
+		f(i, boolp(deleted), boolp(live))
+		i++
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if i != len(ids) {
+		return fmt.Errorf("delete batch: %d rows for %d receipts", i, len(ids))
+	}
+	return nil
+}
+
+func boolp(b pgtype.Bool) *bool {
+	if !b.Valid {
+		return nil
+	}
+	return &b.Bool
+}
+
+// deleteOutcome is a receipt's error from its row (see deleteRows).
+func (q *pgQueue) deleteOutcome(id string, deleted, live *bool) error {
+	if deleted != nil {
+		q.db.churned(2)
+		if !*deleted {
+			return fmt.Errorf("%w: id %s expired", queue.ErrNotFound, id)
+		}
+		return nil
+	}
+	return outcome(id, live)
+}
+
+// deleteRepeats is deleteBatch for a list that names an id more than once
+// (or more than one string that is no id): each receipt is sent once, and
+// a receipt whose message an earlier one in the list deleted fails as
+// deleted earlier in the batch.
+func (q *pgQueue) deleteRepeats(ctx context.Context, receipts []driver.Receipt, allIDs, allRs []int64) ([]error, error) {
+	ids := make([]int64, 0, len(receipts))
+	rs := make([]int64, 0, len(receipts))
 	sent := make([]int, len(receipts)) // position in the arrays, 1-based; 0: a repeat
 	first := make(map[driver.Receipt]bool, len(receipts))
 	for i, r := range receipts {
@@ -376,51 +493,14 @@ func (q *pgQueue) deleteBatch(ctx context.Context, receipts []driver.Receipt) ([
 			continue
 		}
 		first[r] = true
-		var idp, rp *int64
-		if n, ok := parseID(r.ID); ok {
-			idp = &n
-		}
-		if v, ok := parseReceipt(r.PopReceipt); ok {
-			rp = &v
-		}
-		ids = append(ids, idp)
-		rs = append(rs, rp)
+		ids = append(ids, allIDs[i])
+		rs = append(rs, allRs[i])
 		sent[i] = len(ids)
 	}
-	rows, err := q.db.pool.Query(ctx, q.db.sql.delBatch, q.db.nowArg(), q.st.id, ids, rs)
-	if err != nil {
+	type result struct{ deleted, live *bool }
+	got := make([]result, len(ids)+1)
+	if err := q.deleteRows(ctx, ids, rs, func(i int, deleted, live *bool) { got[i+1] = result{deleted, live} }); err != nil {
 		return nil, err
-	}
-	gone := make([]*bool, len(ids)+1) // by position: deleted (unexpired or not)
-	before := make([]*bool, len(ids)+1)
-	seen := 0
-	for rows.Next() {
-		var (
-			deleted bool
-			ord     int64
-			live    *bool
-		)
-		if err := rows.Scan(&deleted, &ord, &live); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		if ord < 1 || int(ord) > len(ids) {
-			rows.Close()
-			return nil, fmt.Errorf("delete batch: position %d of %d", ord, len(ids))
-		}
-		if deleted {
-			l := live != nil && *live
-			gone[ord] = &l
-		} else {
-			before[ord] = live
-		}
-		seen++
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if seen != len(ids) {
-		return nil, fmt.Errorf("delete batch: %d rows for %d receipts", seen, len(ids))
 	}
 	res := make([]error, len(receipts))
 	deleted := make(map[string]bool, len(receipts))
@@ -430,14 +510,11 @@ func (q *pgQueue) deleteBatch(ctx context.Context, receipts []driver.Receipt) ([
 		case k == 0 || deleted[r.ID]:
 			// Named earlier in the batch, and deleted then.
 			res[i] = fmt.Errorf("%w: id %s (deleted earlier in the batch)", queue.ErrNotFound, r.ID)
-		case gone[k] != nil:
+		case got[k].deleted != nil:
 			deleted[r.ID] = true
-			q.db.churned(2)
-			if !*gone[k] {
-				res[i] = fmt.Errorf("%w: id %s expired", queue.ErrNotFound, r.ID)
-			}
+			res[i] = q.deleteOutcome(r.ID, got[k].deleted, nil)
 		default:
-			res[i] = outcome(r.ID, before[k])
+			res[i] = outcome(r.ID, got[k].live)
 		}
 	}
 	return res, nil
