@@ -38,8 +38,9 @@ type PGProbeResult struct {
 //   - bench: section 11's settings, a pool of 16 and 8 tasks of 48 slots;
 //   - driver: adaptq's driver without the listener, the hand loop's 8
 //     goroutines calling Get(32) and DeleteBatch through postgres.Open's
-//     pool.
-var PGProbeSides = []string{"hand", "deleteret", "default", "bench", "driver"}
+//     pool;
+//   - fill: only the fill of the adaptq sides (for instruction counts).
+var PGProbeSides = []string{"hand", "deleteret", "default", "bench", "driver", "fill"}
 
 // PGProbe fills n messages of 200 bytes (not timed) and drains them with
 // side, measuring the rate and the client's and the server's CPU.
@@ -65,6 +66,17 @@ func PGProbe(ctx context.Context, side string, n int) (PGProbeResult, error) {
 		d, cpu, r.Detail, err = pgListenerDrain(ctx, base, n, pool, lo, opts...)
 	case "driver":
 		d, cpu, r.Detail, err = pgDriverDrain(ctx, base, n)
+	case "fill":
+		// Only the fill the adaptq sides do first (not timed): what to
+		// subtract from a whole process's instructions (callgrind) to
+		// leave a drain's.
+		s, oerr := openPGSidePool(ctx, base, 0, nil)
+		if oerr != nil {
+			return r, oerr
+		}
+		defer s.close()
+		err = s.fill(ctx, n)
+		d = time.Nanosecond
 	default:
 		// l:T:C:P, the listener with T tasks (MinTasks too), concurrency
 		// C and a pool of P connections (0: their defaults).

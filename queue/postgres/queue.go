@@ -199,14 +199,18 @@ func (q *pgQueue) Get(ctx context.Context, n int, visibility time.Duration) (_ [
 		return nil, err
 	}
 	ms := make([]driver.Message, 0, n)
-	var meta []byte // one for the call, so that a row without metadata allocates nothing for it (Scan sets nil for NULL)
+	// The scan's targets live for the call, not per row: a pointer to a
+	// per-row variable passed to Scan escapes, one allocation each.
+	var (
+		id, receipt int64
+		m           driver.Message
+		expires     pgtype.Timestamptz
+		meta        []byte // Scan sets nil for NULL, so a row without metadata allocates nothing for it
+	)
+	dest := []any{&id, &receipt, &m.DequeueCount, &m.InsertedAt, &expires, &m.NextVisibleAt, &m.Body, &meta}
 	for rows.Next() {
-		var (
-			id, receipt int64
-			m           driver.Message
-			expires     pgtype.Timestamptz // a value: no allocation per row
-		)
-		if err := rows.Scan(&id, &receipt, &m.DequeueCount, &m.InsertedAt, &expires, &m.NextVisibleAt, &m.Body, &meta); err != nil {
+		m = driver.Message{}
+		if err := rows.Scan(dest...); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -314,14 +318,29 @@ func formatReceipt(r int64) string {
 	return string(b[:])
 }
 
-// parseReceipt reads a receipt; ok is false for one this driver never
-// made.
+// parseReceipt reads a receipt (16 hex digits, either case, as
+// strconv.ParseUint read them; a tenth of its instructions); ok is false
+// for one this driver never made.
 func parseReceipt(s string) (int64, bool) {
 	if len(s) != 16 {
 		return 0, false
 	}
-	u, err := strconv.ParseUint(s, 16, 64)
-	return int64(u), err == nil
+	var u uint64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		u = u<<4 | uint64(c)
+	}
+	return int64(u), true
 }
 
 func parseID(s string) (int64, bool) {
@@ -403,7 +422,7 @@ func (q *pgQueue) deleteBatch(ctx context.Context, receipts []driver.Receipt) ([
 		return q.deleteRepeats(ctx, receipts, ids, rs)
 	}
 	res := make([]error, len(receipts))
-	err := q.deleteRows(ctx, ids, rs, func(i int, deleted, live *bool) {
+	err := q.deleteRows(ctx, ids, rs, func(i int, deleted, live pgtype.Bool) {
 		res[i] = q.deleteOutcome(receipts[i].ID, deleted, live)
 	})
 	if err != nil {
@@ -432,15 +451,16 @@ func distinct(ids []int64) bool {
 // receipt's position and its row: deleted is set if it deleted its message
 // (true: unexpired), live if it did not and its message was there before
 // the statement (true: unexpired).
-func (q *pgQueue) deleteRows(ctx context.Context, ids, rs []int64, f func(i int, deleted, live *bool)) error {
+func (q *pgQueue) deleteRows(ctx context.Context, ids, rs []int64, f func(i int, deleted, live pgtype.Bool)) error {
 	rows, err := q.db.pool.Query(ctx, q.db.sql.delBatch, q.db.nowArg(), q.st.id, ids, rs)
 	if err != nil {
 		return err
 	}
 	i := 0
+	var deleted, live pgtype.Bool // for the call: a per-row target escapes
+	dest := []any{&deleted, &live}
 	for rows.Next() {
-		var deleted, live pgtype.Bool
-		if err := rows.Scan(&deleted, &live); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			rows.Close()
 			return err
 		}
@@ -448,7 +468,7 @@ func (q *pgQueue) deleteRows(ctx context.Context, ids, rs []int64, f func(i int,
 			rows.Close()
 			return fmt.Errorf("delete batch: more rows than %d receipts", len(ids))
 		}
-		f(i, boolp(deleted), boolp(live))
+		f(i, deleted, live)
 		i++
 	}
 	if err := rows.Err(); err != nil {
@@ -460,23 +480,19 @@ func (q *pgQueue) deleteRows(ctx context.Context, ids, rs []int64, f func(i int,
 	return nil
 }
 
-func boolp(b pgtype.Bool) *bool {
-	if !b.Valid {
-		return nil
-	}
-	return &b.Bool
-}
-
 // deleteOutcome is a receipt's error from its row (see deleteRows).
-func (q *pgQueue) deleteOutcome(id string, deleted, live *bool) error {
-	if deleted != nil {
+func (q *pgQueue) deleteOutcome(id string, deleted, live pgtype.Bool) error {
+	if deleted.Valid {
 		q.db.churned(2)
-		if !*deleted {
+		if !deleted.Bool {
 			return fmt.Errorf("%w: id %s expired", queue.ErrNotFound, id)
 		}
 		return nil
 	}
-	return outcome(id, live)
+	if !live.Valid {
+		return outcome(id, nil)
+	}
+	return outcome(id, &live.Bool)
 }
 
 // deleteRepeats is deleteBatch for a list that names an id more than once
@@ -497,9 +513,9 @@ func (q *pgQueue) deleteRepeats(ctx context.Context, receipts []driver.Receipt, 
 		rs = append(rs, allRs[i])
 		sent[i] = len(ids)
 	}
-	type result struct{ deleted, live *bool }
+	type result struct{ deleted, live pgtype.Bool }
 	got := make([]result, len(ids)+1)
-	if err := q.deleteRows(ctx, ids, rs, func(i int, deleted, live *bool) { got[i+1] = result{deleted, live} }); err != nil {
+	if err := q.deleteRows(ctx, ids, rs, func(i int, deleted, live pgtype.Bool) { got[i+1] = result{deleted, live} }); err != nil {
 		return nil, err
 	}
 	res := make([]error, len(receipts))
@@ -510,11 +526,11 @@ func (q *pgQueue) deleteRepeats(ctx context.Context, receipts []driver.Receipt, 
 		case k == 0 || deleted[r.ID]:
 			// Named earlier in the batch, and deleted then.
 			res[i] = fmt.Errorf("%w: id %s (deleted earlier in the batch)", queue.ErrNotFound, r.ID)
-		case got[k].deleted != nil:
+		case got[k].deleted.Valid:
 			deleted[r.ID] = true
-			res[i] = q.deleteOutcome(r.ID, got[k].deleted, nil)
+			res[i] = q.deleteOutcome(r.ID, got[k].deleted, pgtype.Bool{})
 		default:
-			res[i] = outcome(r.ID, got[k].live)
+			res[i] = q.deleteOutcome(r.ID, pgtype.Bool{}, got[k].live)
 		}
 	}
 	return res, nil
