@@ -74,10 +74,10 @@ type scanNode struct {
 
 func (n scanNode) String() string { return n.what }
 
-// filledQueue opens queue name in a schema of its own, puts n messages
-// (in batches) and analyzes the tables, so that the plans are those of a
-// queue with a backlog.
-func filledQueue(t *testing.T, name string, n int) *pgQueue {
+// filledQueue opens queue name in a schema of its own and puts n messages
+// (in batches); with analyze, it analyzes the tables, as autovacuum does
+// some time after a fill.
+func filledQueue(t *testing.T, name string, n int, analyze bool) *pgQueue {
 	t.Helper()
 	ctx := context.Background()
 	db, err := Open(ctx, pgtest.URL(t), WithSchema(pgtest.Schema(t)))
@@ -99,24 +99,39 @@ func filledQueue(t *testing.T, name string, n int) *pgQueue {
 		}
 		n -= len(reqs)
 	}
-	s := quoteIdent(db.schema)
-	if _, err := db.pool.Exec(ctx, `ANALYZE `+s+`.messages, `+s+`.bodies`); err != nil {
-		t.Fatal(err)
+	if analyze {
+		s := quoteIdent(db.schema)
+		if _, err := db.pool.Exec(ctx, `ANALYZE `+s+`.messages, `+s+`.bodies`); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return q
 }
 
 // TestGetUpdatesByTID (issue 34): a Get's update reaches the rows it
 // locked by their ctid, a TID scan, with no index descent per message
-// (the plan had joined them by id through messages_pkey). A batch delete
-// whose receipts all delete their messages looks none of them up again.
+// (before the tables were analyzed, the plan joined them by id through
+// messages_pkey), whether or not the tables have statistics. A batch
+// delete whose receipts all delete their messages looks none of them up
+// again.
 func TestGetUpdatesByTID(t *testing.T) {
-	q := filledQueue(t, "tid", 5000)
+	for _, analyze := range []bool{false, true} {
+		t.Run(fmt.Sprint("analyze=", analyze), func(t *testing.T) { testGetUpdatesByTID(t, analyze) })
+	}
+}
+
+func testGetUpdatesByTID(t *testing.T, analyze bool) {
+	q := filledQueue(t, "tid", 5000, analyze)
 	db := q.db
 	get := planScans(t, db, db.sql.get, db.nowArg(), q.st.id, queue.MaxBatchSize, int64(30e6))
-	want := []string{"Index Scan on messages", "Tid Scan on messages", "Index Scan on bodies"}
-	if fmt.Sprint(get) != fmt.Sprint(want) {
-		t.Errorf("the Get's scans are %v, want %q", get, want)
+	update := ""
+	for _, n := range get {
+		if n.alias == "m" {
+			update = n.what
+		}
+	}
+	if update != "Tid Scan on messages" {
+		t.Errorf("the Get's update reads its rows with %q, want a Tid Scan on messages (all scans: %v)", update, get)
 	}
 	ms, err := q.Get(context.Background(), queue.MaxBatchSize, time.Hour)
 	if err != nil || len(ms) != queue.MaxBatchSize {
