@@ -99,17 +99,23 @@ end
 	// luaAfter compares the times the hashes keep (decimal strings of
 	// µs: i, e) with a time of the script without turning each into a
 	// number: after(a, s, n) is a > n, where s is digits(n) (nil for a
-	// negative n). Decimal strings of integers ≥ 0 without leading zeros
-	// (how Redis writes a Lua number) order by length, then as text, so
-	// that a loop over messages calls no strtod (tonumber); a negative
-	// time, only ever an injected clock's, takes tonumber.
+	// negative n). Strings of digits alone without leading zeros order
+	// by length, then as text, so that a loop over messages calls no
+	// strtod (tonumber). Any other string takes tonumber (an empty one,
+	// never written, counts as no later): a negative time, only ever an
+	// injected clock's, and the exponent form Redis 7.2.0–7.2.4 write a
+	// Lua number with eight or more trailing zeros in ("1.7672256e+15",
+	// redis/redis#13113), which hashes keep after an upgrade.
 	luaAfter = `
 local function digits(n)
   if n < 0 then return nil end
   return string.format('%d', n)
 end
 local function after(a, s, n)
-  if s == nil or string.byte(a) == 45 then return tonumber(a) > n end
+  if s == nil or string.find(a, '%D') then
+    local t = tonumber(a)
+    return t ~= nil and t > n
+  end
   local la, ls = #a, #s
   if la ~= ls then return la > ls end
   return a > s
