@@ -138,7 +138,7 @@ func TestReceiptsOfOneGetAreEachMessages(t *testing.T) {
 // TestTimesInExponentForm: Redis 7.2.0 to 7.2.4 write a Lua number with
 // eight or more trailing zeros in exponent form (fpconv_dtoa: the put
 // script's HSET of 1767225600000000 µs, clock.Epoch, stores
-// "1.7672256e+15"; redis/redis#13113, fixed in 7.2.5), and such hashes
+// "1.7672256e+15"; redis/redis#13113, fixed by #13115), and such hashes
 // stay after an upgrade. The scripts read these times as numbers (earlier
 // versions by tonumber): a message put at clock.Epoch with an hour's TTL
 // is alive, its get and its delete work, and it expires at its hour.
