@@ -131,6 +131,10 @@ end
 	// millisecond, so never before us.
 	luaMs = `
 local function ms(us) return math.floor(us / 1000) end
+-- int(n) is n as integer text: Redis 7.2.0–7.2.4 pass a Lua number with
+-- 8 or more trailing zeros as exponent text (redis/redis#13113), which
+-- PEXPIRE and PEXPIREAT refuse after the script's writes have run.
+local function int(n) return string.format('%d', n) end
 `
 	// luaSweep drops up to limit messages whose TTL has passed, the
 	// earliest expiry first, and returns how many it dropped.
@@ -215,7 +219,7 @@ end
 	luaMark = `
 local function mark(w, vis, now, real)
   if redis.call('ZADD', w, 'LT', vis, 'w') == 1 and real then
-    redis.call('PEXPIRE', w, ms(vis - now) + MARKER_LIFE)
+    redis.call('PEXPIRE', w, int(ms(vis - now) + MARKER_LIFE))
   end
 end
 `
@@ -236,8 +240,8 @@ local function outlive(now, e, ttl)
     local last = redis.call('ZRANGE', x, -1, -1, 'WITHSCORES')
     at = math.max(at, ms(tonumber(last[2])) + 1)
   end
-  redis.call('PEXPIREAT', x, at)
-  redis.call('PEXPIREAT', z, at)
+  redis.call('PEXPIREAT', x, int(at))
+  redis.call('PEXPIREAT', z, int(at))
 end
 `
 	// luaSettle (after luaMs; server's clock), after messages left: once
@@ -249,8 +253,8 @@ local function settle()
   if redis.call('ZCARD', z) ~= redis.call('ZCARD', x) then return end
   local last = redis.call('ZRANGE', x, -1, -1, 'WITHSCORES')
   local at = ms(tonumber(last[2])) + 1
-  redis.call('PEXPIREAT', x, at)
-  redis.call('PEXPIREAT', z, at)
+  redis.call('PEXPIREAT', x, int(at))
+  redis.call('PEXPIREAT', z, int(at))
 end
 `
 )
