@@ -96,9 +96,10 @@ const (
 		ORDER BY m.visible_at, m.id LIMIT ?3`
 
 	// sqlPeekAfter is a page of PeekAfter: the visible, unexpired messages
-	// whose id is above ?4, in id order (the order they were put).
+	// whose id is above ?4, in id order (the order they were put): a walk
+	// of messages_order from the cursor that stops at the page's end.
 	sqlPeekAfter = `SELECT m.id, b.body, b.meta, m.dequeue_count, m.inserted_at, m.expires_at, m.visible_at
-		FROM messages AS m JOIN bodies AS b ON b.id = m.id
+		FROM messages AS m INDEXED BY messages_order JOIN bodies AS b ON b.id = m.id
 		WHERE m.queue_id = ?1 AND m.id > ?4 AND m.visible_at <= ?2 AND m.expires_at > ?2
 		ORDER BY m.id LIMIT ?3`
 
