@@ -41,7 +41,7 @@ const ScalerDepthIntervalFree = time.Second
 // calls are billed and ScalerDepthIntervalFree where they are free,
 // whatever the request rate; requests that arrive while a read is in
 // flight get the last reading, or wait for that read before the first
-// (scaling.BoundedDepth).
+// and after a quiet spell, when the last is old (scaling.BoundedDepth).
 type Scaler struct {
 	cfg       Config
 	log       *zap.Logger
