@@ -14,7 +14,7 @@ import (
 )
 
 // SchemaVersion is the newest schema this package writes and reads.
-const SchemaVersion = 4
+const SchemaVersion = 3
 
 // ErrSchemaTooNew: the database schema was written by a newer version of
 // this package; upgrade the program rather than run it against a schema it
@@ -89,14 +89,6 @@ CREATE INDEX bodies_expiry ON {s}.bodies (queue_id, expires_at);
 `},
 	{3, "a message's metadata beside its body, NULL for none", `
 ALTER TABLE {s}.bodies ADD COLUMN meta jsonb;
-`},
-	// PeekAfter walks a queue's messages in id order from its cursor and
-	// stops at the page's end; without this index a page read every
-	// visible message of the queue and sorted them, or walked the primary
-	// key through every other queue's messages. One more index entry per
-	// Put and per delete.
-	{4, "messages in id order per queue, for PeekAfter's pages", `
-CREATE INDEX messages_order ON {s}.messages (queue_id, id);
 `},
 }
 

@@ -59,13 +59,6 @@ var migrations = []string{
 	// Version 3: a message's metadata (driver.EncodeMetadata's JSON) beside
 	// its body; NULL for a message without any, which costs nothing.
 	`ALTER TABLE bodies ADD COLUMN meta BLOB;`,
-
-	// Version 4: a queue's messages in id order, which PeekAfter walks
-	// from its cursor and stops at the page's end; without it a page read
-	// and sorted every visible message of the queue (a poison listing of
-	// N messages cost N²/page). An entry per message: one more index
-	// write per Put and per delete.
-	`CREATE INDEX messages_order ON messages (queue_id, id);`,
 }
 
 // schemaVersion is the version this build writes and understands.
