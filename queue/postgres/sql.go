@@ -189,11 +189,22 @@ ORDER BY m.visible_at, m.id
 LIMIT $3`),
 
 		// PeekAfter: a page of the visible messages whose id is above $4,
-		// in id order (the order they were put).
+		// in id order (the order they were put). It walks messages_pkey up
+		// from the cursor and stops at the page's end. queue_id + 0 keeps
+		// the planner off messages_ready, from which it reads every visible
+		// message of the queue and sorts them for each page (a listing of N
+		// messages cost N²/page); it chose that when its statistics
+		// underrated the queue, as they do a poison queue filled since the
+		// last ANALYZE. The walk steps over other queues' messages between
+		// the cursor and the page's last message: a whole listing reads the
+		// rows above its first message once, and a page of a queue whose
+		// messages are sparse among others' may read many rows. An index
+		// (queue_id, id) was tried and rejected: a WAL-logged index entry
+		// per put and per delete, for an operator's listing.
 		peekAfter: f(`
 SELECT m.id, m.dequeue_count, m.inserted_at, nullif(m.expires_at, 'infinity'), m.visible_at, b.body, b.meta
 FROM {s}.messages m JOIN {s}.bodies b ON b.id = m.id
-WHERE m.queue_id = $2 AND m.id > $4 AND m.visible_at <= {now} AND m.expires_at > {now}
+WHERE m.queue_id + 0 = $2 AND m.id > $4 AND m.visible_at <= {now} AND m.expires_at > {now}
 ORDER BY m.id
 LIMIT $3`),
 
