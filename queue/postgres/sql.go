@@ -35,12 +35,16 @@ func putTxBase(put string) string {
 }
 
 // txShard picks the counter row a statement in a caller's transaction
-// updates: the first, from the connection's own (shard), that no other
-// transaction holds, else its own. A caller's transaction holds the row
-// until it ends, so with the connection's row alone two transactions
-// whose backends share a row would commit one after the other.
-var txShard = `coalesce((SELECT shard FROM {s}.counts WHERE queue_id = $2
-	ORDER BY (shard - {shard} + ` + strconv.Itoa(countShards) + `) % ` + strconv.Itoa(countShards) + ` LIMIT 1 FOR UPDATE SKIP LOCKED), {shard})`
+// updates: one of the rows kept for callers' transactions (countShards
+// to 2×countShards−1, which no plain statement touches), the first from
+// the connection's own that no other transaction holds, else the
+// connection's own. A caller's transaction holds the row until it ends:
+// on the plain statements' rows it would stall the Puts and deletes of
+// every backend that shares the row until it commits, and with the
+// connection's row alone two transactions whose backends share a row
+// would commit one after the other.
+var txShard = `coalesce((SELECT shard FROM {s}.counts WHERE queue_id = $2 AND shard >= ` + strconv.Itoa(countShards) + `
+	ORDER BY (shard - {shard}) % ` + strconv.Itoa(countShards) + ` LIMIT 1 FOR UPDATE SKIP LOCKED), ` + strconv.Itoa(countShards) + ` + {shard})`
 
 // shard is the counter row a connection updates (see countShards).
 var shard = "pg_backend_pid() % " + strconv.Itoa(countShards)

@@ -1134,11 +1134,11 @@ func TestCloseDuringWatch(t *testing.T) {
 // transaction makes before its commit (which would wait for the round,
 // and the round for it, until the caller's deadline).
 //
-// It fails about 1 run in 16, not because of the watch: when the pool's two
-// backends share a counter row (pid % 16), the Put outside waits on the row
-// the transaction's PutTx holds until its commit, which comes after it. That
-// is a driver defect (open finding, pinned deterministically by
-// TestPutDoesNotWaitForOpenTransactions), left visible here on purpose.
+// It used to fail about 1 run in 16, not because of the watch: when the
+// pool's two backends shared a counter row (pid % 16), the Put outside
+// waited on the row the transaction's PutTx held until its commit, which
+// came after it. Callers' transactions now have counter rows of their own
+// (txShard; TestPutDoesNotWaitForOpenTransactions).
 func TestWatchLeavesThePool(t *testing.T) {
 	f := newTxFixtureURL(t, "pool_max_conns=2", postgres.WithNotifyInterval(10*time.Second))
 	ctx := context.Background()
