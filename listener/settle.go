@@ -31,23 +31,30 @@ const (
 	stTxSettled                             // deleted in its handler's transaction
 )
 
-// txSettle is the queue.TxSettler of message i of batch b.
+// txSettle is the queue.TxSettler of message i of batch b. A runner's is
+// also the context its message's handler runs under: the handler context
+// with the settler in it (queue.SettlerValue), kept in the batch, so that
+// it costs no allocation per message as context.WithValue's would.
 type txSettle struct {
-	b    *batch
-	i    int
-	from uint32 // the state BeginSettle took the message from
+	context.Context // the handler's context; nil in a batch handler call's (callSettle)
+	b               *batch
+	i               int32
+	from            uint32 // the state BeginSettle took the message from
 }
 
-// settleContext gives message i's handler its TxSettler.
+// Value is the handler context's value for key, the settler itself for
+// SettleTx's.
+func (s *txSettle) Value(key any) any { return queue.SettlerValue(s.Context, key, s) }
+
+// settleContext gives message i's handler its TxSettler: it returns the
+// handler's context ctx with the settler in it. Only message i's runner
+// calls it, before its handler starts; a run again after a worker fault
+// shares it, and BeginSettle's state change orders each winner's write of
+// from.
 func (b *batch) settleContext(ctx context.Context, i int) context.Context {
 	s := &b.settles[i]
-	if s.b == nil {
-		// Set once, by the message's first run, before its handler starts:
-		// a run again (after a worker fault) shares it, and BeginSettle's
-		// state change orders each winner's write of from.
-		s.b, s.i = b, i
-	}
-	return queue.WithTxSettler(ctx, s)
+	s.Context, s.b, s.i = ctx, b, int32(i)
+	return s
 }
 
 // callSettle is the queue.TxSettler of a batch handler call: it settles
@@ -58,7 +65,7 @@ type callSettle map[string]*txSettle
 func callContext(ctx context.Context, runs []ref) context.Context {
 	s := make(callSettle, len(runs))
 	for _, r := range runs {
-		s[r.b.msgs[r.i].ID] = &txSettle{b: r.b, i: r.i}
+		s[r.b.msgs[r.i].ID] = &txSettle{b: r.b, i: int32(r.i)}
 	}
 	return queue.WithTxSettler(ctx, s)
 }
@@ -92,7 +99,7 @@ func (s *txSettle) BeginSettle(id string) (string, error) {
 	for _, from := range []uint32{stRunning, stTxSettled} {
 		if b.state[s.i].CompareAndSwap(from, stTxSettling) {
 			s.from = from
-			return b.receipt(s.i), nil
+			return b.receipt(int(s.i)), nil
 		}
 	}
 	return "", fmt.Errorf("%w: message %s: its lease was lost before the settle", queue.ErrReceiptMismatch, id)

@@ -95,20 +95,24 @@ func (t *task) loop() error {
 		case sleepCancelled:
 			return nil
 		}
-		if done, leave := l.joinPause(l.park1, l.unpark1); done != nil {
-			// A handler failed for want of the worker's resources: get
-			// nothing until the pause ends (see pauseGets). The task is
-			// idle meanwhile, and parked on the pause's timer.
-			l.idleTasks.Add(1)
-			r := l.waitPause(ctx, done)
-			leave()
-			l.idleTasks.Add(-1)
-			switch r {
-			case sleepStop:
-				counted = false
-				return nil
-			case sleepCancelled:
-				return nil
+		// joinPause only with a pause in force: its method-value arguments
+		// would cost an allocation per get.
+		if l.pause.end.Load() != nil {
+			if done, leave := l.joinPause(l.park1, l.unpark1); done != nil {
+				// A handler failed for want of the worker's resources: get
+				// nothing until the pause ends (see pauseGets). The task is
+				// idle meanwhile, and parked on the pause's timer.
+				l.idleTasks.Add(1)
+				r := l.waitPause(ctx, done)
+				leave()
+				l.idleTasks.Add(-1)
+				switch r {
+				case sleepStop:
+					counted = false
+					return nil
+				case sleepCancelled:
+					return nil
+				}
 			}
 		}
 		held, r := l.admit(ctx)
