@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/adaptq/adaptq/queue"
 )
@@ -31,30 +32,50 @@ const (
 	stTxSettled                             // deleted in its handler's transaction
 )
 
-// txSettle is the queue.TxSettler of message i of batch b. A runner's is
-// also the context its message's handler runs under: the handler context
-// with the settler in it (queue.SettlerValue), kept in the batch, so that
-// it costs no allocation per message as context.WithValue's would.
+// txSettle is the queue.TxSettler of message i of batch b. A batch's are
+// set once, when it is made (newBatch), and keep their b and i while a
+// task reuses the batch.
 type txSettle struct {
-	context.Context // the handler's context; nil in a batch handler call's (callSettle)
-	b               *batch
-	i               int32
-	from            uint32 // the state BeginSettle took the message from
+	b    *batch
+	i    int32
+	from uint32 // the state BeginSettle took the message from
 }
 
-// Value is the handler context's value for key, the settler itself for
-// SettleTx's.
-func (s *txSettle) Value(key any) any { return queue.SettlerValue(s.Context, key, s) }
+// runnerCtx is the context a runner's handlers run under: its handler
+// context, carrying the runner's TxSettler, which settles the message
+// whose handler runs now (cur, set by the runner around each handler
+// call). One context serves every message of a runner, so that a
+// message's costs no allocation; a handler that kept its context past its
+// return finds no message to settle, or another one (BeginSettle checks
+// the id).
+type runnerCtx struct {
+	context.Context
+	cur atomic.Pointer[txSettle]
+}
 
-// settleContext gives message i's handler its TxSettler: it returns the
-// handler's context ctx with the settler in it. Only message i's runner
-// calls it, before its handler starts; a run again after a worker fault
-// shares it, and BeginSettle's state change orders each winner's write of
-// from.
-func (b *batch) settleContext(ctx context.Context, i int) context.Context {
-	s := &b.settles[i]
-	s.Context, s.b, s.i = ctx, b, int32(i)
-	return s
+// Value is the handler context's value for key, the runner's settler for
+// SettleTx's.
+func (r *runnerCtx) Value(key any) any { return queue.SettlerValue(r.Context, key, r) }
+
+func (r *runnerCtx) BeginSettle(id string) (string, error) {
+	s := r.cur.Load()
+	if s == nil {
+		return "", fmt.Errorf("%w: settle: message %s: its handler has returned", queue.ErrReceiptMismatch, id)
+	}
+	return s.BeginSettle(id)
+}
+
+func (r *runnerCtx) EndSettle(id string, deleted bool) {
+	if s := r.cur.Load(); s != nil {
+		s.EndSettle(id, deleted)
+	}
+}
+
+// settleContext makes ctx, the runner's, settle message i while its
+// handler runs; the runner calls unsettleContext when it returns.
+func (b *batch) settleContext(ctx *runnerCtx, i int) context.Context {
+	ctx.cur.Store(&b.settles[i])
+	return ctx
 }
 
 // callSettle is the queue.TxSettler of a batch handler call: it settles
@@ -86,13 +107,14 @@ func (s callSettle) EndSettle(id string, deleted bool) {
 
 func (s *txSettle) BeginSettle(id string) (string, error) {
 	b := s.b
-	if b.msgs[s.i].ID != id {
-		return "", fmt.Errorf("%w: settle: message %s is not the one this handler runs (%s)", queue.ErrInvalidArgument, id, b.msgs[s.i].ID)
-	}
 	// b.mu orders this after any renewal pass under way, so the receipt
-	// read is the newest, and renewal skips the message from now on.
+	// read is the newest, and renewal skips the message from now on; and
+	// after a task's reuse of the batch, which sets b.msgs under it.
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if int(s.i) >= len(b.msgs) || b.msgs[s.i].ID != id {
+		return "", fmt.Errorf("%w: settle: message %s is not the one this handler runs", queue.ErrInvalidArgument, id)
+	}
 	// A message settled before in this run (a second delete, or a run
 	// again after a worker fault whose transaction rolled back) is left
 	// to the database to judge.

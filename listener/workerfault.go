@@ -75,7 +75,10 @@ func (b *batch) runHandler(ctx context.Context, i int, start *time.Time) (err er
 func (b *batch) leaseHeld(i int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	end := b.leases[i]
+	var end time.Time
+	if b.leases != nil {
+		end = b.leases[i]
+	}
 	if end.IsZero() {
 		end = b.got.Add(b.l.o.VisibilityTimeout)
 	}
