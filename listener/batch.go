@@ -262,10 +262,9 @@ func (b *batch) keep() {
 	b.msgs = nil
 	for i := range n {
 		b.state[i].Store(stFetched)
-		b.cancels[i] = nil
-		b.txDeleted[i] = false
-		b.settles[i].from = 0
 	}
+	clear(b.cancels[:n])
+	clear(b.txDeleted[:n])
 	b.next.Store(0)
 	b.left.Store(0)
 	b.unsettled.Store(0)
@@ -745,8 +744,10 @@ func (l *Listener) deleteReceipts(rs []queue.Receipt) {
 	}
 	// Their handlers succeeded: a failure remembered from an earlier run
 	// is no longer their last verdict, and most leave the queue now.
-	for _, r := range rs {
-		l.failures.forget(r.ID)
+	if l.failures.n.Load() != 0 {
+		for _, r := range rs {
+			l.failures.forget(r.ID)
+		}
 	}
 	const attempts = 3
 	ctx := l.opCtx

@@ -141,11 +141,15 @@ func (s *txSettle) EndSettle(_ string, deleted bool) {
 // (or the handler says so), and the message goes back to running for the
 // failure path (false).
 func (b *batch) settledInTx(i int, err error) bool {
-	switch b.state[i].Load() {
-	case stTxSettled, stTxSettling:
-	default:
-		return false
+	if b.state[i].Load() < stTxSettling { // stTxSettling and stTxSettled are the last states
+		return false // the common case, inlined: no delete in a transaction
 	}
+	return b.settleTx(i, err)
+}
+
+// settleTx is settledInTx for a message its handler deleted in a
+// transaction.
+func (b *batch) settleTx(i int, err error) bool {
 	if err == nil && b.state[i].CompareAndSwap(stTxSettled, stDone) {
 		b.l.failures.forget(b.msgs[i].ID)
 		b.l.stats.deleted.Add(1)
