@@ -90,7 +90,7 @@ type Options struct {
 	// Tasks is the number of dequeue tasks Run starts with (default 1).
 	// Left 0, the pool also grows by one task after each get that comes
 	// back full, up to the driver's Features().BusyTasks (PostgreSQL: 8;
-	// 0 elsewhere), and the idle rule stops the added tasks once the queue
+	// Redis: 4; 0 elsewhere), and the idle rule stops the added tasks once the queue
 	// is drained; a Tasks given (the worker gives pool.initial and resizes
 	// by its policy) is never grown, nor a pool once Resize has sized it.
 	Tasks int

@@ -16,7 +16,7 @@ import (
 var features = driver.Features{
 	MaxPeek: queue.MaxPeek, ExactCount: true, BatchDelete: true, Siblings: true,
 	NativeNotify: true, Durability: driver.ServerMemory, TimeResolution: time.Microsecond,
-	Metadata: driver.DefaultMetadataLimits,
+	Metadata: driver.DefaultMetadataLimits, BusyTasks: redis.BusyTasks,
 }
 
 // harness opens queues on the test server under a prefix of their own.

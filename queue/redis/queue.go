@@ -40,6 +40,7 @@ func (q *redisQueue) Features() driver.Features {
 		Siblings:       true,
 		NativeNotify:   true,
 		Durability:     driver.ServerMemory,
+		BusyTasks:      BusyTasks,
 		Metadata:       driver.DefaultMetadataLimits,
 		TimeResolution: time.Microsecond,
 	}
@@ -260,6 +261,7 @@ func (q *redisQueue) Get(ctx context.Context, n int, visibility time.Duration) (
 
 // get is one script of Get.
 func (q *redisQueue) get(ctx context.Context, n int, visibility time.Duration) ([]*driver.Message, bool, error) {
+	n = min(n, len(receiptDigits)) // one receipt character each
 	rn := nonce()
 	v, err := q.run(ctx, getScript, q.keys3, n, us(visibility), rn, sweepChunk, q.c.now())
 	if err != nil {
@@ -283,7 +285,7 @@ func (q *redisQueue) get(ctx context.Context, n int, visibility time.Duration) (
 		body, _ := f[1].(string)
 		ms[i] = driver.Message{
 			ID:            id,
-			PopReceipt:    rn + strconv.Itoa(i+1),
+			PopReceipt:    rn + receiptDigits[i:i+1],
 			Body:          []byte(body),
 			DequeueCount:  int(toInt(f[2])),
 			InsertedAt:    time.UnixMicro(toInt(f[3])),

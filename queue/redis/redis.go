@@ -53,6 +53,18 @@ const (
 	// and a client passed to New should too.
 	DefaultAttempts = 4
 
+	// BusyTasks is the pool a listener left to its default tasks grows to
+	// while its gets come back full (driver.Features.BusyTasks): each Get
+	// is a round trip, which one task waits on in turn while Redis idles,
+	// so that one task drained at 0.27× the rate of PEERS.md's
+	// hand-written loop of 8 goroutines (bench/cmd/redisprobe, issue 34).
+	// Concurrent gets keep the server busy; past a few they only queue
+	// behind each other on its one thread: draining 30,000 messages with
+	// a default listener, 4 tasks ran at 54–117k msgs/s and 7.8–9.4 µs of
+	// Redis CPU per message, 8 at 57–97k and 9.0–10.1 µs, one (before)
+	// at 53–65k and 10.7–11.0 µs (3 runs each, alternating, 2 busy cores).
+	BusyTasks = 4
+
 	// putResendWindow: Put starts no send of a put later than this after
 	// its first. With go-redis's default timeouts (a pool wait of 4 s, a
 	// dial of 5 s, a write of 3 s) every send of a put is written within

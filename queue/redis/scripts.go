@@ -77,11 +77,16 @@ const (
 // each time a script runs, which costs a put as much as a command, so no
 // script carries helpers it does not call.
 const (
-	// luaKeys names the queue's sorted sets and message hashes.
+	// luaKeys names the queue's sorted sets and message hashes: mb is
+	// the message hashes' prefix, built once per script so that a loop
+	// over messages makes one string per key (mb .. id), and call is
+	// redis.call without its two table lookups.
 	luaKeys = `
 local z, x = KEYS[1], KEYS[2]
 local base = string.sub(z, 1, -2)
-local function mkey(id) return base .. 'm:' .. id end
+local mb = base .. 'm:'
+local call = redis.call
+local function mkey(id) return mb .. id end
 `
 	// luaClock reads the script's time: the injected clock's, or TIME.
 	luaClock = `
@@ -89,6 +94,25 @@ local function clock(a)
   if a ~= '' then return tonumber(a) end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+`
+	// luaAfter compares the times the hashes keep (decimal strings of
+	// µs: i, e) with a time of the script without turning each into a
+	// number: after(a, s, n) is a > n, where s is digits(n) (nil for a
+	// negative n). Decimal strings of integers ≥ 0 without leading zeros
+	// (how Redis writes a Lua number) order by length, then as text, so
+	// that a loop over messages calls no strtod (tonumber); a negative
+	// time, only ever an injected clock's, takes tonumber.
+	luaAfter = `
+local function digits(n)
+  if n < 0 then return nil end
+  return string.format('%d', n)
+end
+local function after(a, s, n)
+  if s == nil or string.byte(a) == 45 then return tonumber(a) > n end
+  local la, ls = #a, #s
+  if la ~= ls then return la > ls end
+  return a > s
 end
 `
 	// luaMs: the millisecond that Redis's expiry of something that ends
@@ -117,15 +141,16 @@ end
 	// the key and the message's inserted time), 2 held under again
 	// already (an update whose reply was lost, sent again), 0 gone or
 	// expired (then dropped), -1 a stale receipt.
+	// (after luaAfter; ns is digits(now)).
 	luaHeld = `
-local function held(id, receipt, now, again)
-  local h = mkey(id)
-  local f = redis.call('HMGET', h, 'r', 'e', 'i')
+local function held(id, receipt, now, ns, again)
+  local h = mb .. id
+  local f = call('HMGET', h, 'r', 'e', 'i')
   if not f[1] then return 0 end
-  if f[2] ~= '0' and tonumber(f[2]) <= now then
-    redis.call('DEL', h)
-    redis.call('ZREM', z, id)
-    redis.call('ZREM', x, id)
+  if f[2] ~= '0' and not after(f[2], ns, now) then
+    call('DEL', h)
+    call('ZREM', z, id)
+    call('ZREM', x, id)
     return 0
   end
   if again and f[1] == again then return 2, h end
@@ -142,25 +167,33 @@ end
 	// PEXPIRE serve a whole batch. The put script stores nothing under an
 	// id it holds. Ids of other shapes (earlier versions' counters) are
 	// never put again and get none.
+	//
+	// (After luaAfter.) graves(now, real) starts the list of one script,
+	// keep adds a deleted message (its id and inserted time, the hash's i
+	// string) and bury writes the sets. keep compares the inserted time
+	// as text with the list's cutoff (no tonumber) and groups the ids by
+	// their time part, which consecutive ids mostly share.
 	luaTombs = `
-local function tombs(list, now, real)
-  local keys, sets = {}, {}
-  for _, e in ipairs(list) do
-    local id = e[1]
-    if #id == 26 and (not real or now - tonumber(e[2]) < TOMBSTONE_LIFE * 1000) then
-      local k = base .. 't:' .. string.sub(id, 1, 8)
-      local s = sets[k]
-      if not s then
-        s = {}
-        sets[k] = s
-        keys[#keys + 1] = k
-      end
-      s[#s + 1] = id
-    end
+local function graves(now, real)
+  local cut = now - TOMBSTONE_LIFE * 1000
+  return {real = real, cut = cut, cs = digits(cut), sets = {}, order = {}}
+end
+local function keep(g, id, ins)
+  if #id ~= 26 or (g.real and not (ins and after(ins, g.cs, g.cut))) then return end
+  local t = string.sub(id, 1, 8)
+  local s = g.sets[t]
+  if not s then
+    s = {}
+    g.sets[t] = s
+    g.order[#g.order + 1] = t
   end
-  for _, k in ipairs(keys) do
-    redis.call('SADD', k, unpack(sets[k]))
-    redis.call('PEXPIRE', k, TOMBSTONE_LIFE)
+  s[#s + 1] = id
+end
+local function bury(g)
+  for _, t in ipairs(g.order) do
+    local k = base .. 't:' .. t
+    call('SADD', k, unpack(g.sets[t]))
+    call('PEXPIRE', k, TOMBSTONE_LIFE)
   end
 end
 `
@@ -216,7 +249,14 @@ var luaConstants = strings.NewReplacer(
 	"INDEX_SLACK", strconv.FormatInt(indexSlack.Milliseconds(), 10),
 	"MARKER_LIFE", strconv.FormatInt(markerLife.Milliseconds(), 10),
 	"TOMBSTONE_LIFE", strconv.FormatInt(tombstoneLife.Milliseconds(), 10),
+	"RECEIPT_DIGITS", "'"+receiptDigits+"'",
 )
+
+// receiptDigits: the k-th message of a get (from 1) has the receipt
+// nonce + receiptDigits[k-1], one character, so that the script builds
+// its receipts with no number turned into text. The first nine are the
+// digits earlier versions wrote.
+const receiptDigits = "123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-_"
 
 // script is a script of helpers and a body.
 func script(body string, helpers ...string) *goredis.Script {
@@ -324,9 +364,17 @@ end
 return out
 `, luaKeys, luaClock, luaMs, luaSweep, luaMark, luaOutlive, luaFound, luaStore)
 
-// getScript: KEYS z, x, w; ARGV n, visibility µs, receipt nonce, sweep
-// limit, now. Returns {until, more, id1, body1, dequeues1, inserted1,
-// expires1, metadata1 (nil for none), id2, …}; the receipt of the k-th message (from 1) is nonce .. k.
+// getScript: KEYS z, x, w; ARGV n (at most len(receiptDigits)),
+// visibility µs, receipt nonce, sweep limit, now. Returns {until, more,
+// id1, body1, dequeues1, inserted1, expires1, metadata1 (nil for none),
+// id2, …}; the receipt of the k-th message (from 1) is nonce ..
+// receiptDigits[k-1].
+//
+// Per message it makes one HMGET and one HSET and turns no number into
+// text but the dequeue count (string.format's %d, not Redis's %.17g):
+// the visible-until score is made text once, the receipt's suffix is a
+// character of receiptDigits (no number), and the expiry is compared as
+// text (luaAfter).
 // more is 1 when the batch is short and the sweep stopped at its limit:
 // expired messages may still hide live ones, and the caller calls again.
 //
@@ -338,93 +386,106 @@ local now = clock(ARGV[5])
 local limit = tonumber(ARGV[4])
 local swept = sweep(now, limit)
 local n = tonumber(ARGV[1])
-local ids = redis.call('ZRANGEBYSCORE', z, '-inf', now, 'LIMIT', 0, n)
+local ids = call('ZRANGEBYSCORE', z, '-inf', now, 'LIMIT', 0, n)
 local untl = now + tonumber(ARGV[2])
+local us = string.format('%d', untl)
+local ns = digits(now)
+local rn = ARGV[3]
 local out = {untl, 0}
 local hide, gone = {}, {}
-local k = 0
-for _, id in ipairs(ids) do
-  local h = mkey(id)
-  local f = redis.call('HMGET', h, 'b', 'd', 'i', 'e', 'm')
-  if f[1] and (f[4] == '0' or tonumber(f[4]) > now) then
+local k, o, v, g = 0, 2, 0, 0
+for i = 1, #ids do
+  local id = ids[i]
+  local h = mb .. id
+  local f = call('HMGET', h, 'b', 'd', 'i', 'e', 'm')
+  local e = f[4]
+  if f[1] and (e == '0' or after(e, ns, now)) then
     k = k + 1
-    local d = tonumber(f[2]) + 1
-    redis.call('HSET', h, 'd', d, 'r', ARGV[3] .. k)
-    hide[#hide + 1] = untl
-    hide[#hide + 1] = id
-    out[#out + 1] = id
-    out[#out + 1] = f[1]
-    out[#out + 1] = d
-    out[#out + 1] = f[3]
-    out[#out + 1] = f[4]
-    out[#out + 1] = f[5]
+    local d = string.format('%d', f[2] + 1)
+    call('HSET', h, 'd', d, 'r', rn .. string.sub(RECEIPT_DIGITS, k, k))
+    hide[v + 1] = us
+    hide[v + 2] = id
+    v = v + 2
+    out[o + 1] = id
+    out[o + 2] = f[1]
+    out[o + 3] = d
+    out[o + 4] = f[3]
+    out[o + 5] = e
+    out[o + 6] = f[5]
+    o = o + 6
   else
     -- expired, or a stray id without its hash
-    if f[1] then redis.call('DEL', h) end
-    gone[#gone + 1] = id
+    if f[1] then call('DEL', h) end
+    g = g + 1
+    gone[g] = id
   end
 end
-if #hide > 0 then redis.call('ZADD', z, unpack(hide)) end
-if #gone > 0 then
-  redis.call('ZREM', z, unpack(gone))
-  redis.call('ZREM', x, unpack(gone))
+if v > 0 then call('ZADD', z, unpack(hide)) end
+if g > 0 then
+  call('ZREM', z, unpack(gone))
+  call('ZREM', x, unpack(gone))
 end
 if k < n and swept == limit then out[2] = 1 end
-if #ids == n and #redis.call('ZRANGEBYSCORE', z, '-inf', now, 'LIMIT', 0, 1) > 0 then
+if #ids == n and #call('ZRANGEBYSCORE', z, '-inf', now, 'LIMIT', 0, 1) > 0 then
   mark(KEYS[3], now, now, ARGV[5] == '')
 end
 return out
-`, luaKeys, luaClock, luaMs, luaSweep, luaMark)
+`, luaKeys, luaClock, luaMs, luaAfter, luaSweep, luaMark)
 
 // deleteScript: KEYS z, x; ARGV id, receipt, now. Returns 1 deleted, 0
 // not found, -1 stale receipt. A deleted message leaves its tombstone.
 var deleteScript = script(`
 local now = clock(ARGV[3])
 local real = ARGV[3] == ''
-local ok, h, ins = held(ARGV[1], ARGV[2], now)
+local ok, h, ins = held(ARGV[1], ARGV[2], now, digits(now))
 if ok == 1 then
-  redis.call('DEL', h)
-  tombs({{ARGV[1], ins}}, now, real)
-  redis.call('ZREM', z, ARGV[1])
-  redis.call('ZREM', x, ARGV[1])
+  call('DEL', h)
+  local g = graves(now, real)
+  keep(g, ARGV[1], ins)
+  bury(g)
+  call('ZREM', z, ARGV[1])
+  call('ZREM', x, ARGV[1])
   if real then settle() end
 end
 return ok
-`, luaKeys, luaClock, luaHeld, luaTombs, luaMs, luaSettle)
+`, luaKeys, luaClock, luaAfter, luaHeld, luaTombs, luaMs, luaSettle)
 
 // deleteBatchScript: KEYS z, x; ARGV now, id1, receipt1, id2, … Returns one
 // code per receipt, as deleteScript's, and leaves the same tombstones.
+// Per message: one HMGET (held), and no number made from text.
 var deleteBatchScript = script(`
 local now = clock(ARGV[1])
 local real = ARGV[1] == ''
-local out, ids, keys, dead = {}, {}, {}, {}
+local ns = digits(now)
+local g = graves(now, real)
+local out, ids, keys = {}, {}, {}
 local seen = {}
+local m = 0
 for j = 2, #ARGV, 2 do
   local id = ARGV[j]
-  local ok
-  if seen[id] then
-    ok = 0 -- deleted earlier in this batch
-  else
+  local ok = 0
+  if not seen[id] then -- else deleted earlier in this batch
     local h, ins
-    ok, h, ins = held(id, ARGV[j + 1], now)
+    ok, h, ins = held(id, ARGV[j + 1], now, ns)
     if ok == 1 then
-      dead[#dead + 1] = {id, ins}
+      keep(g, id, ins)
       seen[id] = true
-      ids[#ids + 1] = id
-      keys[#keys + 1] = mkey(id)
+      m = m + 1
+      ids[m] = id
+      keys[m] = h
     end
   end
-  out[#out + 1] = ok
+  out[j / 2] = ok
 end
-if #ids > 0 then
-  redis.call('DEL', unpack(keys))
-  tombs(dead, now, real)
-  redis.call('ZREM', z, unpack(ids))
-  redis.call('ZREM', x, unpack(ids))
+if m > 0 then
+  call('DEL', unpack(keys))
+  bury(g)
+  call('ZREM', z, unpack(ids))
+  call('ZREM', x, unpack(ids))
   if real then settle() end
 end
 return out
-`, luaKeys, luaClock, luaHeld, luaTombs, luaMs, luaSettle)
+`, luaKeys, luaClock, luaAfter, luaHeld, luaTombs, luaMs, luaSettle)
 
 // updateScript: KEYS z, x, w; ARGV id, receipt, d µs, new receipt, now.
 // Returns 1 updated (the new receipt is in force), 0, -1 as deleteScript.
@@ -434,7 +495,7 @@ return out
 // message is visible again.
 var updateScript = script(`
 local now = clock(ARGV[5])
-local ok, h = held(ARGV[1], ARGV[2], now, ARGV[4])
+local ok, h = held(ARGV[1], ARGV[2], now, digits(now), ARGV[4])
 if ok == 2 then return 1 end
 if ok ~= 1 then return ok end
 redis.call('HSET', h, 'r', ARGV[4])
@@ -442,7 +503,7 @@ local vis = now + tonumber(ARGV[3])
 redis.call('ZADD', z, vis, ARGV[1])
 if vis == now then mark(KEYS[3], now, now, ARGV[5] == '') end
 return 1
-`, luaKeys, luaClock, luaHeld, luaMs, luaMark)
+`, luaKeys, luaClock, luaAfter, luaHeld, luaMs, luaMark)
 
 // peekScript: KEYS z, x; ARGV n, sweep limit, now. Returns {more, id,
 // body, dequeues, inserted, expires, visible-at, metadata (nil for none), …} for up to n visible,
@@ -489,18 +550,19 @@ var clearScript = script(`
 local now = clock(ARGV[2])
 local ids = redis.call('ZRANGE', z, 0, tonumber(ARGV[1]) - 1)
 if #ids > 0 then
-  local keys, dead = {}, {}
+  local keys = {}
+  local g = graves(now, ARGV[2] == '')
   for i, id in ipairs(ids) do
     keys[i] = mkey(id)
     local ins = redis.call('HGET', keys[i], 'i')
-    if ins then dead[#dead + 1] = {id, ins} end
+    if ins then keep(g, id, ins) end
   end
   redis.call('DEL', unpack(keys))
-  tombs(dead, now, ARGV[2] == '')
+  bury(g)
   redis.call('ZREM', z, unpack(ids))
   redis.call('ZREM', x, unpack(ids))
 end
 local left = redis.call('ZCARD', z)
 if left == 0 then redis.call('DEL', x, KEYS[3], base .. 'seq') end
 return left
-`, luaKeys, luaClock, luaTombs)
+`, luaKeys, luaClock, luaAfter, luaTombs)
