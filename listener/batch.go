@@ -27,16 +27,16 @@ import (
 // A batch still unfinished flushAfter after its get deletes the messages
 // that did succeed (their receipts would otherwise wait on the slowest
 // message), and again every flushAfter while it stays unfinished.
-const (
-	stallAfter = time.Millisecond
-	flushAfter = time.Second
-)
+const flushAfter = time.Second
 
-// sequentialBelow is a variable only so that a count of instructions
-// under valgrind, which slows every handler some fifty times, can keep
-// the dispatch it measures inline, as it is outside valgrind (see
-// export_test.go).
-var sequentialBelow = 5 * time.Microsecond
+// sequentialBelow and stallAfter are variables only so that a count of
+// instructions under valgrind, which slows everything some fifty times,
+// can keep the batches it measures inline and unspilled, as they are
+// outside valgrind (see export_test.go).
+var (
+	sequentialBelow = 5 * time.Microsecond
+	stallAfter      = time.Millisecond
+)
 
 // The life of a fetched message. Each message of a batch has exactly one
 // state, and only its owner changes it, by compare-and-swap:

@@ -20,8 +20,8 @@ import (
 // but Tasks and Concurrency 48 per task (listener), with ADAPTQ_DRAIN_TASKS
 // tasks (default 1). Under valgrind every handler runs some fifty times
 // slower, which would turn the listener's inline dispatch (what a no-op
-// handler gets outside valgrind) into a parallel one; the workload holds
-// it inline. Per message: (side's count − fill's count) / n.
+// handler gets outside valgrind) into a parallel one, and spill inline
+// batches after stallAfter; the workload holds them inline, unspilled. Per message: (side's count − fill's count) / n.
 //
 //	go test -c -o /tmp/l.test ./listener
 //	ADAPTQ_DRAIN_SIDE=listener ADAPTQ_DRAIN_N=200000 GODEBUG=asyncpreemptoff=1 \
@@ -61,6 +61,7 @@ func TestCallgrindDrain(t *testing.T) {
 		}
 	case "listener":
 		defer listener.SetSequentialBelow(listener.SetSequentialBelow(time.Second))
+		defer listener.SetStallAfter(listener.SetStallAfter(time.Minute))
 		l, err := listener.New(q, noop, listener.Options{Tasks: tasks, Concurrency: tasks * 48})
 		if err != nil {
 			t.Fatal(err)
