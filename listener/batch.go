@@ -382,7 +382,6 @@ func (b *batch) run(inline bool, ctx *runnerCtx, cancel context.CancelFunc) (*ru
 				break // renewal found its lease lost while it waited
 			}
 			err, end := b.runHandler(b.traceStart(b.settleContext(ctx, i), i), i, &start)
-			ctx.cur.Store(nil) // its handler returned: its context settles nothing more
 			if err != nil {
 				// Once, at the source of every sink (the log, the poison
 				// envelope and the tools that read it): no URL's signature

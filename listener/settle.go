@@ -43,11 +43,12 @@ type txSettle struct {
 
 // runnerCtx is the context a runner's handlers run under: its handler
 // context, carrying the runner's TxSettler, which settles the message
-// whose handler runs now (cur, set by the runner around each handler
-// call). One context serves every message of a runner, so that a
-// message's costs no allocation; a handler that kept its context past its
-// return finds no message to settle, or another one (BeginSettle checks
-// the id).
+// whose handler runs or ran last (cur, set by the runner before each
+// handler call). One context serves every message of a runner, so that a
+// message's costs no allocation. A handler that kept its context past its
+// return finds its message settled (ErrReceiptMismatch, as with a context
+// of its own), no longer in the batch (its task reused it), or another
+// message running (BeginSettle checks the id: ErrInvalidArgument).
 type runnerCtx struct {
 	context.Context
 	cur atomic.Pointer[txSettle]
@@ -71,8 +72,8 @@ func (r *runnerCtx) EndSettle(id string, deleted bool) {
 	}
 }
 
-// settleContext makes ctx, the runner's, settle message i while its
-// handler runs; the runner calls unsettleContext when it returns.
+// settleContext makes ctx, the runner's, settle message i, whose handler
+// is about to run.
 func (b *batch) settleContext(ctx *runnerCtx, i int) context.Context {
 	ctx.cur.Store(&b.settles[i])
 	return ctx
@@ -112,7 +113,11 @@ func (s *txSettle) BeginSettle(id string) (string, error) {
 	// after a task's reuse of the batch, which sets b.msgs under it.
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if int(s.i) >= len(b.msgs) || b.msgs[s.i].ID != id {
+	if int(s.i) >= len(b.msgs) {
+		// The batch was completed and its task keeps it for its next.
+		return "", fmt.Errorf("%w: settle: message %s: its handler has returned", queue.ErrReceiptMismatch, id)
+	}
+	if b.msgs[s.i].ID != id {
 		return "", fmt.Errorf("%w: settle: message %s is not the one this handler runs", queue.ErrInvalidArgument, id)
 	}
 	// A message settled before in this run (a second delete, or a run
