@@ -38,8 +38,9 @@ type PGProbeResult struct {
 //   - bench: section 11's settings, a pool of 16 and 8 tasks of 48 slots;
 //   - driver: adaptq's driver without the listener, the hand loop's 8
 //     goroutines calling Get(32) and DeleteBatch through postgres.Open's
-//     pool.
-var PGProbeSides = []string{"hand", "deleteret", "default", "bench", "driver"}
+//     pool;
+//   - fill: only the fill of the adaptq sides (for instruction counts).
+var PGProbeSides = []string{"hand", "deleteret", "default", "bench", "driver", "fill"}
 
 // PGProbe fills n messages of 200 bytes (not timed) and drains them with
 // side, measuring the rate and the client's and the server's CPU.
@@ -65,6 +66,17 @@ func PGProbe(ctx context.Context, side string, n int) (PGProbeResult, error) {
 		d, cpu, r.Detail, err = pgListenerDrain(ctx, base, n, pool, lo, opts...)
 	case "driver":
 		d, cpu, r.Detail, err = pgDriverDrain(ctx, base, n)
+	case "fill":
+		// Only the fill the adaptq sides do first (not timed): what to
+		// subtract from a whole process's instructions (callgrind) to
+		// leave a drain's.
+		s, oerr := openPGSidePool(ctx, base, 0, nil)
+		if oerr != nil {
+			return r, oerr
+		}
+		defer s.close()
+		err = s.fill(ctx, n)
+		d = time.Nanosecond
 	default:
 		// l:T:C:P, the listener with T tasks (MinTasks too), concurrency
 		// C and a pool of P connections (0: their defaults).
@@ -105,13 +117,13 @@ func pgListenerDrain(ctx context.Context, base string, n, pool int, lo listener.
 	if err := s.fill(ctx, n); err != nil {
 		return 0, cpuSpan{}, "", err
 	}
-	before, st0 := s.m.Snapshot(), s.calls.n.Load()
+	before, st0, k0 := s.m.Snapshot(), s.calls.n.Load(), s.calls.snapshot()
 	var d time.Duration
 	cpu, err := measureCPU(func() (err error) {
 		d, _, err = drainListener(ctx, s.q, n, noop, lo, 10*time.Minute)
 		return err
 	})
-	detail := fmt.Sprintf("%s; statements %.4f", breakdown(s.m.Snapshot().Sub(before)), float64(s.calls.n.Load()-st0)/float64(n))
+	detail := fmt.Sprintf("%s; statements %.4f: %s", breakdown(s.m.Snapshot().Sub(before)), float64(s.calls.n.Load()-st0)/float64(n), s.calls.kindsPer(k0, n))
 	return d, cpu, detail, err
 }
 
@@ -217,7 +229,7 @@ func pgDriverDrain(ctx context.Context, base string, n int) (time.Duration, cpuS
 	if err := s.fill(ctx, n); err != nil {
 		return 0, cpuSpan{}, "", err
 	}
-	st0 := s.calls.n.Load()
+	st0, k0 := s.calls.n.Load(), s.calls.snapshot()
 	var done atomic.Int64
 	var d time.Duration
 	cpu, err := measureCPU(func() error {
@@ -259,5 +271,5 @@ func pgDriverDrain(ctx context.Context, base string, n int) (time.Duration, cpuS
 			return nil
 		}
 	})
-	return d, cpu, fmt.Sprintf("statements %.4f", float64(s.calls.n.Load()-st0)/float64(n)), err
+	return d, cpu, fmt.Sprintf("statements %.4f: %s", float64(s.calls.n.Load()-st0)/float64(n), s.calls.kindsPer(k0, n)), err
 }

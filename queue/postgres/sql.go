@@ -154,9 +154,13 @@ SELECT id FROM q LIMIT 1`),
 		// first, skipping those another Get has locked; hide them, with a
 		// new receipt and their dequeue count + 1. Only the narrow state
 		// row is rewritten; bodies are read from their own table. The
-		// update finds the locked rows by ctid (a TID scan, whatever the
-		// plan). Its commit waits for the WAL flush as every commit does,
-		// unless WithAsyncLeases (see there for the risk).
+		// update finds the locked rows by their ctid (picked holds them
+		// locked, so no other statement can have moved them): a TID scan
+		// per row joined on ctid, with no index descent, or over the
+		// array, whatever the generic plan (the array keeps a seq scan
+		// from ever looking cheaper). Its commit waits for the WAL flush
+		// as every commit does, unless WithAsyncLeases (see there for the
+		// risk).
 		get: f(`
 WITH {async}picked AS (
 	SELECT ctid, id, visible_at FROM {s}.messages
@@ -170,7 +174,7 @@ WITH {async}picked AS (
 	    dequeue_count = m.dequeue_count + 1,
 	    receipt = {receipt}
 	FROM picked
-	WHERE m.ctid = ANY (ARRAY(SELECT ctid FROM picked)) AND m.id = picked.id
+	WHERE m.ctid = ANY (ARRAY(SELECT ctid FROM picked)) AND m.ctid = picked.ctid
 	RETURNING m.id, m.receipt, m.dequeue_count, m.inserted_at, m.expires_at, m.visible_at, picked.visible_at AS was_visible_at
 )
 SELECT got.id, got.receipt, got.dequeue_count, got.inserted_at, nullif(got.expires_at, 'infinity'), got.visible_at, b.body, b.meta
@@ -207,12 +211,14 @@ WITH d AS (
 )
 SELECT (SELECT live FROM d), (SELECT expires_at > {now} FROM {s}.messages WHERE id = $3 AND queue_id = $2)`),
 
-		// A batch delete is one statement over the receipts as two arrays.
-		// It returns a row per deleted message (its position in the
-		// arrays, and whether it was unexpired) and, for each receipt that
-		// deleted nothing, whether its message existed, unexpired, before
-		// the statement (then the receipt was stale; else the message was
-		// gone).
+		// A batch delete is one statement over the receipts as two arrays
+		// (an id that names no message is sent as 0, a receipt this driver
+		// never made as noReceipt: neither matches a row). It returns one
+		// row per receipt, in the order of the arrays: whether the message
+		// was unexpired if it deleted one (NULL if not), and for a receipt
+		// that deleted nothing, whether its message existed, unexpired,
+		// before the statement (then the receipt was stale; NULL: the
+		// message was gone). That lookup runs only for such receipts.
 		delBatch: f(`
 WITH r AS (
 	SELECT * FROM unnest($3::bigint[], $4::bigint[]) WITH ORDINALITY AS r(id, receipt, ord)
@@ -226,11 +232,10 @@ WITH r AS (
 	UPDATE {s}.counts SET n = n - (SELECT count(*) FROM d)
 	WHERE queue_id = $2 AND shard = {shard} AND EXISTS (SELECT 1 FROM d)
 )
-SELECT true, ord, live FROM d
-UNION ALL
-SELECT false, r.ord, e.expires_at > {now}
-FROM r LEFT JOIN {s}.messages e ON e.id = r.id AND e.queue_id = $2
-WHERE r.ord NOT IN (SELECT ord FROM d)`),
+SELECT d.live, CASE WHEN d.ord IS NULL THEN
+	(SELECT e.expires_at > {now} FROM {s}.messages e WHERE e.id = r.id AND e.queue_id = $2) END
+FROM r LEFT JOIN d ON d.ord = r.ord
+ORDER BY r.ord`),
 
 		// UpdateVisibility, like Get, waits for the flush unless
 		// WithAsyncLeases.
