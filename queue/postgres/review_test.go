@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/queue"
 	"github.com/adaptq/adaptq/queue/driver"
 	"github.com/adaptq/adaptq/queue/postgres/pgtest"
@@ -56,5 +57,86 @@ func TestDeleteBatchOverflowingID(t *testing.T) {
 	res, err := pq.DeleteBatch(ctx, []driver.Receipt{{ID: ms[0].ID, PopReceipt: ms[0].PopReceipt}})
 	if err != nil || res[0] != nil {
 		t.Fatalf("DeleteBatch with its own id: %v, %v", res, err)
+	}
+}
+
+// TestExecModes: every query exec mode a URL may name
+// (default_query_exec_mode) gets, decodes and deletes the same messages:
+// the text-format modes are read through Scan, the binary ones raw.
+func TestExecModes(t *testing.T) {
+	for _, mode := range []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"} {
+		t.Run(mode, func(t *testing.T) {
+			ctx := context.Background()
+			c := clock.NewFake(clock.Epoch)
+			db, err := Open(ctx, pgtest.URL(t)+"&default_query_exec_mode="+mode, WithSchema(pgtest.Schema(t)), WithClock(c))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			pq, err := db.queue(ctx, "modes")
+			if err != nil {
+				t.Fatal(err)
+			}
+			other, err := db.queue(ctx, "other")
+			if err != nil {
+				t.Fatal(err)
+			}
+			bin := make([]byte, 256)
+			for i := range bin {
+				bin[i] = byte(i)
+			}
+			reqs := []driver.PutRequest{
+				{Body: []byte("a"), Opts: driver.PutOptions{TTL: driver.NoExpiry, Metadata: map[string]string{"k": "v"}}},
+				{Body: []byte{}, Opts: driver.PutOptions{TTL: time.Hour}},
+				{Body: bin, Opts: driver.PutOptions{TTL: 90 * time.Second}},
+			}
+			if _, _, err := pq.PutBatch(ctx, reqs); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := other.Put(ctx, []byte("o"), driver.PutOptions{TTL: driver.NoExpiry}); err != nil {
+				t.Fatal(err)
+			}
+			ms, err := pq.Get(ctx, 10, time.Hour)
+			if err != nil || len(ms) != 3 {
+				t.Fatalf("Get: %d, %v", len(ms), err)
+			}
+			for i, m := range ms {
+				want := c.Now().Add(reqs[i].Opts.TTL)
+				if reqs[i].Opts.TTL == driver.NoExpiry {
+					want = time.Time{}
+				}
+				if string(m.Body) != string(reqs[i].Body) || m.DequeueCount != 1 ||
+					!m.InsertedAt.Equal(c.Now()) || !m.NextVisibleAt.Equal(c.Now().Add(time.Hour)) || !m.ExpiresAt.Equal(want) ||
+					len(m.Metadata) != len(reqs[i].Opts.Metadata) || m.Metadata["k"] != reqs[i].Opts.Metadata["k"] {
+					t.Errorf("message %d: %+v", i, m)
+				}
+			}
+			os, err := other.Get(ctx, 1, time.Hour)
+			if err != nil || len(os) != 1 {
+				t.Fatalf("other Get: %d, %v", len(os), err)
+			}
+			stale := []byte(ms[1].PopReceipt)
+			stale[15] ^= 1
+			res, err := pq.DeleteBatch(ctx, []driver.Receipt{
+				{ID: ms[0].ID, PopReceipt: ms[0].PopReceipt},
+				{ID: ms[1].ID, PopReceipt: string(stale)},
+				{ID: os[0].ID, PopReceipt: os[0].PopReceipt},
+				{ID: "x", PopReceipt: ms[2].PopReceipt},
+				{ID: ms[2].ID, PopReceipt: ms[2].PopReceipt},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res[0] != nil || !errors.Is(res[1], queue.ErrReceiptMismatch) || !errors.Is(res[2], queue.ErrNotFound) ||
+				!errors.Is(res[3], queue.ErrNotFound) || res[4] != nil {
+				t.Errorf("DeleteBatch: %v", res)
+			}
+			if n, err := pq.Count(ctx); err != nil || n != 1 {
+				t.Errorf("Count: %d, %v; want 1", n, err)
+			}
+			if n, err := other.Count(ctx); err != nil || n != 1 {
+				t.Errorf("other Count: %d, %v; want 1", n, err)
+			}
+		})
 	}
 }
