@@ -2,11 +2,16 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/queue"
@@ -136,6 +141,82 @@ func TestExecModes(t *testing.T) {
 			}
 			if n, err := other.Count(ctx); err != nil || n != 1 {
 				t.Errorf("other Count: %d, %v; want 1", n, err)
+			}
+		})
+	}
+}
+
+// binaryJSONB is pgx's jsonb codec asking for the binary format.
+type binaryJSONB struct{ *pgtype.JSONBCodec }
+
+func (binaryJSONB) PreferredFormat() int16 { return pgtype.BinaryFormatCode }
+
+// textInt8 is pgx's int8 codec asking for the text format.
+type textInt8 struct{ pgtype.Int8Codec }
+
+func (textInt8) PreferredFormat() int16 { return pgtype.TextFormatCode }
+
+// TestCustomCodecs: a pool whose AfterConnect registers codecs of its own
+// (jsonb in binary, int8 in text, timestamptz scanned in UTC) gets the
+// same messages: read raw when the row description still is the expected
+// one, through Scan when not.
+func TestCustomCodecs(t *testing.T) {
+	for name, reg := range map[string]func(*pgtype.Map){
+		"jsonb-binary": func(m *pgtype.Map) {
+			m.RegisterType(&pgtype.Type{Name: "jsonb", OID: pgtype.JSONBOID, Codec: binaryJSONB{&pgtype.JSONBCodec{Marshal: json.Marshal, Unmarshal: json.Unmarshal}}})
+		},
+		"int8-text": func(m *pgtype.Map) {
+			m.RegisterType(&pgtype.Type{Name: "int8", OID: pgtype.Int8OID, Codec: textInt8{}})
+		},
+		"timestamptz-utc": func(m *pgtype.Map) {
+			m.RegisterType(&pgtype.Type{Name: "timestamptz", OID: pgtype.TimestamptzOID, Codec: &pgtype.TimestamptzCodec{ScanLocation: time.UTC}})
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error { reg(c.TypeMap()); return nil }
+			c := clock.NewFake(clock.Epoch)
+			db, err := OpenConfig(ctx, cfg, WithSchema(pgtest.Schema(t)), WithClock(c))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			pq, err := db.queue(ctx, "codecs")
+			if err != nil {
+				t.Fatal(err)
+			}
+			reqs := []driver.PutRequest{
+				{Body: []byte("a"), Opts: driver.PutOptions{TTL: driver.NoExpiry, Metadata: map[string]string{"k": "v"}}},
+				{Body: []byte{0, 1, 2}, Opts: driver.PutOptions{TTL: time.Hour}},
+			}
+			ids, _, err := pq.PutBatch(ctx, reqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ms, err := pq.Get(ctx, 10, time.Hour)
+			if err != nil || len(ms) != 2 {
+				t.Fatalf("Get: %d, %v", len(ms), err)
+			}
+			for i, m := range ms {
+				want := c.Now().Add(reqs[i].Opts.TTL)
+				if reqs[i].Opts.TTL == driver.NoExpiry {
+					want = time.Time{}
+				}
+				if m.ID != ids[i] || string(m.Body) != string(reqs[i].Body) || m.DequeueCount != 1 || !m.InsertedAt.Equal(c.Now()) ||
+					!m.ExpiresAt.Equal(want) || m.Metadata["k"] != reqs[i].Opts.Metadata["k"] || len(m.Metadata) != len(reqs[i].Opts.Metadata) {
+					t.Errorf("message %d: %+v", i, m)
+				}
+			}
+			res, err := pq.DeleteBatch(ctx, []driver.Receipt{{ID: ms[0].ID, PopReceipt: ms[0].PopReceipt}, {ID: ms[1].ID, PopReceipt: ms[1].PopReceipt}})
+			if err != nil || res[0] != nil || res[1] != nil {
+				t.Fatalf("DeleteBatch: %v, %v", res, err)
+			}
+			if n, err := pq.Count(ctx); err != nil || n != 0 {
+				t.Fatalf("Count: %d, %v", n, err)
 			}
 		})
 	}
