@@ -72,7 +72,8 @@ func (w *Worker) PoisonMessage(ctx context.Context, queueName, id string) (poiso
 // queue is unknown, to the named queue), then deletes them from the poison
 // queue, and pulls those queues' push triggers. A message whose envelope
 // names a queue this worker does not run, or one whose poison queue is
-// another, stays, listed in Failed.
+// another (a queue of the same name on another backend is another: see
+// queue.Queue.SameQueue), stays, listed in Failed.
 func (w *Worker) PoisonRequeue(ctx context.Context, queueName string, sel poison.Selection) (poison.Result, error) {
 	wq, err := w.poisonOf(queueName)
 	if err != nil {
@@ -89,8 +90,10 @@ func (w *Worker) PoisonRequeue(ctx context.Context, queueName string, sel poison
 		if err != nil {
 			return nil, fmt.Errorf("it was poisoned from queue %q, which this worker does not run", name)
 		}
-		if other.poison == nil || other.poison.Name() != wq.poison.Name() {
-			return nil, fmt.Errorf("its envelope names queue %q, whose poison queue is not %s: refused", name, wq.poison.Name())
+		// Two backends may each have a poison queue of this name: the
+		// backend's own identity of the queue decides, never the name.
+		if other.poison == nil || !other.poison.SameQueue(wq.poison) {
+			return nil, fmt.Errorf("its envelope names queue %q, whose poison queue is not this %s: refused", name, wq.poison.Name())
 		}
 		return other.q, nil
 	}

@@ -41,7 +41,7 @@ const ScalerDepthIntervalFree = time.Second
 // calls are billed and ScalerDepthIntervalFree where they are free,
 // whatever the request rate; requests that arrive while a read is in
 // flight get the last reading, or wait for that read before the first
-// (scaling.BoundedDepth).
+// and after a quiet spell, when the last is old (scaling.BoundedDepth).
 type Scaler struct {
 	cfg       Config
 	log       *zap.Logger
@@ -54,6 +54,12 @@ type Scaler struct {
 	queues  []*scalerQueue
 	addr    string
 	ready   chan struct{}
+	// runCtx is Run's context: every depth read ends when it does.
+	// readsEnded refuses new reads once Run is stopping; reads counts
+	// those in flight, which Run waits for before it closes the queues.
+	runCtx     context.Context
+	readsEnded bool
+	reads      sync.WaitGroup
 }
 
 // scalerQueue is one configured queue as the scaler reads it.
@@ -93,8 +99,12 @@ func (s *Scaler) Run(ctx context.Context) error {
 	if again {
 		return fmt.Errorf("%w: Scaler.Run called twice", ErrStart)
 	}
+	s.mu.Lock()
+	s.runCtx = ctx
+	s.mu.Unlock()
 	qs, err := s.open(ctx)
 	defer func() {
+		s.endReads()
 		for _, sq := range qs {
 			_ = sq.q.Close()
 		}
@@ -123,7 +133,36 @@ func (s *Scaler) Run(ctx context.Context) error {
 	s.mu.Lock()
 	s.queues = nil
 	s.mu.Unlock()
+	s.endReads()
 	return nil
+}
+
+// endReads refuses new depth reads and waits for those in flight, which
+// ctx's end has cancelled: none outlives Run.
+func (s *Scaler) endReads() {
+	s.mu.Lock()
+	s.readsEnded = true
+	s.mu.Unlock()
+	s.reads.Wait()
+}
+
+// beginRead registers a depth read, under a context that ends with Run's
+// as well as with ctx; false once Run is stopping. The caller calls
+// end when the read has returned.
+func (s *Scaler) beginRead(ctx context.Context) (rctx context.Context, end func(), ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.readsEnded || s.runCtx == nil || s.runCtx.Err() != nil {
+		return nil, nil, false
+	}
+	s.reads.Add(1)
+	rctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.runCtx, cancel)
+	return rctx, func() {
+		stop()
+		cancel()
+		s.reads.Done()
+	}, true
 }
 
 // Ready is closed once Run serves.
@@ -180,10 +219,21 @@ func (s *Scaler) open(ctx context.Context) ([]*scalerQueue, error) {
 }
 
 // countLogged is q's Count, a failure logged (its secrets hidden): at most
-// once per read interval, since BoundedDepth calls it no oftener.
+// once per read interval, since BoundedDepth calls it no oftener. The
+// read ends when Run's context does (BoundedDepth reads under a context
+// of its own, which a caller's end does not cancel), and Run waits for
+// it; once Run is stopping no read begins.
 func (s *Scaler) countLogged(q *queue.Queue) func(context.Context) (int, error) {
 	return func(ctx context.Context) (int, error) {
-		n, err := q.Count(ctx)
+		rctx, end, ok := s.beginRead(ctx)
+		if !ok {
+			return 0, ErrNotRunning
+		}
+		defer end()
+		n, err := q.Count(rctx)
+		if err != nil && ctx.Err() == nil && rctx.Err() != nil {
+			return 0, fmt.Errorf("%w: the scaler is stopping", ErrNotRunning)
+		}
 		if err != nil {
 			s.log.Warn("adaptq: scaler: reading a queue's depth failed; the signal answers 503 until a read succeeds",
 				zap.String("queue", q.Name()), zap.String("error", queue.RedactText(err.Error())))

@@ -52,7 +52,8 @@ type BoundedDepthOptions struct {
 // it may poll (an autoscaler, a scrape, a flood): at most one read per
 // Interval however often it is asked, and callers that ask while a read
 // is in flight get the last read, or wait for that read when there is
-// none yet, instead of starting their own. A failed
+// none yet or the last is older than two intervals before it (a quiet
+// spell), instead of starting their own. A failed
 // read counts as a read: a backend that fails is asked again an interval
 // later, not at every request. It keeps when the queue started reading
 // zero, for the scale-to-zero rule (Instances.DesiredOrZero).
@@ -60,10 +61,11 @@ type BoundedDepth struct {
 	read func(context.Context) (int, error)
 	o    BoundedDepthOptions
 
-	mu       sync.Mutex
-	last     DepthReading
-	have     bool
-	inflight chan struct{} // closed when the read in flight ends; nil when none is
+	mu         sync.Mutex
+	last       DepthReading
+	have       bool
+	inflight   chan struct{} // closed when the read in flight ends; nil when none is
+	inflightAt time.Time     // when the read in flight began
 }
 
 // NewBoundedDepth bounds the reads of read, one backend call each.
@@ -79,7 +81,9 @@ func NewBoundedDepth(read func(context.Context) (int, error), o BoundedDepthOpti
 
 // Depth is the newest reading, read first if the last is an interval old
 // (or there is none) and no read is in flight; while one is, the last
-// reading (or, before the first, that read's). A caller whose ctx ends
+// reading if it was made at most two intervals before that read began
+// (so it is at most 2·Interval+Timeout old), else (before the first, or
+// after a quiet spell) that read's. A caller whose ctx ends
 // while it waits gets ctx's error; the read it waited for goes on for the
 // others, within Timeout.
 func (b *BoundedDepth) Depth(ctx context.Context) (DepthReading, error) {
@@ -92,11 +96,14 @@ func (b *BoundedDepth) Depth(ctx context.Context) (DepthReading, error) {
 			return r, nil
 		}
 		if wait := b.inflight; wait != nil {
-			if b.have {
-				// A read is on its way: the last one, an interval and at
-				// most Timeout old, answers at once, so that a slow
+			if b.have && b.inflightAt.Sub(b.last.At) < 2*b.o.Interval {
+				// A read is on its way and the last one was made at
+				// most two intervals before it began (reads come
+				// continuously): it answers at once, so that a slow
 				// backend holds one request (and its connection), not
-				// every one that comes meanwhile.
+				// every one that comes meanwhile. After a quiet spell
+				// the last reading is as old as the spell: the callers
+				// wait for the fresh read, as before the first.
 				r := b.last
 				b.mu.Unlock()
 				return r, nil
@@ -110,7 +117,7 @@ func (b *BoundedDepth) Depth(ctx context.Context) (DepthReading, error) {
 			}
 		}
 		done := make(chan struct{})
-		b.inflight = done
+		b.inflight, b.inflightAt = done, now
 		b.mu.Unlock()
 		return b.readNow(ctx, now, done), nil
 	}

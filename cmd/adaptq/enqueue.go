@@ -7,12 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/adaptq/adaptq"
 	"github.com/adaptq/adaptq/admin"
@@ -146,12 +147,13 @@ func (o *enqueueCmd) run(cmd *cobra.Command, e env, args []string) (err error) {
 	if e.terminal && total >= progressMin {
 		stopProgress = showProgress(e.stdout, q.Name(), total, &done, start)
 	}
-	firstID, err := putAll(ctx, q, bodies, total, opts, &done)
+	out, err := putAll(ctx, q, bodies, total, opts, &done)
 	stopProgress()
 	elapsed := time.Since(start)
 	if err != nil {
-		return failuref("put %d of %d messages to %s, then: %w", done.Load(), total, q.Name(), err)
+		return failuref("put to %s: %s: %w", q.Name(), out.describe(), err)
 	}
+	firstID := out.firstID
 	noun := "messages"
 	if total == 1 {
 		noun = "message"
@@ -264,54 +266,122 @@ func (o *enqueueCmd) readInput(cmd *cobra.Command, e env, args []string) ([]byte
 	return b, "--file " + path, nil
 }
 
+// putOutcome is what putAll did: the messages the backend acknowledged,
+// each batch that had failures, and how many were never sent.
+type putOutcome struct {
+	firstID string // the first message's id, if it was written
+	total   int
+	written int
+	failed  []batchFailure // in the order of their first message
+	unsent  int            // not sent: a batch failed first, or ctx ended
+}
+
+// batchFailure is a batch whose messages first..last (0-based, in the
+// order of the input) were sent, failed of them not acknowledged: err is
+// the first one's error.
+type batchFailure struct {
+	first, last, failed int
+	err                 error
+}
+
+// err is the first failed batch's error, naming its messages; nil if
+// none failed and everything was sent.
+func (o putOutcome) err() error {
+	if len(o.failed) > 0 {
+		f := o.failed[0]
+		return fmt.Errorf("messages %d to %d: %d not written: %w", f.first, f.last, f.failed, f.err)
+	}
+	return nil
+}
+
+// describe says what was and was not written, batch by batch.
+func (o putOutcome) describe() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d of %d written", o.written, o.total)
+	for _, f := range o.failed {
+		fmt.Fprintf(&b, "; messages %d to %d: %d not written (%v)", f.first, f.last, f.failed, f.err)
+	}
+	if o.unsent > 0 {
+		fmt.Fprintf(&b, "; %d not sent after the failure", o.unsent)
+	}
+	return b.String()
+}
+
 // putAll puts total messages, body i%len(bodies) for the i-th, in
 // batches of Features().MaxBatch (PutBatch: one backend call each where
 // the driver puts in batches), with up to producers batches in flight;
-// done counts the stored ones. It returns the id of the first message.
-// The first message that fails ends the run with its error.
-func putAll(ctx context.Context, q *queue.Queue, bodies [][]byte, total int, opts queue.PutOptions, done *atomic.Int64) (string, error) {
+// done counts the stored ones, for the progress line. A batch that fails
+// stops the sending of new batches, but the batches already in flight
+// run to their end with ctx (never cancelled because a sibling failed: a
+// cancelled call may have written and then fail, and the count would
+// miss what it wrote), so the outcome counts every message the backend
+// acknowledged. The error is the first failed batch's (putOutcome.err),
+// or ctx's if it ended.
+func putAll(ctx context.Context, q *queue.Queue, bodies [][]byte, total int, opts queue.PutOptions, done *atomic.Int64) (putOutcome, error) {
 	chunk := q.Features().MaxBatch
 	var next atomic.Int64
-	var firstID string
-	g, ctx := errgroup.WithContext(ctx)
+	var stop atomic.Bool
+	var mu sync.Mutex
+	out := putOutcome{total: total}
+	var wg sync.WaitGroup
 	for range min(producers, (total+chunk-1)/chunk) {
-		g.Go(func() error {
+		wg.Go(func() {
 			msgs := make([]queue.PutMessage, 0, chunk)
-			for {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
+			for !stop.Load() && ctx.Err() == nil {
 				start := int(next.Add(int64(chunk))) - chunk
 				if start >= total {
-					return nil
+					return
 				}
+				end := min(start+chunk, total)
 				msgs = msgs[:0]
-				for i := start; i < min(start+chunk, total); i++ {
+				for i := start; i < end; i++ {
 					msgs = append(msgs, queue.PutMessage{Body: bodies[i%len(bodies)], Opts: opts})
 				}
 				res, err := q.PutBatch(ctx, msgs)
-				if err != nil {
-					return err
+				f := batchFailure{first: start, last: end - 1, err: err}
+				written := 0
+				if err != nil { // refused as a whole: nothing written
+					f.failed = end - start
 				}
-				var failed error
 				for _, r := range res {
 					if r.Err == nil {
-						done.Add(1)
-					} else if failed == nil {
-						failed = r.Err
+						written++
+					} else if f.failed++; f.err == nil {
+						f.err = r.Err
 					}
 				}
-				if start == 0 {
-					firstID = res[0].ID // read after g.Wait
+				done.Add(int64(written))
+				mu.Lock()
+				out.written += written
+				if start == 0 && len(res) > 0 && res[0].Err == nil {
+					out.firstID = res[0].ID
 				}
-				if failed != nil {
-					return failed
+				if f.failed > 0 {
+					out.failed = append(out.failed, f)
+					stop.Store(true)
 				}
+				mu.Unlock()
 			}
 		})
 	}
-	err := g.Wait()
-	return firstID, err
+	wg.Wait()
+	sort.Slice(out.failed, func(i, j int) bool { return out.failed[i].first < out.failed[j].first })
+	out.unsent = total - out.written - failedCount(out.failed)
+	if err := out.err(); err != nil {
+		return out, err
+	}
+	if out.unsent > 0 {
+		return out, ctx.Err()
+	}
+	return out, nil
+}
+
+func failedCount(fs []batchFailure) int {
+	n := 0
+	for _, f := range fs {
+		n += f.failed
+	}
+	return n
 }
 
 // showProgress redraws one line on w until the returned func is called,

@@ -21,9 +21,9 @@ func TestEnqueuePutsInBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	var done atomic.Int64
-	first, err := putAll(context.Background(), q, [][]byte{[]byte("a"), []byte("b"), []byte("c")}, 100, queue.PutOptions{}, &done)
-	if err != nil || first == "" || done.Load() != 100 {
-		t.Fatalf("putAll = %q, %v; %d done", first, err, done.Load())
+	out, err := putAll(context.Background(), q, [][]byte{[]byte("a"), []byte("b"), []byte("c")}, 100, queue.PutOptions{}, &done)
+	if err != nil || out.firstID == "" || done.Load() != 100 || out.written != 100 {
+		t.Fatalf("putAll = %+v, %v; %d done", out, err, done.Load())
 	}
 	s := m.Snapshot()
 	if s.Calls[meter.PutBatch] != 4 || s.Calls[meter.Put] != 0 || s.MessagesPut != 100 {

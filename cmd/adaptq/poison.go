@@ -144,16 +144,37 @@ func (p *poisonQueues) dest(ctx context.Context) poison.Dest {
 			_ = q.Close()
 			return nil, fmt.Errorf("it was poisoned from %q, which the config names only as a poison queue", name)
 		}
-		if pn := poisonName(p.cfg.cfg.Queues[i], name); pn != p.pq.Name() {
+		pn := poisonName(p.cfg.cfg.Queues[i], name)
+		if pn != p.pq.Name() {
 			// Anyone who can write to the poison queue can name any
 			// queue in an envelope: only a queue that poisons here can be
 			// where the message came from.
 			_ = q.Close()
 			return nil, fmt.Errorf("its envelope names queue %q, whose poison queue is %s, not %s: refused", name, pn, p.pq.Name())
 		}
+		// Two backends may each have a poison queue of that name: the
+		// queue's own poison queue must be this very one.
+		if same, err := samePoison(ctx, q, pn, p.pq); err != nil || !same {
+			_ = q.Close()
+			if err != nil {
+				return nil, fmt.Errorf("its envelope names queue %q, whose poison queue %s could not be opened to compare: %w", name, pn, err)
+			}
+			return nil, fmt.Errorf("its envelope names queue %q, whose poison queue %s is on another backend than this one: refused", name, pn)
+		}
 		p.opened[name] = q
 		return q, nil
 	}
+}
+
+// samePoison reports whether q's poison queue, named pn, is pq itself
+// and not a queue of the same name on another backend.
+func samePoison(ctx context.Context, q *queue.Queue, pn string, pq *queue.Queue) (bool, error) {
+	sib, err := q.Sibling(ctx, pn)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = sib.Close() }()
+	return sib.SameQueue(pq), nil
 }
 
 // close closes every queue p opened, turning a failure into err if it has

@@ -358,10 +358,12 @@ func (db *DB) queue(ctx context.Context, name string) (*pgQueue, error) {
 }
 
 // register creates the queue's row and its counter rows if they are not
-// there, and returns its id.
+// there (the plain statements' and the callers' transactions', see
+// txShard: a queue created before the latter were kept gets them here),
+// and returns its id.
 func (db *DB) register(ctx context.Context, name string) (int32, error) {
 	var id int32
-	err := db.pool.QueryRow(ctx, db.sql.register, name, countShards).Scan(&id)
+	err := db.pool.QueryRow(ctx, db.sql.register, name, 2*countShards).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Created by another process between our insert and select: read
 		// it again.

@@ -35,12 +35,16 @@ func putTxBase(put string) string {
 }
 
 // txShard picks the counter row a statement in a caller's transaction
-// updates: the first, from the connection's own (shard), that no other
-// transaction holds, else its own. A caller's transaction holds the row
-// until it ends, so with the connection's row alone two transactions
-// whose backends share a row would commit one after the other.
-var txShard = `coalesce((SELECT shard FROM {s}.counts WHERE queue_id = $2
-	ORDER BY (shard - {shard} + ` + strconv.Itoa(countShards) + `) % ` + strconv.Itoa(countShards) + ` LIMIT 1 FOR UPDATE SKIP LOCKED), {shard})`
+// updates: one of the rows kept for callers' transactions (countShards
+// to 2×countShards−1, which no plain statement touches), the first from
+// the connection's own that no other transaction holds, else the
+// connection's own. A caller's transaction holds the row until it ends:
+// on the plain statements' rows it would stall the Puts and deletes of
+// every backend that shares the row until it commits, and with the
+// connection's row alone two transactions whose backends share a row
+// would commit one after the other.
+var txShard = `coalesce((SELECT shard FROM {s}.counts WHERE queue_id = $2 AND shard >= ` + strconv.Itoa(countShards) + `
+	ORDER BY (shard - {shard}) % ` + strconv.Itoa(countShards) + ` LIMIT 1 FOR UPDATE SKIP LOCKED), ` + strconv.Itoa(countShards) + ` + {shard})`
 
 // shard is the counter row a connection updates (see countShards).
 var shard = "pg_backend_pid() % " + strconv.Itoa(countShards)
@@ -189,11 +193,22 @@ ORDER BY m.visible_at, m.id
 LIMIT $3`),
 
 		// PeekAfter: a page of the visible messages whose id is above $4,
-		// in id order (the order they were put).
+		// in id order (the order they were put). It walks messages_pkey up
+		// from the cursor and stops at the page's end. queue_id + 0 keeps
+		// the planner off messages_ready, from which it reads every visible
+		// message of the queue and sorts them for each page (a listing of N
+		// messages cost N²/page); it chose that when its statistics
+		// underrated the queue, as they do a poison queue filled since the
+		// last ANALYZE. The walk steps over other queues' messages between
+		// the cursor and the page's last message: a whole listing reads the
+		// rows above its first message once, and a page of a queue whose
+		// messages are sparse among others' may read many rows. An index
+		// (queue_id, id) was tried and rejected: a WAL-logged index entry
+		// per put and per delete, for an operator's listing.
 		peekAfter: f(`
 SELECT m.id, m.dequeue_count, m.inserted_at, nullif(m.expires_at, 'infinity'), m.visible_at, b.body, b.meta
 FROM {s}.messages m JOIN {s}.bodies b ON b.id = m.id
-WHERE m.queue_id = $2 AND m.id > $4 AND m.visible_at <= {now} AND m.expires_at > {now}
+WHERE m.queue_id + 0 = $2 AND m.id > $4 AND m.visible_at <= {now} AND m.expires_at > {now}
 ORDER BY m.id
 LIMIT $3`),
 

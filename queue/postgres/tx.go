@@ -41,7 +41,9 @@ import (
 // The transaction must be on the database (and schema) of the queue's DB:
 // each put looks the queue up by id and name in its schema, and checks the
 // database's name, so a transaction on another database fails with
-// ErrOtherDatabase (which aborts it). A database of the same name on
+// ErrOtherDatabase (which aborts it); a delete that deletes nothing makes
+// the same check before it answers ErrNotFound or ErrReceiptMismatch, and
+// fails with ErrOtherDatabase on another database (the caller rolls back). A database of the same name on
 // another server, set up alike, is not told apart.
 //
 // Isolation: run the transaction READ COMMITTED (PostgreSQL's default).
@@ -333,11 +335,36 @@ func deleteTx(ctx context.Context, row rowFunc, q *queue.Queue, m *queue.Message
 			}
 			return nil
 		}
+		// Nothing deleted: before it says the message is gone or its
+		// receipt stale, make sure the transaction is on the queue's
+		// database (a put checks this in its statement). A delete that
+		// deleted was on it: the message's id and its random receipt
+		// matched there.
+		if err := pq.checkTxDatabase(ctx, row, "delete"); err != nil {
+			return err
+		}
 		if !live.Valid {
 			return outcome(m.ID, nil)
 		}
 		return outcome(m.ID, &live.Bool)
 	})
+}
+
+// checkTxDatabase returns ErrOtherDatabase unless the caller's transaction
+// is on q's database, and its schema holds q under its id and name. One
+// statement, run only when a delete in the transaction deleted nothing,
+// so a delete that succeeds costs no more.
+func (q *pgQueue) checkTxDatabase(ctx context.Context, row rowFunc, op string) error {
+	var ok bool
+	err := row(ctx, `SELECT current_database() = $1::text AND EXISTS (SELECT 1 FROM `+quoteIdent(q.db.schema)+`.queues WHERE id = $2 AND name = $3)`,
+		q.db.database, q.st.id, q.st.name).Scan(&ok)
+	if err != nil {
+		return q.txErr(op, err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: %s in transaction %q: the transaction's database is not %q, or its schema %q has no queue %q with id %d", ErrOtherDatabase, op, q.st.name, q.db.database, q.db.schema, q.st.name, q.st.id)
+	}
+	return nil
 }
 
 // txErr names what a statement in a caller's transaction found: the

@@ -1133,6 +1133,12 @@ func TestCloseDuringWatch(t *testing.T) {
 // transaction does not keep the pool's last connection from a call that
 // transaction makes before its commit (which would wait for the round,
 // and the round for it, until the caller's deadline).
+//
+// It used to fail about 1 run in 16, not because of the watch: when the
+// pool's two backends shared a counter row (pid % 16), the Put outside
+// waited on the row the transaction's PutTx held until its commit, which
+// came after it. Callers' transactions now have counter rows of their own
+// (txShard; TestPutDoesNotWaitForOpenTransactions).
 func TestWatchLeavesThePool(t *testing.T) {
 	f := newTxFixtureURL(t, "pool_max_conns=2", postgres.WithNotifyInterval(10*time.Second))
 	ctx := context.Background()

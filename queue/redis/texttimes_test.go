@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/adaptq/adaptq/internal/clock"
 	"github.com/adaptq/adaptq/queue"
@@ -129,5 +132,86 @@ func TestReceiptsOfOneGetAreEachMessages(t *testing.T) {
 	}
 	if n, err := q.Count(ctx); err != nil || n != 0 {
 		t.Fatalf("Count = %d, %v; want 0", n, err)
+	}
+}
+
+// TestTimesInExponentForm: Redis 7.2.0 to 7.2.4 write a Lua number with
+// eight or more trailing zeros in exponent form (fpconv_dtoa: the put
+// script's HSET of 1767225600000000 µs, clock.Epoch, stores
+// "1.7672256e+15"; redis/redis#13113, fixed by #13115), and such hashes
+// stay after an upgrade. The scripts read these times as numbers (earlier
+// versions by tonumber): a message put at clock.Epoch with an hour's TTL
+// is alive, its get and its delete work, and it expires at its hour.
+func TestTimesInExponentForm(t *testing.T) {
+	ctx := context.Background()
+	fake := clock.NewFake(clock.Epoch)
+	c, prefix := newClient(t, redis.WithClock(fake))
+	q := mustQueue(t, c, "expform")
+	var rdb *goredis.Client
+	if !q.As(&rdb) {
+		t.Fatal("no go-redis client")
+	}
+	put := func(body string) string {
+		id := mustPut(t, q, body, queue.PutOptions{TTL: time.Hour})
+		// As Redis 7.2.0–7.2.4 store clock.Epoch and clock.Epoch + 1 h.
+		h := prefix + "{expform}:m:" + id
+		if err := rdb.HSet(ctx, h, "i", "1.7672256e+15", "e", "1.7672292e+15").Err(); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	a, b := put("a"), put("b")
+	ms, err := q.Get(ctx, 2, time.Minute)
+	if err != nil || len(ms) != 2 {
+		t.Fatalf("Get = %d messages, %v; want both (they expire in an hour)", len(ms), err)
+	}
+	if err := q.Delete(ctx, a, ms[0].PopReceipt); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	res, err := q.DeleteBatch(ctx, []queue.Receipt{{ID: b, PopReceipt: ms[1].PopReceipt}})
+	if err != nil || res[0] != nil {
+		t.Fatalf("DeleteBatch = %v, %v", res, err)
+	}
+	put("c")
+	fake.Advance(time.Hour)
+	if ms, err := q.Get(ctx, 1, time.Minute); err != nil || len(ms) != 0 {
+		t.Fatalf("Get at the expiry = %v, %v; want none", ms, err)
+	}
+}
+
+// TestTombstoneOfAnExponentFormInsertedTime: on the server's clock a
+// delete keeps the id of a message inserted less than TombstoneLife ago
+// (so that a late send of its put stores nothing), reading the hash's
+// inserted time as a number also in the exponent form of Redis 7.2.0–7.2.4
+// (TestTimesInExponentForm). The inserted time written here is the
+// multiple of 10⁸ µs next after the server's clock, the form such a
+// server writes for a put at that microsecond.
+func TestTombstoneOfAnExponentFormInsertedTime(t *testing.T) {
+	ctx := context.Background()
+	c, prefix := newClient(t)
+	q := mustQueue(t, c, "expformtomb")
+	var rdb *goredis.Client
+	if !q.As(&rdb) {
+		t.Fatal("no go-redis client")
+	}
+	id := mustPut(t, q, "m", queue.PutOptions{})
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ins := strconv.FormatFloat(float64((now.UnixMicro()/1e8+1)*1e8), 'e', -1, 64)
+	if err := rdb.HSet(ctx, prefix+"{expformtomb}:m:"+id, "i", ins).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := q.Get(ctx, 1, time.Minute)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("Get = %v, %v; want the message", ms, err)
+	}
+	if err := q.Delete(ctx, id, ms[0].PopReceipt); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := rdb.SIsMember(ctx, prefix+"{expformtomb}:t:"+id[:8], id).Result()
+	if err != nil || !kept {
+		t.Fatalf("tombstone of %s (inserted %s) kept = %v, %v; want true", id, ins, kept, err)
 	}
 }

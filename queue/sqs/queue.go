@@ -648,7 +648,8 @@ func (q *Queue) Depth(ctx context.Context) (driver.Depth, error) {
 }
 
 // counts reads the queue's approximate visible and hidden (not visible or
-// delayed) messages in one billed call.
+// delayed) messages in one billed call. An answer without one of the
+// three attributes, or with one that is not a count, is an error.
 func (q *Queue) counts(ctx context.Context) (visible, hidden int, err error) {
 	if err := q.live(); err != nil {
 		return 0, 0, err
@@ -665,9 +666,16 @@ func (q *Queue) counts(ctx context.Context) (visible, hidden int, err error) {
 		return 0, 0, classify(rctx, "GetQueueAttributes", q.name, err)
 	}
 	for i, a := range names {
-		v, err := strconv.Atoi(out.Attributes[string(a)])
-		if err != nil {
-			continue
+		// An attribute left out (or not a number) is an unknown depth,
+		// never 0: a scale-to-zero signal would stop the workers of a
+		// queue with a backlog.
+		s, ok := out.Attributes[string(a)]
+		if !ok {
+			return 0, 0, fmt.Errorf("sqs: GetQueueAttributes of queue %q answered without %s: the depth is unknown", q.name, a)
+		}
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 0 {
+			return 0, 0, fmt.Errorf("sqs: GetQueueAttributes of queue %q answered %s = %q, not a count: the depth is unknown", q.name, a, s)
 		}
 		if i == 0 {
 			visible += v
