@@ -14,8 +14,8 @@ import (
 
 // TestGetReleaseChurn: Gets race releases (UpdateVisibility 0, which
 // rewrites the row a concurrent Get may be about to lock) and batch
-// deletes; no message is held by two at once, none is lost, each is
-// deleted once, and Count ends at 0.
+// deletes, while a vacuum runs throughout; no message is held by two at
+// once, none is lost, each is deleted once, and Count ends at 0.
 func TestGetReleaseChurn(t *testing.T) {
 	ctx := context.Background()
 	c := clock.NewFake(clock.Epoch)
@@ -43,6 +43,26 @@ func TestGetReleaseChurn(t *testing.T) {
 		dups    int
 		wg      sync.WaitGroup
 	)
+	// A vacuum of the tables runs over and over meanwhile (it prunes
+	// and defragments the pages whose rows the Gets find by ctid).
+	stop := make(chan struct{})
+	vacuumed := make(chan int)
+	go func() {
+		n := 0
+		defer func() { vacuumed <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := db.Vacuum(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+			n++
+		}
+	}()
 	for w := 0; w < 10; w++ {
 		wg.Add(1)
 		go func(w int) {
@@ -101,6 +121,8 @@ func TestGetReleaseChurn(t *testing.T) {
 		}(w)
 	}
 	wg.Wait()
+	close(stop)
+	t.Logf("%d vacuums", <-vacuumed)
 	if dups != 0 {
 		t.Errorf("%d deliveries of a message another held", dups)
 	}
