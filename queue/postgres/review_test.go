@@ -221,3 +221,43 @@ func TestCustomCodecs(t *testing.T) {
 		})
 	}
 }
+
+// TestVacuumDespiteAStrandedLock: behind PgBouncer in transaction pooling
+// (which the package doc supports for everything but LISTEN), a session
+// advisory lock taken by one statement and released by another stays on
+// whichever server connection took it, for as long as that connection
+// lives: Vacuum must not take such a lock held by no vacuum for a vacuum
+// under way, and skip its turn for good. Here an idle session holds what
+// the stranded lock was, and Vacuum still vacuums.
+func TestVacuumDespiteAStrandedLock(t *testing.T) {
+	ctx := context.Background()
+	schema := pgtest.Schema(t)
+	db, err := Open(ctx, pgtest.URL(t), WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	admin, err := pgx.Connect(ctx, pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	// The lock Vacuum took before: "avac" and the schema's name.
+	if _, err := admin.Exec(ctx, `SELECT pg_advisory_lock($1, hashtext($2))`, 0x61766163, schema); err != nil {
+		t.Fatal(err)
+	}
+	vacuums := func() (n int64) {
+		t.Helper()
+		if err := admin.QueryRow(ctx, `SELECT vacuum_count FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'messages'`, schema).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := vacuums()
+	if err := db.Vacuum(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if after := vacuums(); after != before+1 {
+		t.Fatalf("messages vacuumed %d times by Vacuum, want 1", after-before)
+	}
+}
