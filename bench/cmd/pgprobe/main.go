@@ -56,7 +56,7 @@ func main() {
 				os.Exit(1)
 			}
 			load, _ := os.ReadFile("/proc/loadavg")
-			fmt.Printf("round %d %-9s %8.0f msgs/s  client %6.2f µs  server %6.2f µs  (load %s) %s\n", r+1, side, x.Rate, us(x.Client), us(x.Server), strings.Join(strings.Fields(string(load))[:3], " "), x.Detail)
+			fmt.Printf("round %d %-9s %8.0f msgs/s  client %6.2f µs (sys %5.2f, %.3f csw)  server %6.2f µs  (load %s) %s\n", r+1, side, x.Rate, us(x.Client), us(x.Sys), x.CtxSwitches, us(x.Server), strings.Join(strings.Fields(string(load))[:3], " "), x.Detail)
 			res[side] = append(res[side], x)
 		}
 	}
