@@ -235,8 +235,7 @@ func (q *pgQueue) Get(ctx context.Context, n int, visibility time.Duration) (_ [
 				return nil, err
 			}
 		}
-		m.ID = strconv.FormatInt(id, 10)
-		m.PopReceipt = formatReceipt(receipt)
+		m.ID, m.PopReceipt = formatIDReceipt(id, receipt)
 		ms = append(ms, m)
 	}
 	if err := rows.Err(); err != nil {
@@ -320,14 +319,33 @@ func (q *pgQueue) sweep(ctx context.Context, batch, turn int) (int, error) {
 
 // formatReceipt writes a receipt as 16 hex digits.
 func formatReceipt(r int64) string {
-	const digits = "0123456789abcdef"
 	var b [16]byte
+	appendReceipt(b[:0], r)
+	return string(b[:])
+}
+
+// formatIDReceipt formats a message's id and receipt as one string, split
+// in two: one allocation a message where two were (ID and receipt go
+// together; either kept alone holds at most 36 bytes).
+func formatIDReceipt(id, r int64) (string, string) {
+	var buf [36]byte
+	b := strconv.AppendInt(buf[:0], id, 10)
+	n := len(b)
+	s := string(appendReceipt(b, r))
+	return s[:n], s[n:]
+}
+
+// appendReceipt appends receipt r's 16 hex digits to b.
+func appendReceipt(b []byte, r int64) []byte {
+	const digits = "0123456789abcdef"
+	b = append(b, "0000000000000000"...)
+	h := b[len(b)-16:]
 	u := uint64(r)
-	for i := len(b) - 1; i >= 0; i-- {
-		b[i] = digits[u&15]
+	for i := len(h) - 1; i >= 0; i-- {
+		h[i] = digits[u&15]
 		u >>= 4
 	}
-	return string(b[:])
+	return b
 }
 
 // parseReceipt reads a receipt (16 hex digits, either case, as
