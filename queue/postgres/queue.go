@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -440,8 +441,7 @@ const noReceipt = math.MinInt64
 
 // deleteBatch deletes any number of messages in one statement. A receipt
 // repeated in the list is sent once: the repeat finds its message gone.
-// The arrays are plain []int64, which pgx encodes without reflection, and
-// the statement answers each receipt in order, so the common batch (every
+// The arrays go as text (int8Arrays), and the statement answers each receipt in order, so the common batch (every
 // id distinct) is matched to its outcomes without a map.
 func (q *pgQueue) deleteBatch(ctx context.Context, receipts []driver.Receipt) ([]error, error) {
 	ids := make([]int64, len(receipts))
@@ -483,12 +483,39 @@ func distinct(ids []int64) bool {
 	return true
 }
 
+// int8Arrays writes two bigint arrays as PostgreSQL array literals, in one
+// allocation. pgx sends a string argument in text format, which the server
+// reads as bigint[]; a []int64 went through pgx's generic array encoder,
+// which boxes each element in an interface (an allocation for every value
+// above 255) and plans its encoding one element at a time.
+func int8Arrays(a, b []int64) (string, string) {
+	var sb strings.Builder
+	sb.Grow(4 + 21*(len(a)+len(b)))
+	buf := make([]byte, 0, 20)
+	write := func(vs []int64) {
+		sb.WriteByte('{')
+		for i, v := range vs {
+			if i > 0 {
+				sb.WriteByte(',')
+			}
+			sb.Write(strconv.AppendInt(buf[:0], v, 10))
+		}
+		sb.WriteByte('}')
+	}
+	write(a)
+	n := sb.Len()
+	write(b)
+	s := sb.String()
+	return s[:n], s[n:]
+}
+
 // deleteRows runs the batch delete over the arrays and calls f with each
 // receipt's position and its row: deleted is set if it deleted its message
 // (true: unexpired), live if it did not and its message was there before
 // the statement (true: unexpired).
 func (q *pgQueue) deleteRows(ctx context.Context, ids, rs []int64, f func(i int, deleted, live pgtype.Bool)) error {
-	rows, err := q.db.pool.Query(ctx, q.db.sql.delBatch, q.db.nowArg(), q.st.id, ids, rs)
+	idArr, rArr := int8Arrays(ids, rs)
+	rows, err := q.db.pool.Query(ctx, q.db.sql.delBatch, q.db.nowArg(), q.st.id, idArr, rArr)
 	if err != nil {
 		return err
 	}
