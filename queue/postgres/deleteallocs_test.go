@@ -14,6 +14,12 @@ import (
 // with the arrays written as text.
 const maxDeleteAllocsPerReceipt = 0.5
 
+// maxDeleteBytesPerReceipt bounds the bytes it allocates per further
+// receipt: 118 measured (the arrays' text, their parsed ids and receipts,
+// the outcomes); 154 when the delete group kept a copy of every call's
+// receipts.
+const maxDeleteBytesPerReceipt = 136
+
 // TestDeleteBatchAllocs: a DeleteBatch of held receipts, alone in its
 // group, allocates at most maxDeleteAllocsPerReceipt times per receipt,
 // measured as (DeleteBatch of 32 − DeleteBatch of 1) / 31. Background work (the pool, the
@@ -23,11 +29,17 @@ func TestDeleteBatchAllocs(t *testing.T) {
 	const tries = 5
 	pq, rs := heldReceipts(t, "delallocs", 33*tries)
 	ctx := context.Background()
+	var bytes1, bytes32 uint64 = ^uint64(0), ^uint64(0)
 	measure := func(batch []driver.Receipt) uint64 {
 		var m0, m1 runtime.MemStats
 		runtime.ReadMemStats(&m0)
 		res, err := pq.DeleteBatch(ctx, batch)
 		runtime.ReadMemStats(&m1)
+		if len(batch) == 1 {
+			bytes1 = min(bytes1, m1.TotalAlloc-m0.TotalAlloc)
+		} else {
+			bytes32 = min(bytes32, m1.TotalAlloc-m0.TotalAlloc)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,8 +56,12 @@ func TestDeleteBatchAllocs(t *testing.T) {
 		many = min(many, measure(rs[i*33+1:i*33+33]))
 	}
 	per := (float64(many) - float64(one)) / 31
-	t.Logf("DeleteBatch of 1: %d allocations, of 32: %d: %.2f per further receipt", one, many, per)
+	perBytes := (float64(bytes32) - float64(bytes1)) / 31
+	t.Logf("DeleteBatch of 1: %d allocations, of 32: %d: %.2f per further receipt; bytes %d, %d: %.0f per further receipt", one, many, per, bytes1, bytes32, perBytes)
 	if per > maxDeleteAllocsPerReceipt {
 		t.Fatalf("a DeleteBatch allocates %.2f times per receipt, want at most %.2f", per, maxDeleteAllocsPerReceipt)
+	}
+	if perBytes > maxDeleteBytesPerReceipt {
+		t.Fatalf("a DeleteBatch allocates %.0f bytes per receipt, want at most %d", perBytes, maxDeleteBytesPerReceipt)
 	}
 }
