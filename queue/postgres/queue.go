@@ -6,7 +6,6 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -441,7 +440,7 @@ const noReceipt = math.MinInt64
 
 // deleteBatch deletes any number of messages in one statement. A receipt
 // repeated in the list is sent once: the repeat finds its message gone.
-// The arrays go as text (int8Arrays), and the statement answers each receipt in order, so the common batch (every
+// The arrays go as int8Array (no allocation per element), and the statement answers each receipt in order, so the common batch (every
 // id distinct) is matched to its outcomes without a map.
 func (q *pgQueue) deleteBatch(ctx context.Context, receipts []driver.Receipt) ([]error, error) {
 	ids := make([]int64, len(receipts))
@@ -483,30 +482,25 @@ func distinct(ids []int64) bool {
 	return true
 }
 
-// int8Arrays writes two bigint arrays as PostgreSQL array literals, in one
-// allocation. pgx sends a string argument in text format, which the server
-// reads as bigint[]; a []int64 went through pgx's generic array encoder,
-// which boxes each element in an interface (an allocation for every value
-// above 255) and plans its encoding one element at a time.
-func int8Arrays(a, b []int64) (string, string) {
-	var sb strings.Builder
-	sb.Grow(4 + 21*(len(a)+len(b)))
-	buf := make([]byte, 0, 20)
-	write := func(vs []int64) {
-		sb.WriteByte('{')
-		for i, v := range vs {
-			if i > 0 {
-				sb.WriteByte(',')
-			}
-			sb.Write(strconv.AppendInt(buf[:0], v, 10))
-		}
-		sb.WriteByte('}')
-	}
-	write(a)
-	n := sb.Len()
-	write(b)
-	s := sb.String()
-	return s[:n], s[n:]
+// int8Array is a bigint[] argument that pgx encodes without an allocation
+// per element: its elements are pointers into the slice (int8Elem), which
+// go into an interface as they are, where a []int64's int64s were each
+// boxed (an allocation for every value above 255).
+type int8Array []int64
+
+func (a int8Array) Dimensions() []pgtype.ArrayDimension {
+	return []pgtype.ArrayDimension{{Length: int32(len(a)), LowerBound: 1}}
+}
+
+func (a int8Array) Index(i int) any { return int8Elem{&a[i]} }
+
+func (a int8Array) IndexType() any { return int8Elem{} }
+
+// int8Elem is one element of an int8Array.
+type int8Elem struct{ p *int64 }
+
+func (e int8Elem) Int64Value() (pgtype.Int8, error) {
+	return pgtype.Int8{Int64: *e.p, Valid: true}, nil
 }
 
 // deleteRows runs the batch delete over the arrays and calls f with each
@@ -514,8 +508,7 @@ func int8Arrays(a, b []int64) (string, string) {
 // (true: unexpired), live if it did not and its message was there before
 // the statement (true: unexpired).
 func (q *pgQueue) deleteRows(ctx context.Context, ids, rs []int64, f func(i int, deleted, live pgtype.Bool)) error {
-	idArr, rArr := int8Arrays(ids, rs)
-	rows, err := q.db.pool.Query(ctx, q.db.sql.delBatch, q.db.nowArg(), q.st.id, idArr, rArr)
+	rows, err := q.db.pool.Query(ctx, q.db.sql.delBatch, q.db.nowArg(), q.st.id, int8Array(ids), int8Array(rs))
 	if err != nil {
 		return err
 	}
