@@ -71,7 +71,8 @@ func TestDeleteBatchAllocs(t *testing.T) {
 }
 
 // TestInt8ArrayEncoding: pgx encodes an int8Array exactly as it encodes
-// the []int64, in binary and in text, empty or not, at the int64's ends.
+// the []int64, in binary and in text, empty or not, at the int64's ends;
+// its Value (for statements sent without parameter types) is that text.
 func TestInt8ArrayEncoding(t *testing.T) {
 	m := pgtype.NewMap()
 	for _, vs := range [][]int64{{}, {1}, {0, -1, 255, 256, math.MaxInt64, math.MinInt64, noReceipt, 12345678901}} {
@@ -86,6 +87,11 @@ func TestInt8ArrayEncoding(t *testing.T) {
 			}
 			if !bytes.Equal(got, want) {
 				t.Errorf("%v (format %d): %x, want %x", vs, format, got, want)
+			}
+			if format == pgtype.TextFormatCode {
+				if v, err := int8Array(vs).Value(); err != nil || v != string(want) {
+					t.Errorf("%v: Value %q, %v; want %q", vs, v, err, want)
+				}
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	sqldriver "database/sql/driver"
 	"fmt"
 	"math"
 	"slices"
@@ -495,6 +496,22 @@ func (a int8Array) Dimensions() []pgtype.ArrayDimension {
 func (a int8Array) Index(i int) any { return int8Elem{&a[i]} }
 
 func (a int8Array) IndexType() any { return int8Elem{} }
+
+// Value is the array's text, for a pool whose statements go without their
+// parameters' types (QueryExecModeExec, the simple protocol): pgx then
+// finds no codec for int8Array and sends this, which the statement's
+// ::bigint[] reads.
+func (a int8Array) Value() (sqldriver.Value, error) {
+	b := make([]byte, 0, 2+21*len(a))
+	b = append(b, '{')
+	for i, v := range a {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, v, 10)
+	}
+	return string(append(b, '}')), nil
+}
 
 // int8Elem is one element of an int8Array.
 type int8Elem struct{ p *int64 }
