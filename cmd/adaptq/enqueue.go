@@ -281,7 +281,28 @@ type putOutcome struct {
 // the first one's error.
 type batchFailure struct {
 	first, last, failed int
-	err                 error
+	// unknown of the failed may have been written: their error is
+	// transient or the run's context ended (a reply lost after the
+	// write), as README's batch put says.
+	unknown int
+	err     error
+}
+
+// what says how many of the batch's messages were not written, or may
+// have been.
+func (f batchFailure) what() string {
+	switch f.unknown {
+	case 0:
+		return fmt.Sprintf("%d not written", f.failed)
+	case f.failed:
+		return fmt.Sprintf("%d unacknowledged, which may have been written", f.failed)
+	}
+	return fmt.Sprintf("%d not written and %d unacknowledged, which may have been written", f.failed-f.unknown, f.unknown)
+}
+
+// mayHaveWritten: a put that failed with err may have been stored.
+func mayHaveWritten(err error) bool {
+	return queue.IsTransient(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // err is the first failed batch's error, naming its messages; nil if
@@ -289,7 +310,7 @@ type batchFailure struct {
 func (o putOutcome) err() error {
 	if len(o.failed) > 0 {
 		f := o.failed[0]
-		return fmt.Errorf("messages %d to %d: %d not written: %w", f.first, f.last, f.failed, f.err)
+		return fmt.Errorf("messages %d to %d: %s: %w", f.first, f.last, f.what(), f.err)
 	}
 	return nil
 }
@@ -299,7 +320,7 @@ func (o putOutcome) describe() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d of %d written", o.written, o.total)
 	for _, f := range o.failed {
-		fmt.Fprintf(&b, "; messages %d to %d: %d not written (%v)", f.first, f.last, f.failed, f.err)
+		fmt.Fprintf(&b, "; messages %d to %d: %s (%v)", f.first, f.last, f.what(), f.err)
 	}
 	if o.unsent > 0 {
 		fmt.Fprintf(&b, "; %d not sent after the failure", o.unsent)
@@ -346,8 +367,13 @@ func putAll(ctx context.Context, q *queue.Queue, bodies [][]byte, total int, opt
 				for _, r := range res {
 					if r.Err == nil {
 						written++
-					} else if f.failed++; f.err == nil {
-						f.err = r.Err
+					} else {
+						if f.failed++; f.err == nil {
+							f.err = r.Err
+						}
+						if mayHaveWritten(r.Err) {
+							f.unknown++
+						}
 					}
 				}
 				done.Add(int64(written))
