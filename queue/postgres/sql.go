@@ -115,9 +115,12 @@ WITH ins AS (
 ), q AS (
 	SELECT id FROM ins UNION ALL SELECT id FROM {s}.queues WHERE name = $1
 ), c AS (
+	-- Only the rows missing from the statement's snapshot: ON CONFLICT's
+	-- check on a row there waits for a transaction that updated it (an
+	-- application's open PutTx), so the open would wait for its commit.
 	INSERT INTO {s}.counts (queue_id, shard)
-	SELECT (SELECT id FROM q LIMIT 1), g FROM generate_series(0, $2::int - 1) g
-	WHERE EXISTS (SELECT 1 FROM q)
+	SELECT q1.id, g FROM (SELECT id FROM q LIMIT 1) q1, generate_series(0, $2::int - 1) g
+	WHERE NOT EXISTS (SELECT 1 FROM {s}.counts k WHERE k.queue_id = q1.id AND k.shard = g)
 	ON CONFLICT DO NOTHING
 )
 SELECT id FROM q LIMIT 1`),
