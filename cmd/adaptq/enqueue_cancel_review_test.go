@@ -53,7 +53,7 @@ func TestEnqueueCancelledNeverCallsStoredMessagesUnwritten(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-w.inFlight; cancel() }()
 	var done atomic.Int64
-	out, err := putAll(ctx, q, bodies, 4, queue.PutOptions{}, &done)
+	out, err := putAll(ctx, q, bodies, 4, queue.PutOptions{}, &done, new(atomic.Bool))
 	if err == nil {
 		t.Fatal("putAll of a cancelled run: no error")
 	}
