@@ -107,7 +107,7 @@
 //     slice.
 //   - UpdateVisibility updates only a message held with its newest
 //     receipt (and, like Get, waits for the flush).
-//   - Count sums the queue's 16 counter rows: O(1) in the depth, and
+//   - Count sums the queue's 32 counter rows: O(1) in the depth, and
 //     approximate as Azure's ApproximateMessagesCount is, since an expired
 //     message counts until it is swept. Every statement that adds or
 //     deletes messages updates the counter in the same transaction, on the
