@@ -31,6 +31,7 @@ var figures = map[string][]string{
 		"adaptq listener (4 tasks) ÷ goqite loop (4 consumers)", "adaptq listener (1 task) ÷ goqite jobs runner",
 		"goqite batched (ReceiveTx/DeleteTx, 32 per transaction), 1 consumer", "adaptq listener (1 task) ÷ goqite batched (1 consumer)",
 		"200 B: goqite batched", "200 B: adaptq listener, 1 task", "200 B: adaptq listener ÷ goqite batched",
+		"200 B: River v0.51.1 on SQLite", "200 B: adaptq listener ÷ River on SQLite",
 		"4 KiB: goqite batched", "4 KiB: adaptq listener, 1 task", "4 KiB: adaptq listener ÷ goqite batched",
 		"64 KiB: goqite batched", "64 KiB: adaptq listener, 1 task", "64 KiB: adaptq listener ÷ goqite batched",
 		"64 KiB: adaptq bytes written per message drained",

@@ -10,6 +10,7 @@ require (
 	github.com/redis/go-redis/v9 v9.14.1
 	github.com/riverqueue/river v0.51.1
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.1
+	github.com/riverqueue/river/riverdriver/riversqlite v0.51.1
 	go.uber.org/zap v1.28.0
 	golang.org/x/sync v0.24.0
 	modernc.org/sqlite v1.61.1

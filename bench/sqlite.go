@@ -244,7 +244,8 @@ func bytesLabel(b float64) string {
 }
 
 // embeddedSizes adds the embedded section's rows by body size: goqite
-// batched beside the listener on adaptq's driver, 1 consumer each.
+// batched beside the listener on adaptq's driver, 1 consumer each, and at
+// 200 bytes River on SQLite too.
 func embeddedSizes(ctx context.Context, e *Env, s *Section) error {
 	repeats := max(min(e.Sizes.Repeats, 3), 1)
 	var counts []string
@@ -254,6 +255,7 @@ func embeddedSizes(ctx context.Context, e *Env, s *Section) error {
 	s.how("**By body size** (rows marked 200 B, 4 KiB, 64 KiB): the same two sides with bodies of that size, 1 consumer each: "+
 		"adaptq's listener with its default options (`listener.Options{}`: 1 task, concurrency 64), and **goqite batched**, goqite's loop as a user who batches writes it with goqite's own "+
 		"transaction API (one transaction of up to 32 `ReceiveTx`, the handler on each, one transaction of their `DeleteTx`). "+
+		"At 200 B also **River on SQLite** (riverdriver/riversqlite, the version of river, on the same pragmas) with its best public settings: one connection, as its driver's doc asks for SQLite, MaxWorkers 100, FetchCooldown 1 ms, the fill with InsertMany (not timed), timed from Start to the last JobCompleted event. "+
 		"Messages per run: %s (at most %s of bodies per run). Each figure is the median of %d runs, the sides alternating. "+
 		"**Written per message** is the bytes the process passed to write calls while it drained (Linux /proc/self/io wchar: "+
 		"WAL frames and the checkpoints' copies into the database file), divided by the messages drained.",
@@ -261,7 +263,7 @@ func embeddedSizes(ctx context.Context, e *Env, s *Section) error {
 	for _, size := range bodySizes {
 		n := sizedCount(e.Sizes, size)
 		body := bodyOf(size)
-		var gq, aq []drainStat
+		var gq, aq, rq []drainStat
 		for r := 0; r < repeats; r++ {
 			runs := []func() error{
 				func() error {
@@ -287,6 +289,18 @@ func embeddedSizes(ctx context.Context, e *Env, s *Section) error {
 			}
 			if r%2 == 1 {
 				runs[0], runs[1] = runs[1], runs[0]
+			}
+			if size == 200 { // River on SQLite, the other peer, at the size of its goal
+				runs = append(runs, func() error {
+					dir, err := e.tempDir("river-sized")
+					if err != nil {
+						return err
+					}
+					st, err := runRiverSQLite(ctx, filepath.Join(dir, "river.db"), n, body)
+					rq = append(rq, st)
+					os.RemoveAll(dir)
+					return err
+				})
 			}
 			for _, run := range runs {
 				if err := run(); err != nil {
@@ -328,6 +342,19 @@ func embeddedSizes(ctx context.Context, e *Env, s *Section) error {
 			}
 		}
 		s.add(ratio)
+		if len(rq) > 0 {
+			rRate := medianOf(rq, func(d drainStat) float64 { return d.rate })
+			var rU usage
+			for i := range rq {
+				rU.add(rq[i].use)
+			}
+			rCPU := rU.cpu / time.Duration(n*len(rq))
+			s.add(Row{What: fmt.Sprintf("%s: River %s on SQLite (riversqlite, one connection, MaxWorkers %d, FetchCooldown %s)", label, riverVersion, riverSQLiteWorkers, riverSQLiteCooldown),
+				Figure: perSec(rRate), Note: fmt.Sprintf("written per message: %s; %s", bytesLabel(medianOf(rq, func(d drainStat) float64 { return d.written })), rU.describe(n*len(rq)))})
+			s.add(Row{What: fmt.Sprintf("%s: adaptq listener ÷ River on SQLite", label), Figure: fmt.Sprintf("%.1f×", aRate/rRate),
+				Target: fmt.Sprintf("≥ %.0f×", SQLiteRiverTarget), Holds: verdict(aRate/rRate >= SQLiteRiverTarget),
+				Note: fmt.Sprintf("CPU per message: River %s, adaptq %s (%.1f×)", usString(rCPU), usString(aCPU), rCPU.Seconds()/aCPU.Seconds())})
+		}
 		if size == 64<<10 {
 			s.add(Row{What: "64 KiB: adaptq bytes written per message drained, ÷ the body", Figure: fmt.Sprintf("%.2f× (%s)", aW/float64(size), bytesLabel(aW)),
 				Target: fmt.Sprintf("≤ %.1f×", LargeWriteTarget), Holds: verdict(aW/float64(size) <= LargeWriteTarget),

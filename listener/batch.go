@@ -27,10 +27,15 @@ import (
 // A batch still unfinished flushAfter after its get deletes the messages
 // that did succeed (their receipts would otherwise wait on the slowest
 // message), and again every flushAfter while it stays unfinished.
-const (
+const flushAfter = time.Second
+
+// sequentialBelow and stallAfter are variables only so that a count of
+// instructions under valgrind, which slows everything some fifty times,
+// can keep the batches it measures inline and unspilled, as they are
+// outside valgrind (see export_test.go).
+var (
 	sequentialBelow = 5 * time.Microsecond
 	stallAfter      = time.Millisecond
-	flushAfter      = time.Second
 )
 
 // The life of a fetched message. Each message of a batch has exactly one
@@ -90,7 +95,8 @@ type batch struct {
 	// and then failed (settle.go); only its runner reads and writes it.
 	txDeleted [queue.MaxBatchSize]bool
 	// settles[i] is message i's TxSettler (settle.go), part of the batch
-	// so that a handler's context costs no allocation of its own.
+	// so that a handler's context costs no allocation of its own; set by
+	// newBatch.
 	settles [queue.MaxBatchSize]txSettle
 
 	// pooled: a batch handler's pool runs the messages (batchcall.go);
@@ -108,7 +114,7 @@ type batch struct {
 	// message i's lease ends by its newest renewal (else got plus the
 	// visibility timeout), by the listener's clock.
 	got    time.Time
-	leases [queue.MaxBatchSize]time.Time
+	leases *[queue.MaxBatchSize]time.Time // nil until a renewal
 	// spans[i] follows message i while its runner has it (nil until a
 	// message of the batch is traced; see trace.go).
 	spans atomic.Pointer[[queue.MaxBatchSize]MessageSpan]
@@ -152,20 +158,31 @@ func (b *batch) armMaintenance() {
 // dispatch starts handling a fetched batch. A batch of fast handlers runs
 // inline before dispatch returns; otherwise dispatch returns at once. It
 // reports whether the batch's watchdog handed the task's loop to another
-// goroutine, in which case the caller must end.
-func (l *Listener) dispatch(t *task, ms []*queue.Message) (handedOff bool) {
+// goroutine, in which case the caller must end. now is when the get
+// returned, by the listener's clock.
+func (l *Listener) dispatch(t *task, ms []*queue.Message, now time.Time) (handedOff bool) {
 	if l.pool != nil {
 		l.dispatchPooled(ms)
 		return false
 	}
 	n := len(ms)
-	b := &batch{l: l, t: t, msgs: ms}
+	b := t.spare
+	if b != nil {
+		// A batch the task kept (see keep): a handler's context kept past
+		// its return may still reach it, and reads msgs under b.mu.
+		t.spare = nil
+		b.mu.Lock()
+		b.msgs = ms
+		b.mu.Unlock()
+	} else {
+		b = newBatch(l, t, ms)
+	}
 	b.left.Store(int32(n))
 	t.inFlight.Add(int32(n))
 	l.inFlight.Add(int64(n))
 	l.wg.Add(1) // the batch itself, until complete
 	l.busy.Add(1)
-	b.got = l.o.Clock.Now()
+	b.got = now
 	b.renewAt = b.got.Add(l.o.VisibilityTimeout / 2)
 	avg, known := l.ewma.known()
 	if l.o.Dispatch == DispatchParallel || !known || avg >= sequentialBelow {
@@ -199,22 +216,66 @@ func (l *Listener) dispatch(t *task, ms []*queue.Message) (handedOff bool) {
 	ctx, cancel = b.run(true, ctx, cancel)
 	stopped := w.timer.Stop()
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	b.onTask = false
 	if b.handedOff {
+		b.mu.Unlock()
 		cancel()
 		return true
-	}
-	if stopped {
-		w.b.Store(nil)
-		t.watchdog = w
 	}
 	if ctx.Err() == nil {
 		t.hctx, t.hcancel = ctx, cancel
 	} else {
 		cancel()
 	}
+	if stopped {
+		w.b.Store(nil)
+		t.watchdog = w
+		// The watchdog never fired: the batch never spilled, so its only
+		// runner was this goroutine, it has completed, and no timer or
+		// runner refers to it any more. The task keeps it for its next.
+		b.keep()
+	}
+	b.mu.Unlock()
 	return false
+}
+
+// newBatch makes a batch of ms for task t (nil: a batch handler's pool).
+func newBatch(l *Listener, t *task, ms []*queue.Message) *batch {
+	b := &batch{l: l, t: t, msgs: ms}
+	for i := range b.settles {
+		b.settles[i] = txSettle{b: b, i: int32(i)}
+	}
+	return b
+}
+
+// keep readies a completed inline batch for its task's next get, so that
+// a batch of fast handlers costs no allocation (issue 34): t.spare. Only
+// the task's goroutine calls it, with b.mu held, once the batch's only
+// runner (itself) has finished and the watchdog was stopped before it
+// fired. Nothing but a handler's context kept past its return can reach
+// the batch then (runnerCtx), and that finds no message to settle.
+func (b *batch) keep() {
+	if !b.closed || b.spilled || b.tick != nil || b.pooled {
+		return // not reached: see the caller
+	}
+	n := len(b.msgs)
+	b.msgs = nil
+	for i := range n {
+		b.state[i].Store(stFetched)
+	}
+	clear(b.cancels[:n])
+	clear(b.txDeleted[:n])
+	b.next.Store(0)
+	b.left.Store(0)
+	b.unsettled.Store(0)
+	b.handed.Store(false)
+	b.held.Store(0)
+	b.receipts = nil
+	b.closed, b.onTask, b.handedOff = false, false, false
+	b.renewAt, b.got = time.Time{}, time.Time{}
+	b.leases = nil
+	b.spans.Store(nil)
+	b.t.spare = b
 }
 
 // watchdog spills the inline batch it watches if that batch runs longer
@@ -284,7 +345,7 @@ func (b *batch) runParallel() {
 // with. The inline runner settles its counters once at the end (or, once
 // its batch has spilled, as each message finishes; see unsettled); a
 // parallel runner settles each message as it finishes.
-func (b *batch) run(inline bool, ctx context.Context, cancel context.CancelFunc) (context.Context, context.CancelFunc) {
+func (b *batch) run(inline bool, ctx *runnerCtx, cancel context.CancelFunc) (*runnerCtx, context.CancelFunc) {
 	l := b.l
 	start := time.Now()
 	ran, ok, claimed := 0, 0, 0
@@ -663,6 +724,9 @@ func (b *batch) renewHeld() (ok bool) {
 			continue
 		}
 		b.setReceipt(i, nr)
+		if b.leases == nil {
+			b.leases = new([queue.MaxBatchSize]time.Time)
+		}
 		b.leases[i] = at.Add(l.o.VisibilityTimeout)
 		l.stats.renewed.Add(1)
 	}
@@ -679,8 +743,10 @@ func (l *Listener) deleteReceipts(rs []queue.Receipt) {
 	}
 	// Their handlers succeeded: a failure remembered from an earlier run
 	// is no longer their last verdict, and most leave the queue now.
-	for _, r := range rs {
-		l.failures.forget(r.ID)
+	if l.failures.n.Load() != 0 {
+		for _, r := range rs {
+			l.failures.forget(r.ID)
+		}
 	}
 	const attempts = 3
 	ctx := l.opCtx

@@ -726,15 +726,16 @@ func (l *Listener) newAbortContextLocked() {
 
 // handlerContext is a context for the handlers of one runner: a child of
 // the current abort context, so Abort and the end of the grace period
-// cancel it, and renewal may cancel it alone when a lease is lost.
+// cancel it, and renewal may cancel it alone when a lease is lost. It
+// carries the runner's TxSettler (see runnerCtx).
 //
 // liveContexts counts the handler contexts made and not yet cancelled by
 // their owner, so that a test can see none is forgotten.
-func (l *Listener) handlerContext() (context.Context, context.CancelFunc) {
+func (l *Listener) handlerContext() (*runnerCtx, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(*l.abortCtx.Load())
 	l.liveContexts.Add(1)
 	var done atomic.Bool
-	return ctx, func() {
+	return &runnerCtx{Context: ctx}, func() {
 		if done.CompareAndSwap(false, true) {
 			l.liveContexts.Add(-1)
 		}

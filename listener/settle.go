@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/adaptq/adaptq/queue"
 )
@@ -31,23 +32,51 @@ const (
 	stTxSettled                             // deleted in its handler's transaction
 )
 
-// txSettle is the queue.TxSettler of message i of batch b.
+// txSettle is the queue.TxSettler of message i of batch b. A batch's are
+// set once, when it is made (newBatch), and keep their b and i while a
+// task reuses the batch.
 type txSettle struct {
 	b    *batch
-	i    int
+	i    int32
 	from uint32 // the state BeginSettle took the message from
 }
 
-// settleContext gives message i's handler its TxSettler.
-func (b *batch) settleContext(ctx context.Context, i int) context.Context {
-	s := &b.settles[i]
-	if s.b == nil {
-		// Set once, by the message's first run, before its handler starts:
-		// a run again (after a worker fault) shares it, and BeginSettle's
-		// state change orders each winner's write of from.
-		s.b, s.i = b, i
+// runnerCtx is the context a runner's handlers run under: its handler
+// context, carrying the runner's TxSettler, which settles the message
+// whose handler runs or ran last (cur, set by the runner before each
+// handler call). One context serves every message of a runner, so that a
+// message's costs no allocation. A handler that kept its context past its
+// return finds its message settled (ErrReceiptMismatch, as with a context
+// of its own), no longer in the batch (its task reused it), or another
+// message running (BeginSettle checks the id: ErrInvalidArgument).
+type runnerCtx struct {
+	context.Context
+	cur atomic.Pointer[txSettle]
+}
+
+// Value is the handler context's value for key, the runner's settler for
+// SettleTx's.
+func (r *runnerCtx) Value(key any) any { return queue.SettlerValue(r.Context, key, r) }
+
+func (r *runnerCtx) BeginSettle(id string) (string, error) {
+	s := r.cur.Load()
+	if s == nil {
+		return "", fmt.Errorf("%w: settle: message %s: its handler has returned", queue.ErrReceiptMismatch, id)
 	}
-	return queue.WithTxSettler(ctx, s)
+	return s.BeginSettle(id)
+}
+
+func (r *runnerCtx) EndSettle(id string, deleted bool) {
+	if s := r.cur.Load(); s != nil {
+		s.EndSettle(id, deleted)
+	}
+}
+
+// settleContext makes ctx, the runner's, settle message i, whose handler
+// is about to run.
+func (b *batch) settleContext(ctx *runnerCtx, i int) context.Context {
+	ctx.cur.Store(&b.settles[i])
+	return ctx
 }
 
 // callSettle is the queue.TxSettler of a batch handler call: it settles
@@ -58,7 +87,7 @@ type callSettle map[string]*txSettle
 func callContext(ctx context.Context, runs []ref) context.Context {
 	s := make(callSettle, len(runs))
 	for _, r := range runs {
-		s[r.b.msgs[r.i].ID] = &txSettle{b: r.b, i: r.i}
+		s[r.b.msgs[r.i].ID] = &txSettle{b: r.b, i: int32(r.i)}
 	}
 	return queue.WithTxSettler(ctx, s)
 }
@@ -79,20 +108,25 @@ func (s callSettle) EndSettle(id string, deleted bool) {
 
 func (s *txSettle) BeginSettle(id string) (string, error) {
 	b := s.b
-	if b.msgs[s.i].ID != id {
-		return "", fmt.Errorf("%w: settle: message %s is not the one this handler runs (%s)", queue.ErrInvalidArgument, id, b.msgs[s.i].ID)
-	}
 	// b.mu orders this after any renewal pass under way, so the receipt
-	// read is the newest, and renewal skips the message from now on.
+	// read is the newest, and renewal skips the message from now on; and
+	// after a task's reuse of the batch, which sets b.msgs under it.
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if int(s.i) >= len(b.msgs) {
+		// The batch was completed and its task keeps it for its next.
+		return "", fmt.Errorf("%w: settle: message %s: its handler has returned", queue.ErrReceiptMismatch, id)
+	}
+	if b.msgs[s.i].ID != id {
+		return "", fmt.Errorf("%w: settle: message %s is not the one this handler runs", queue.ErrInvalidArgument, id)
+	}
 	// A message settled before in this run (a second delete, or a run
 	// again after a worker fault whose transaction rolled back) is left
 	// to the database to judge.
 	for _, from := range []uint32{stRunning, stTxSettled} {
 		if b.state[s.i].CompareAndSwap(from, stTxSettling) {
 			s.from = from
-			return b.receipt(s.i), nil
+			return b.receipt(int(s.i)), nil
 		}
 	}
 	return "", fmt.Errorf("%w: message %s: its lease was lost before the settle", queue.ErrReceiptMismatch, id)
@@ -112,11 +146,15 @@ func (s *txSettle) EndSettle(_ string, deleted bool) {
 // (or the handler says so), and the message goes back to running for the
 // failure path (false).
 func (b *batch) settledInTx(i int, err error) bool {
-	switch b.state[i].Load() {
-	case stTxSettled, stTxSettling:
-	default:
-		return false
+	if b.state[i].Load() < stTxSettling { // stTxSettling and stTxSettled are the last states
+		return false // the common case, inlined: no delete in a transaction
 	}
+	return b.settleTx(i, err)
+}
+
+// settleTx is settledInTx for a message its handler deleted in a
+// transaction.
+func (b *batch) settleTx(i int, err error) bool {
 	if err == nil && b.state[i].CompareAndSwap(stTxSettled, stDone) {
 		b.l.failures.forget(b.msgs[i].ID)
 		b.l.stats.deleted.Add(1)

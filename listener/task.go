@@ -42,9 +42,12 @@ type task struct {
 	// hctx is the handler context and watchdog the task lends its inline
 	// batches, reused while neither is spent; only the goroutine running
 	// the loop touches them (see dispatch).
-	hctx     context.Context
+	hctx     *runnerCtx
 	hcancel  context.CancelFunc
 	watchdog *watchdog
+	// spare is the task's last inline batch, kept for its next (see
+	// batch.keep); only the goroutine running the loop touches it.
+	spare *batch
 }
 
 func (l *Listener) taskMain(ctx context.Context, id int) error {
@@ -95,20 +98,24 @@ func (t *task) loop() error {
 		case sleepCancelled:
 			return nil
 		}
-		if done, leave := l.joinPause(l.park1, l.unpark1); done != nil {
-			// A handler failed for want of the worker's resources: get
-			// nothing until the pause ends (see pauseGets). The task is
-			// idle meanwhile, and parked on the pause's timer.
-			l.idleTasks.Add(1)
-			r := l.waitPause(ctx, done)
-			leave()
-			l.idleTasks.Add(-1)
-			switch r {
-			case sleepStop:
-				counted = false
-				return nil
-			case sleepCancelled:
-				return nil
+		// joinPause only with a pause in force: its method-value arguments
+		// would cost an allocation per get.
+		if l.pause.end.Load() != nil {
+			if done, leave := l.joinPause(l.park1, l.unpark1); done != nil {
+				// A handler failed for want of the worker's resources: get
+				// nothing until the pause ends (see pauseGets). The task is
+				// idle meanwhile, and parked on the pause's timer.
+				l.idleTasks.Add(1)
+				r := l.waitPause(ctx, done)
+				leave()
+				l.idleTasks.Add(-1)
+				switch r {
+				case sleepStop:
+					counted = false
+					return nil
+				case sleepCancelled:
+					return nil
+				}
 			}
 		}
 		held, r := l.admit(ctx)
@@ -162,7 +169,10 @@ func (t *task) loop() error {
 			}
 			continue
 		}
-		l.stats.lastGet.Store(l.o.Clock.Now().UnixNano())
+		// One reading of the clock serves the get's stats, the pickup
+		// latencies and the batch's dispatch.
+		now := l.o.Clock.Now()
+		l.stats.lastGet.Store(now.UnixNano())
 		l.stats.lastGetFailed.Store(false)
 		if t.errBackoff != nil {
 			t.errBackoff.Reset()
@@ -222,7 +232,7 @@ func (t *task) loop() error {
 			}
 			continue
 		}
-		l.countPickups(ms)
+		l.countPickups(ms, now)
 		if ctx.Err() != nil {
 			// Shutdown began while the get was on its way: hand the
 			// messages straight back.
@@ -241,7 +251,7 @@ func (t *task) loop() error {
 				l.o.WorkDetected(l)
 			}
 		}
-		if l.dispatch(t, ms) {
+		if l.dispatch(t, ms, now) {
 			// A stalled inline batch handed the loop to a new goroutine,
 			// which now owns the task.
 			handedOff = true
@@ -353,22 +363,24 @@ func (l *Listener) release(id, receipt string) {
 }
 
 // countPickups adds the pickup latency of the first deliveries in ms, just
-// fetched, to the listener's counters (Stats.PickupLatency).
-func (l *Listener) countPickups(ms []*queue.Message) {
-	now := l.o.Clock.Now()
-	var sum time.Duration
-	var n int64
+// fetched at now, to the listener's counters (Stats.PickupLatency). It
+// subtracts Unix nanoseconds rather than times (Time.Sub's overflow checks
+// cost more than the rest of a message's bookkeeping): exact between
+// 1678 and 2262.
+func (l *Listener) countPickups(ms []*queue.Message, now time.Time) {
+	at := now.UnixNano()
+	var sum, n int64
 	for _, m := range ms {
 		if m.DequeueCount != 1 || m.InsertedAt.IsZero() {
 			continue
 		}
 		n++
-		if d := now.Sub(m.InsertedAt); d > 0 {
+		if d := at - m.InsertedAt.UnixNano(); d > 0 {
 			sum += d
 		}
 	}
 	if n > 0 {
-		l.stats.pickupNanos.Add(int64(sum))
+		l.stats.pickupNanos.Add(sum)
 		l.stats.pickedUp.Add(n)
 	}
 }

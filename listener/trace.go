@@ -55,8 +55,12 @@ func tracerFor(o Options, q *queue.Queue) Tracer {
 // runs under. The batch's spans are made with its first traced message.
 func (b *batch) traceStart(ctx context.Context, i int) context.Context {
 	if b.l.tracer == nil {
-		return ctx
+		return ctx // inlined: no tracer
 	}
+	return b.startSpan(ctx, i)
+}
+
+func (b *batch) startSpan(ctx context.Context, i int) context.Context {
 	ctx, s := b.l.tracer.Start(ctx, b.msgs[i])
 	if s != nil {
 		b.setSpan(i, s)
@@ -119,6 +123,12 @@ func (b *batch) span(i int) MessageSpan {
 
 // traceEnd ends message i's span, if it has one.
 func (b *batch) traceEnd(i int, err error) {
+	if b.spans.Load() != nil { // inlined: no span in the batch
+		b.endSpan(i, err)
+	}
+}
+
+func (b *batch) endSpan(i int, err error) {
 	if s := b.span(i); s != nil {
 		s.End(err)
 		b.spans.Load()[i] = nil

@@ -40,10 +40,20 @@ const (
 // holdNone, the failure is already in the stats and the log. *start, the
 // handler's start for its duration average, moves to the retry's.
 func (b *batch) runHandler(ctx context.Context, i int, start *time.Time) (err error, end holdEnd) {
+	// The common case, in a frame small enough to cost nothing more than
+	// the call: the handler's verdict.
+	if err = b.l.h(ctx, b.msgs[i]); err == nil || !handler.IsWorkerFault(err) {
+		return err, holdNone
+	}
+	return b.holdThroughFaults(ctx, i, start, err)
+}
+
+// holdThroughFaults is runHandler after its handler's first worker fault,
+// err.
+func (b *batch) holdThroughFaults(ctx context.Context, i int, start *time.Time, err error) (error, holdEnd) {
 	l := b.l
 	m := b.msgs[i]
 	for {
-		err = l.h(ctx, m)
 		if err == nil || !handler.IsWorkerFault(err) || l.draining.Load() || ctx.Err() != nil {
 			return err, holdNone
 		}
@@ -67,6 +77,7 @@ func (b *batch) runHandler(ctx context.Context, i int, start *time.Time) (err er
 			return queue.RedactError(err), holdLapsed
 		}
 		*start = time.Now()
+		err = l.h(ctx, m)
 	}
 }
 
@@ -75,7 +86,10 @@ func (b *batch) runHandler(ctx context.Context, i int, start *time.Time) (err er
 func (b *batch) leaseHeld(i int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	end := b.leases[i]
+	var end time.Time
+	if b.leases != nil {
+		end = b.leases[i]
+	}
 	if end.IsZero() {
 		end = b.got.Add(b.l.o.VisibilityTimeout)
 	}

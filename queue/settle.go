@@ -31,6 +31,18 @@ func WithTxSettler(ctx context.Context, s TxSettler) context.Context {
 	return context.WithValue(ctx, txSettlerKey{}, s)
 }
 
+// SettlerValue is the Value method of a context that carries s itself, as
+// WithTxSettler's does, for a caller that keeps such a context per message
+// in a structure of its own and so saves WithTxSettler's allocation (the
+// listener's batches): it is s for the key SettleTx looks up, else
+// parent.Value(key).
+func SettlerValue(parent context.Context, key any, s TxSettler) any {
+	if _, ok := key.(txSettlerKey); ok {
+		return s
+	}
+	return parent.Value(key)
+}
+
 // SettleTx runs del, a delete of m inside the caller's transaction, with
 // m's newest receipt: the one the TxSettler in ctx gives, else
 // m.PopReceipt (a handler run outside a listener). A driver's DeleteTx is

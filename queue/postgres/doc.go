@@ -147,7 +147,7 @@
 // vacuums its own tables, in the background, after every
 // DefaultVacuumEvery (100,000) dead rows its statements made
 // (WithVacuumEvery; 0 leaves it to autovacuum), one process at a time per
-// schema (an advisory lock; the others skip their turn): the same run kept
+// table (VACUUM's SKIP_LOCKED; the others skip it): the same run kept
 // n_dead_tup under 200,000 and the median Get flat. The tables also carry
 // their own autovacuum settings (a fixed threshold of 5,000 dead rows, no
 // scale factor, no cost delay; schema.go) for the processes that churn

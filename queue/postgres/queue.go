@@ -355,9 +355,15 @@ func parseReceipt(s string) (int64, bool) {
 	return int64(u), true
 }
 
+// parseID reads a message's id; for a string that is none it returns 0
+// (no message has it) and false. ParseInt's answer to an overflow is the
+// largest int64, an id a message may hold: it is never passed on.
 func parseID(s string) (int64, bool) {
 	id, err := strconv.ParseInt(s, 10, 64)
-	return id, err == nil && id > 0
+	if err != nil || id <= 0 {
+		return 0, false
+	}
+	return id, true
 }
 
 // outcome turns what a delete or update found into the contract's error:

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"time"
 )
 
 // DefaultVacuumEvery is how many dead rows a DB's own statements make
@@ -14,10 +13,6 @@ import (
 // every Get's index scan would step over them. 100,000 dead rows is a few
 // seconds of a busy queue, and a vacuum of them takes a fraction of that.
 const DefaultVacuumEvery = 100_000
-
-// vacuumLockKey is the advisory lock that keeps the processes sharing a
-// schema from vacuuming it at once ("avac", mixed with the schema's name).
-const vacuumLockKey = 0x61766163
 
 // WithVacuumEvery sets DefaultVacuumEvery's value for this DB; 0 leaves the
 // tables to autovacuum alone.
@@ -47,30 +42,18 @@ func (db *DB) churned(n int) {
 	}
 }
 
-// Vacuum vacuums the DB's tables now, unless another process is vacuuming
-// them (it then returns nil at once). The DB calls it by itself every
-// WithVacuumEvery dead rows; a program may call it too (after a Clear of
-// a large queue, say).
+// Vacuum vacuums the DB's tables now, skipping any that another process
+// is vacuuming (VACUUM's SKIP_LOCKED: a vacuum holds its table's lock, and
+// a second would wait for it), so that processes sharing a schema never
+// vacuum a table at once. The DB calls it by itself every WithVacuumEvery
+// dead rows; a program may call it too (after a Clear of a large queue,
+// say). It takes no session lock of its own: behind PgBouncer in
+// transaction pooling, a lock taken by one statement and released by
+// another stays on the server connection that took it, and would make
+// every later Vacuum skip its turn.
 func (db *DB) Vacuum(ctx context.Context) error {
-	conn, err := db.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	var got bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, hashtext($2))`, vacuumLockKey, db.schema).Scan(&got); err != nil {
-		return err
-	}
-	if !got {
-		return nil
-	}
-	defer func() {
-		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, _ = conn.Exec(uctx, `SELECT pg_advisory_unlock($1, hashtext($2))`, vacuumLockKey, db.schema)
-	}()
 	s := quoteIdent(db.schema)
-	_, err = conn.Exec(ctx, `VACUUM (SKIP_LOCKED) `+s+`.messages, `+s+`.bodies, `+s+`.counts`)
+	_, err := db.pool.Exec(ctx, `VACUUM (SKIP_LOCKED) `+s+`.messages, `+s+`.bodies, `+s+`.counts`)
 	return err
 }
 

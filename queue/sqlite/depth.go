@@ -9,7 +9,8 @@ import (
 
 // sqlDepthRead reads a queue's depth in one statement, so in one snapshot:
 // the total as Count reads it (O(1)), the messages hidden now (a range of
-// messages_ready, as few as consumers hold plus those put with a delay),
+// messages_held, as many as consumers hold, and one of messages_ready, those
+// put with a delay),
 // and the insertion time of the oldest unexpired message, found by a walk
 // of the table in id order (ids only grow, so the first row of the queue
 // is its oldest) that stops at the first one.
@@ -18,7 +19,9 @@ const sqlDepthRead = `SELECT
 	                 WHERE queue_id = ?1 AND expires_at <= ?2)
 	 FROM queues WHERE id = ?1),
 	(SELECT count(*) FROM messages INDEXED BY messages_ready
-	 WHERE queue_id = ?1 AND visible_at > ?2 AND expires_at > ?2),
+	 WHERE queue_id = ?1 AND receipt IS NULL AND visible_at > ?2 AND expires_at > ?2) +
+	(SELECT count(*) FROM messages INDEXED BY messages_held
+	 WHERE queue_id = ?1 AND receipt IS NOT NULL AND visible_at > ?2 AND expires_at > ?2),
 	(SELECT inserted_at FROM messages NOT INDEXED
 	 WHERE queue_id = ?1 AND expires_at > ?2 ORDER BY id LIMIT 1)`
 

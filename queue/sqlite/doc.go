@@ -32,15 +32,16 @@
 // name.db-wal and name.db-shm beside it while it is open. Its header carries
 // application_id 0x61647471 ("adtq") and user_version = the schema version.
 //
-// # Schema (version 2)
+// # Schema (version 4)
 //
 //	queues(id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT UNIQUE, created_at INTEGER,
 //	       depth INTEGER)
 //	messages(id INTEGER PRIMARY KEY AUTOINCREMENT, queue_id INTEGER,
 //	         inserted_at INTEGER, visible_at INTEGER, expires_at INTEGER,
 //	         dequeue_count INTEGER, receipt INTEGER)
-//	bodies(id INTEGER PRIMARY KEY, body BLOB)  -- id = messages.id
-//	INDEX messages_ready ON messages(queue_id, visible_at, id, expires_at)
+//	bodies(id INTEGER PRIMARY KEY, body BLOB, meta BLOB)  -- id = messages.id
+//	INDEX messages_ready ON messages(queue_id, visible_at, id, expires_at) WHERE receipt IS NULL
+//	INDEX messages_held  ON messages(queue_id, visible_at, id, expires_at) WHERE receipt IS NOT NULL
 //	INDEX messages_expiry ON messages(queue_id, expires_at)
 //
 // A message's changing state (visible_at, receipt, dequeue_count) is in
@@ -57,10 +58,16 @@
 // not after deleting the newest message and not after Clear, because handlers
 // key their idempotency on it.
 //
-// The index orders each queue's messages as Get takes them, oldest
-// visible_at first and then by id (FIFO); expires_at rides along so that the
-// expiry test of Get, Peek and Count and the purge of expired messages read
-// the index alone.
+// The two indexes order each queue's messages as Get takes them, oldest
+// visible_at first and then by id (FIFO), messages_ready those never got and
+// messages_held those got at least once (held now, released or timed out);
+// Get and Peek merge ordered walks of both. expires_at rides along so that
+// the expiry test of Get and Peek reads the index alone. They are two so
+// that a drain touches each at one end: a Get takes messages_ready's first
+// entries and appends to messages_held, a delete takes messages_held's
+// first ones. In one index (versions 1 to 3) the held messages sat at its
+// tail, beside the last messages put, and a Get and its delete split and
+// merged the last leaves again and again (issue 34).
 //
 // A pop receipt is a random 64-bit integer, shown as 16 hex digits. Get
 // draws a new one for the messages it returns (one per Get: a receipt names
@@ -84,7 +91,10 @@
 // to version 2 (bodies moved to their own table, depths counted) the first
 // time a build of version 2 opens it (testdata/v1.db is such a file, and
 // TestMigrateV1 its test). A file written by a newer version of this
-// package is refused with ErrSchemaTooNew.
+// package is refused with ErrSchemaTooNew. A process of an older build
+// that already has the file open when a newer one migrates it fails its
+// Gets, Peeks and Depths from then on (version 4: "no query solution",
+// TestV3ProcessFailsLoudlyOnV4): stop older processes before upgrading.
 //
 // # Space
 //

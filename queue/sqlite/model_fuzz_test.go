@@ -162,6 +162,25 @@ func FuzzMatchesMemory(f *testing.F) {
 				if n1 != n2 {
 					t.Fatalf("count: sqlite %d, memory %d", n1, n2)
 				}
+				// Depth (schema 4 adds messages_held's hidden ones to
+				// messages_ready's) and PeekAfter's first page.
+				d1, e1 := sq.Depth(ctx)
+				d2, e2 := mq.Depth(ctx)
+				same("depth", e1, e2)
+				if d1.Visible != d2.Visible || d1.InFlight != d2.InFlight || !d1.Oldest.Equal(d2.Oldest) {
+					t.Fatalf("depth: sqlite %+v, memory %+v", d1, d2)
+				}
+				a, e1 = sq.PeekAfter(ctx, "", k)
+				b, e2 = mq.PeekAfter(ctx, "", k)
+				same("peek after", e1, e2)
+				if len(a) != len(b) {
+					t.Fatalf("peek after(%d): sqlite %d, memory %d", k, len(a), len(b))
+				}
+				for j := range a {
+					if string(a[j].Body) != string(b[j].Body) || a[j].DequeueCount != b[j].DequeueCount {
+						t.Fatalf("peek after[%d]: sqlite %q, memory %q", j, a[j].Body, b[j].Body)
+					}
+				}
 			case 7: // time passes
 				c.Advance(time.Duration(next(&i)%40) * 250 * time.Millisecond)
 			}

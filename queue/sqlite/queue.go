@@ -52,15 +52,24 @@ const (
 
 	// A Get is, in one write transaction, sqlGetSelect, which reads the
 	// first ?3 visible, unexpired messages at ?2 with their bodies in FIFO
-	// order (an ordered walk of messages_ready and a probe of bodies per
-	// message), and then sqlGetHide for their ids. It writes the messages
+	// order, and then sqlGetHide for their ids. It writes the messages
 	// rows only, never a body. The bodies are read on the writer, inside
 	// the transaction: its page cache is warm, while a read connection
 	// drops its cache and unmaps the file each time the writer has written.
-	sqlGetSelect = `SELECT m.id, m.dequeue_count, m.inserted_at, m.expires_at, b.body, b.meta
+	//
+	// Visible messages are in two indexes (schema version 4): never got
+	// (messages_ready) and got before, released or timed out
+	// (messages_held). sqlGetSelect merges ordered walks of both (each
+	// probing bodies per message) by (visible_at, id), its last column,
+	// which the Get ignores: no sort, and a walk stops at the limit.
+	sqlGetSelect = `SELECT m.id, m.dequeue_count, m.inserted_at, m.expires_at, b.body, b.meta, m.visible_at
 		FROM messages AS m INDEXED BY messages_ready JOIN bodies AS b ON b.id = m.id
-		WHERE m.queue_id = ?1 AND m.visible_at <= ?2 AND m.expires_at > ?2
-		ORDER BY m.visible_at, m.id LIMIT ?3`
+		WHERE m.queue_id = ?1 AND m.receipt IS NULL AND m.visible_at <= ?2 AND m.expires_at > ?2
+		UNION ALL
+		SELECT m.id, m.dequeue_count, m.inserted_at, m.expires_at, b.body, b.meta, m.visible_at
+		FROM messages AS m INDEXED BY messages_held JOIN bodies AS b ON b.id = m.id
+		WHERE m.queue_id = ?1 AND m.receipt IS NOT NULL AND m.visible_at <= ?2 AND m.expires_at > ?2
+		ORDER BY 7, 1 LIMIT ?3`
 
 	// In the statements that name ids, +queue_id keeps the planner on the
 	// primary key (see sqlDeleteBatch). A message deleted from messages
@@ -90,10 +99,16 @@ const (
 	sqlClear       = `DELETE FROM messages WHERE queue_id = ?1`
 	sqlClearDepth  = `UPDATE queues SET depth = 0 WHERE id = ?1`
 
+	// sqlPeek is sqlGetSelect without the write: the same merge of the
+	// two indexes.
 	sqlPeek = `SELECT m.id, b.body, b.meta, m.dequeue_count, m.inserted_at, m.expires_at, m.visible_at
 		FROM messages AS m INDEXED BY messages_ready JOIN bodies AS b ON b.id = m.id
-		WHERE m.queue_id = ?1 AND m.visible_at <= ?2 AND m.expires_at > ?2
-		ORDER BY m.visible_at, m.id LIMIT ?3`
+		WHERE m.queue_id = ?1 AND m.receipt IS NULL AND m.visible_at <= ?2 AND m.expires_at > ?2
+		UNION ALL
+		SELECT m.id, b.body, b.meta, m.dequeue_count, m.inserted_at, m.expires_at, m.visible_at
+		FROM messages AS m INDEXED BY messages_held JOIN bodies AS b ON b.id = m.id
+		WHERE m.queue_id = ?1 AND m.receipt IS NOT NULL AND m.visible_at <= ?2 AND m.expires_at > ?2
+		ORDER BY 7, 1 LIMIT ?3`
 
 	// sqlPeekAfter is a page of PeekAfter: the visible, unexpired messages
 	// whose id is above ?4, in id order (the order they were put). It
@@ -349,13 +364,14 @@ func (db *DB) get(ctx context.Context, qid, now, visibleAt int64, n int) ([]*dri
 		args    []any
 	)
 	var cols [4]any // id, dequeue_count, inserted_at, expires_at: see ints
+	var vis any     // visible_at, the merge's order: not read
 	for rows.Next() {
 		// RawBytes: the driver already copied the BLOB into a slice of
 		// its own for this row, which a []byte destination would make
 		// database/sql clone. The Get keeps the driver's copy
 		// (TestGotBodiesAreTheirOwn checks that nothing reuses it).
 		var raw, meta sql.RawBytes // meta is NULL for most messages
-		if err := rows.Scan(&cols[0], &cols[1], &cols[2], &cols[3], &raw, &meta); err != nil {
+		if err := rows.Scan(&cols[0], &cols[1], &cols[2], &cols[3], &raw, &meta, &vis); err != nil {
 			return nil, err
 		}
 		var v [4]int64

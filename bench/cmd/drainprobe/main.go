@@ -1,6 +1,6 @@
 // Command drainprobe drains an SQLite queue filled with n messages of one
 // size, side by side with goqite batched (ReceiveTx/DeleteTx, 32 per
-// transaction), in alternating rounds: adaptq through a listener with
+// transaction) and River on SQLite (river.go), in alternating rounds: adaptq through a listener with
 // default options (listener.Options{Tasks: tasks, Concurrency: concurrency}), adaptq's raw Get(32)+DeleteBatch
 // loop, and goqite. It prints each run's rate and CPU per message, and the
 // medians. It is the probe of issue 34, small enough to build at an old
@@ -40,7 +40,7 @@ func main() {
 	size := flag.Int("size", 200, "body size in bytes")
 	n := flag.Int("n", 20000, "messages per drain")
 	rounds := flag.Int("rounds", 3, "rounds (sides alternate)")
-	sides := flag.String("sides", "goqite,listener,raw", "comma-separated sides: goqite, listener, raw, fill (adaptq's fill alone), goqitefill (goqite's)")
+	sides := flag.String("sides", "goqite,listener,raw", "comma-separated sides: goqite, river, listener, raw, fill (adaptq's fill alone), goqitefill (goqite's), riverfill (River's)")
 	flag.IntVar(&producers, "producers", 8, "goroutines that fill adaptq's queue (1 for a fill that does the same work each run, as under callgrind)")
 	flag.StringVar(&driverName, "driver", "sqlite", "adaptq's driver: sqlite, or memory (the listener-overhead comparison: listener ÷ raw, the plain loop)")
 	flag.IntVar(&tasks, "tasks", 1, "listener tasks, and raw loop goroutines")
@@ -76,6 +76,8 @@ func main() {
 			var d time.Duration
 			var cpu time.Duration
 			switch side {
+			case "river", "riverfill":
+				d, cpu, err = riverSide(ctx, dir, *n, body, side == "riverfill")
 			case "goqite", "goqitefill":
 				d, cpu, err = goqiteSide(ctx, dir, *n, body, side == "goqitefill")
 			case "listener", "raw", "fill":
@@ -89,18 +91,21 @@ func main() {
 			}
 			rate := float64(*n) / d.Seconds()
 			us := float64(cpu.Microseconds()) / float64(*n)
+			sysShare = float64(sysSpan.Microseconds()) / float64(*n)
 			rates[side] = append(rates[side], rate)
 			cpus[side] = append(cpus[side], us)
-			fmt.Printf("round %d %-8s %8.0f msgs/s  %6.2f µs CPU/msg  %7.0f B written/msg  load %s\n", r+1, side, rate, us, lastWritten, load())
+			fmt.Printf("round %d %-8s %8.0f msgs/s  %6.2f µs CPU/msg (%5.2f sys)  %7.0f B written/msg  load %s\n", r+1, side, rate, us, sysShare, lastWritten, load())
 		}
 	}
 	for _, side := range names {
 		fmt.Printf("median %-8s %8.0f msgs/s  %6.2f µs CPU/msg\n", side, median(rates[side]), median(cpus[side]))
 	}
-	if g := median(rates["goqite"]); g > 0 {
-		for _, side := range []string{"listener", "raw"} {
-			if a := median(rates[side]); a > 0 {
-				fmt.Printf("%s ÷ goqite batched: %.2f×\n", side, a/g)
+	for _, peer := range []struct{ side, name string }{{"goqite", "goqite batched"}, {"river", "River"}} {
+		if g := median(rates[peer.side]); g > 0 {
+			for _, side := range []string{"listener", "raw"} {
+				if a := median(rates[side]); a > 0 {
+					fmt.Printf("%s ÷ %s: %.2f× (CPU per message: %.2f×)\n", side, peer.name, a/g, median(cpus[peer.side])/median(cpus[side]))
+				}
 			}
 		}
 	}
@@ -163,6 +168,7 @@ func adaptqSide(ctx context.Context, dir string, n int, body []byte, side string
 		}
 	}
 	c0, w0 := cpuTime(), wchar()
+	s0 := sysTime
 	start := time.Now()
 	var d time.Duration
 	defer func() { lastWritten = float64(wchar()-w0) / float64(n) }()
@@ -207,6 +213,7 @@ func adaptqSide(ctx context.Context, dir string, n int, body []byte, side string
 		d = time.Since(start)
 	}
 	cpu := cpuTime() - c0
+	sysSpan = sysTime - s0
 	if profiling {
 		pprof.StopCPUProfile() // the first adaptq drain only
 		profiling = false
@@ -276,6 +283,7 @@ func goqiteSide(ctx context.Context, dir string, n int, body []byte, fillOnly bo
 		return time.Nanosecond, 0, nil
 	}
 	c0, w0 := cpuTime(), wchar()
+	s0 := sysTime
 	defer func() { lastWritten = float64(wchar()-w0) / float64(n) }()
 	start := time.Now()
 	done := 0
@@ -311,6 +319,7 @@ func goqiteSide(ctx context.Context, dir string, n int, body []byte, fillOnly bo
 	}
 	d := time.Since(start)
 	cpu := cpuTime() - c0
+	sysSpan = sysTime - s0
 	if done != n {
 		return 0, 0, fmt.Errorf("goqite drained %d of %d", done, n)
 	}
@@ -332,8 +341,16 @@ func inTx(ctx context.Context, db *sql.DB, f func(*sql.Tx) error) error {
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	sysTime = time.Duration(ru.Stime.Nano())
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// sysTime is the kernel part of the CPU time cpuTime last read; sysShare
+// the kernel part of the last drain's CPU per message, in µs.
+var (
+	sysTime, sysSpan time.Duration
+	sysShare         float64
+)
 
 // lastWritten is the bytes written per message by the last drain
 // (/proc/self/io wchar).
