@@ -47,8 +47,11 @@ type txSettle struct {
 // handler call). One context serves every message of a runner, so that a
 // message's costs no allocation. A handler that kept its context past its
 // return finds its message settled (ErrReceiptMismatch, as with a context
-// of its own), no longer in the batch (its task reused it), or another
-// message running (BeginSettle checks the id: ErrInvalidArgument).
+// of its own), no longer in the batch (its task reused it), another
+// message running (BeginSettle checks the id: ErrInvalidArgument), or a
+// later delivery of its message running (BeginSettle checks the delivery's
+// receipt: ErrReceiptMismatch); and a settle it began while its message
+// was current ends on nothing else (EndSettle checks the delivery too).
 type runnerCtx struct {
 	context.Context
 	cur atomic.Pointer[txSettle]
@@ -58,17 +61,17 @@ type runnerCtx struct {
 // SettleTx's.
 func (r *runnerCtx) Value(key any) any { return queue.SettlerValue(r.Context, key, r) }
 
-func (r *runnerCtx) BeginSettle(id string) (string, error) {
+func (r *runnerCtx) BeginSettle(m *queue.Message) (string, error) {
 	s := r.cur.Load()
 	if s == nil {
-		return "", fmt.Errorf("%w: settle: message %s: its handler has returned", queue.ErrReceiptMismatch, id)
+		return "", fmt.Errorf("%w: settle: message %s: its handler has returned", queue.ErrReceiptMismatch, m.ID)
 	}
-	return s.BeginSettle(id)
+	return s.BeginSettle(m)
 }
 
-func (r *runnerCtx) EndSettle(id string, deleted bool) {
+func (r *runnerCtx) EndSettle(m *queue.Message, deleted bool) {
 	if s := r.cur.Load(); s != nil {
-		s.EndSettle(id, deleted)
+		s.EndSettle(m, deleted)
 	}
 }
 
@@ -92,33 +95,51 @@ func callContext(ctx context.Context, runs []ref) context.Context {
 	return queue.WithTxSettler(ctx, s)
 }
 
-func (s callSettle) BeginSettle(id string) (string, error) {
-	t, ok := s[id]
+func (s callSettle) BeginSettle(m *queue.Message) (string, error) {
+	t, ok := s[m.ID]
 	if !ok {
-		return "", fmt.Errorf("%w: settle: message %s is not one this call runs", queue.ErrInvalidArgument, id)
+		return "", fmt.Errorf("%w: settle: message %s is not one this call runs", queue.ErrInvalidArgument, m.ID)
 	}
-	return t.BeginSettle(id)
+	return t.BeginSettle(m)
 }
 
-func (s callSettle) EndSettle(id string, deleted bool) {
-	if t, ok := s[id]; ok {
-		t.EndSettle(id, deleted)
+func (s callSettle) EndSettle(m *queue.Message, deleted bool) {
+	if t, ok := s[m.ID]; ok {
+		t.EndSettle(m, deleted)
 	}
 }
 
-func (s *txSettle) BeginSettle(id string) (string, error) {
+// holds reports whether message i of the batch is the delivery m (the
+// handler's message, or a copy of it): the same id, got by the same get.
+// b.mu is held.
+func (s *txSettle) holds(m *queue.Message) bool {
+	b := s.b
+	if int(s.i) >= len(b.msgs) {
+		return false
+	}
+	c := b.msgs[s.i]
+	return c == m || c.ID == m.ID && c.PopReceipt == m.PopReceipt
+}
+
+func (s *txSettle) BeginSettle(m *queue.Message) (string, error) {
 	b := s.b
 	// b.mu orders this after any renewal pass under way, so the receipt
 	// read is the newest, and renewal skips the message from now on; and
 	// after a task's reuse of the batch, which sets b.msgs under it.
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	id := m.ID
 	if int(s.i) >= len(b.msgs) {
 		// The batch was completed and its task keeps it for its next.
 		return "", fmt.Errorf("%w: settle: message %s: its handler has returned", queue.ErrReceiptMismatch, id)
 	}
 	if b.msgs[s.i].ID != id {
 		return "", fmt.Errorf("%w: settle: message %s is not the one this handler runs", queue.ErrInvalidArgument, id)
+	}
+	if !s.holds(m) {
+		// The same message, delivered again to this runner: the caller's
+		// delivery (its receipt) is over.
+		return "", fmt.Errorf("%w: settle: message %s: its handler has returned, and a later delivery runs", queue.ErrReceiptMismatch, id)
 	}
 	// A message settled before in this run (a second delete, or a run
 	// again after a worker fault whose transaction rolled back) is left
@@ -132,7 +153,16 @@ func (s *txSettle) BeginSettle(id string) (string, error) {
 	return "", fmt.Errorf("%w: message %s: its lease was lost before the settle", queue.ErrReceiptMismatch, id)
 }
 
-func (s *txSettle) EndSettle(_ string, deleted bool) {
+func (s *txSettle) EndSettle(m *queue.Message, deleted bool) {
+	// Under b.mu, which orders it after a task's reuse of the batch: a
+	// settle begun by a handler that has returned ends after its runner
+	// took the message back (unsettleTx), maybe while the slot holds
+	// another delivery, whose settle is not this one's to end.
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	if !s.holds(m) {
+		return
+	}
 	if deleted {
 		s.b.state[s.i].CompareAndSwap(stTxSettling, stTxSettled)
 	} else {

@@ -14,14 +14,17 @@ import (
 //
 // A driver calls it through SettleTx; handlers never call it themselves.
 type TxSettler interface {
-	// BeginSettle stops the renewal of message id and returns its newest
-	// pop receipt, or an error wrapping ErrReceiptMismatch if its lease was
-	// lost (another consumer may hold it now) or ErrNotFound if it was
-	// settled already.
-	BeginSettle(id string) (receipt string, err error)
-	// EndSettle reports whether the delete deleted the message in the
-	// transaction; if not, the message is held (and renewed) as before.
-	EndSettle(id string, deleted bool)
+	// BeginSettle stops the renewal of m, the delivery the caller's handler
+	// runs, and returns its newest pop receipt, or an error wrapping
+	// ErrReceiptMismatch if its lease was lost (another consumer may hold
+	// it now) or m is not a delivery it settles now (the context of a
+	// handler that has returned: a later delivery of the same message is
+	// not its to settle), or ErrNotFound if it was settled already.
+	BeginSettle(m *Message) (receipt string, err error)
+	// EndSettle reports whether the delete deleted m in the transaction;
+	// if not, the message is held (and renewed) as before. It does
+	// nothing if m is no longer the delivery the settler settles.
+	EndSettle(m *Message, deleted bool)
 }
 
 type txSettlerKey struct{}
@@ -56,11 +59,11 @@ func SettleTx(ctx context.Context, m *Message, del func(receipt string) error) e
 	if s == nil {
 		return del(m.PopReceipt)
 	}
-	r, err := s.BeginSettle(m.ID)
+	r, err := s.BeginSettle(m)
 	if err != nil {
 		return err
 	}
 	err = del(r)
-	s.EndSettle(m.ID, err == nil)
+	s.EndSettle(m, err == nil)
 	return err
 }
