@@ -535,6 +535,10 @@ func (b *batch) poison(i int, reason string, cause error) bool {
 	// put bare, and never one that starts like an envelope (its first line
 	// would be read as a header the producer wrote).
 	body, bare, err := poison.EncodeOrBare(l.poisonRecord(m, cause), l.o.Poison.MaxBodySize())
+	if errors.Is(err, poison.ErrImitation) {
+		b.hideUnpoisonable(i, fields, err)
+		return true
+	}
 	if err != nil {
 		l.log.Error("listener: the message cannot be put to the poison queue; it stays in the queue", append(fields, zap.NamedError("envelope_error", err))...)
 		return false
@@ -564,6 +568,32 @@ func (b *batch) poison(i int, reason string, cause error) bool {
 		l.log.Error("listener: message moved to the poison queue", fields...)
 	}
 	return true
+}
+
+// hideUnpoisonable settles message i, which can never be poisoned (its
+// body imitates an envelope and the poison queue's limit leaves no room
+// for one): it would otherwise run again at every retry delay, and be got
+// again at every visibility timeout once past the maximum dequeue count,
+// for as long as it lives. It is hidden instead for the longest a hide
+// may last, or the rest of its life if that is shorter, and stays in its
+// queue for an operator to find (Peek, Count).
+func (b *batch) hideUnpoisonable(i int, fields []zap.Field, cause error) {
+	l := b.l
+	m := b.msgs[i]
+	d := queue.MaxVisibilityTimeout
+	if !m.ExpiresAt.IsZero() {
+		d = min(d, max(m.ExpiresAt.Sub(l.o.Clock.Now()), 0))
+	}
+	fields = append(fields, zap.NamedError("envelope_error", cause), zap.Duration("hidden_for", d))
+	if _, err := l.q.UpdateVisibility(l.opCtx, m.ID, b.newestReceipt(i), d); err != nil {
+		l.log.Error("listener: the message can never be poisoned, and hiding it failed; it comes back at the end of its visibility timeout", append(fields, zap.NamedError("update_error", err))...)
+		return
+	}
+	l.failures.forget(m.ID)
+	if d > 0 {
+		l.stats.hidden.Add(1)
+	}
+	l.log.Error("listener: the message can never be poisoned (its body imitates a poison envelope and the poison queue's limit leaves no room for one); hidden rather than run again", fields...)
 }
 
 // poisonRecord is what the poison envelope keeps of m: its identity, and

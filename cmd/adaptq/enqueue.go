@@ -58,7 +58,9 @@ Messages go in batches (one backend call per batch where the backend takes
 many at once: SQS's SendMessageBatch of 10, one transaction or statement of
 32 on SQLite, PostgreSQL and Redis), 8 batches at a time, so messages of one
 run are not stored in input order (queues never promise order anyway). Everything is checked before the first
-put: a bad flag or an oversized body writes nothing.
+put: a bad flag or an oversized body writes nothing. Ctrl-C stops the sending
+of new batches: those in flight end and enqueue says what was written (exit 1);
+a second Ctrl-C cancels those too (their messages may or may not be stored).
 
 Tracing: with OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER=otlp) set,
 as for run, each batch is a producer span sent to that OTLP/HTTP endpoint, and
@@ -147,7 +149,35 @@ func (o *enqueueCmd) run(cmd *cobra.Command, e env, args []string) (err error) {
 	if e.terminal && total >= progressMin {
 		stopProgress = showProgress(e.stdout, q.Name(), total, &done, start)
 	}
-	out, err := putAll(ctx, q, bodies, total, opts, &done)
+	// A first signal (Ctrl-C) stops the sending of new batches, those in
+	// flight end as they would, and the report says what was written; a
+	// second cancels those in flight too.
+	sigs, stopSignals := e.subscribe()
+	defer stopSignals()
+	pctx, cancelPuts := context.WithCancel(ctx)
+	var halt atomic.Bool
+	select {
+	case <-sigs: // came while the input was read or the queue opened
+		halt.Store(true)
+	default:
+	}
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		if !halt.Load() && !waitSignal(pctx, sigs) {
+			return
+		}
+		halt.Store(true)
+		if waitSignal(pctx, sigs) {
+			cancelPuts()
+			stopSignals() // a third kills the process
+		}
+	}()
+	defer func() {
+		cancelPuts()
+		<-watched
+	}()
+	out, err := putAll(pctx, q, bodies, total, opts, &done, &halt)
 	stopProgress()
 	elapsed := time.Since(start)
 	if err != nil {
@@ -266,6 +296,19 @@ func (o *enqueueCmd) readInput(cmd *cobra.Command, e env, args []string) ([]byte
 	return b, "--file " + path, nil
 }
 
+// errInterrupted ends a run a signal stopped.
+var errInterrupted = errors.New("interrupted")
+
+// waitSignal waits for a signal on sigs (false: ctx ended first).
+func waitSignal(ctx context.Context, sigs <-chan os.Signal) bool {
+	select {
+	case <-sigs:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // putOutcome is what putAll did: the messages the backend acknowledged,
 // each batch that had failures, and how many were never sent.
 type putOutcome struct {
@@ -273,7 +316,8 @@ type putOutcome struct {
 	total   int
 	written int
 	failed  []batchFailure // in the order of their first message
-	unsent  int            // not sent: a batch failed first, or ctx ended
+	unsent  int            // not sent: a batch failed first, ctx ended or a signal came
+	halted  bool           // a signal stopped the sending
 }
 
 // batchFailure is a batch whose messages first..last (0-based, in the
@@ -281,7 +325,28 @@ type putOutcome struct {
 // the first one's error.
 type batchFailure struct {
 	first, last, failed int
-	err                 error
+	// unknown of the failed may have been written: their error is
+	// transient or the run's context ended (a reply lost after the
+	// write), as README's batch put says.
+	unknown int
+	err     error
+}
+
+// what says how many of the batch's messages were not written, or may
+// have been.
+func (f batchFailure) what() string {
+	switch f.unknown {
+	case 0:
+		return fmt.Sprintf("%d not written", f.failed)
+	case f.failed:
+		return fmt.Sprintf("%d unacknowledged, which may have been written", f.failed)
+	}
+	return fmt.Sprintf("%d not written and %d unacknowledged, which may have been written", f.failed-f.unknown, f.unknown)
+}
+
+// mayHaveWritten: a put that failed with err may have been stored.
+func mayHaveWritten(err error) bool {
+	return queue.IsTransient(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // err is the first failed batch's error, naming its messages; nil if
@@ -289,7 +354,7 @@ type batchFailure struct {
 func (o putOutcome) err() error {
 	if len(o.failed) > 0 {
 		f := o.failed[0]
-		return fmt.Errorf("messages %d to %d: %d not written: %w", f.first, f.last, f.failed, f.err)
+		return fmt.Errorf("messages %d to %d: %s: %w", f.first, f.last, f.what(), f.err)
 	}
 	return nil
 }
@@ -299,9 +364,11 @@ func (o putOutcome) describe() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d of %d written", o.written, o.total)
 	for _, f := range o.failed {
-		fmt.Fprintf(&b, "; messages %d to %d: %d not written (%v)", f.first, f.last, f.failed, f.err)
+		fmt.Fprintf(&b, "; messages %d to %d: %s (%v)", f.first, f.last, f.what(), f.err)
 	}
-	if o.unsent > 0 {
+	if o.unsent > 0 && (o.halted || len(o.failed) == 0) {
+		fmt.Fprintf(&b, "; %d not sent", o.unsent)
+	} else if o.unsent > 0 {
 		fmt.Fprintf(&b, "; %d not sent after the failure", o.unsent)
 	}
 	return b.String()
@@ -317,7 +384,10 @@ func (o putOutcome) describe() string {
 // miss what it wrote), so the outcome counts every message the backend
 // acknowledged. The error is the first failed batch's (putOutcome.err),
 // or ctx's if it ended.
-func putAll(ctx context.Context, q *queue.Queue, bodies [][]byte, total int, opts queue.PutOptions, done *atomic.Int64) (putOutcome, error) {
+//
+// halt, when set (a signal), stops the sending of new batches as a failed
+// batch does; the error is then errInterrupted unless a batch failed.
+func putAll(ctx context.Context, q *queue.Queue, bodies [][]byte, total int, opts queue.PutOptions, done *atomic.Int64, halt *atomic.Bool) (putOutcome, error) {
 	chunk := q.Features().MaxBatch
 	var next atomic.Int64
 	var stop atomic.Bool
@@ -327,7 +397,7 @@ func putAll(ctx context.Context, q *queue.Queue, bodies [][]byte, total int, opt
 	for range min(producers, (total+chunk-1)/chunk) {
 		wg.Go(func() {
 			msgs := make([]queue.PutMessage, 0, chunk)
-			for !stop.Load() && ctx.Err() == nil {
+			for !stop.Load() && !halt.Load() && ctx.Err() == nil {
 				start := int(next.Add(int64(chunk))) - chunk
 				if start >= total {
 					return
@@ -346,8 +416,13 @@ func putAll(ctx context.Context, q *queue.Queue, bodies [][]byte, total int, opt
 				for _, r := range res {
 					if r.Err == nil {
 						written++
-					} else if f.failed++; f.err == nil {
-						f.err = r.Err
+					} else {
+						if f.failed++; f.err == nil {
+							f.err = r.Err
+						}
+						if mayHaveWritten(r.Err) {
+							f.unknown++
+						}
 					}
 				}
 				done.Add(int64(written))
@@ -369,6 +444,10 @@ func putAll(ctx context.Context, q *queue.Queue, bodies [][]byte, total int, opt
 	out.unsent = total - out.written - failedCount(out.failed)
 	if err := out.err(); err != nil {
 		return out, err
+	}
+	if out.unsent > 0 && halt.Load() {
+		out.halted = true
+		return out, errInterrupted
 	}
 	if out.unsent > 0 {
 		return out, ctx.Err()

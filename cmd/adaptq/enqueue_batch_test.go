@@ -21,7 +21,7 @@ func TestEnqueuePutsInBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	var done atomic.Int64
-	out, err := putAll(context.Background(), q, [][]byte{[]byte("a"), []byte("b"), []byte("c")}, 100, queue.PutOptions{}, &done)
+	out, err := putAll(context.Background(), q, [][]byte{[]byte("a"), []byte("b"), []byte("c")}, 100, queue.PutOptions{}, &done, new(atomic.Bool))
 	if err != nil || out.firstID == "" || done.Load() != 100 || out.written != 100 {
 		t.Fatalf("putAll = %+v, %v; %d done", out, err, done.Load())
 	}

@@ -63,7 +63,7 @@ func TestEnqueueReportsWhatWasWritten(t *testing.T) {
 		bodies = append(bodies, []byte(fmt.Sprintf("m%d", i)))
 	}
 	var done atomic.Int64
-	out, err := putAll(context.Background(), q, bodies, 8, queue.PutOptions{}, &done)
+	out, err := putAll(context.Background(), q, bodies, 8, queue.PutOptions{}, &done, new(atomic.Bool))
 	if !errors.Is(err, errBoom) {
 		t.Fatalf("putAll error %v, want the failed batch's", err)
 	}

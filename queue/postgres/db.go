@@ -365,8 +365,13 @@ func (db *DB) register(ctx context.Context, name string) (int32, error) {
 	var id int32
 	err := db.pool.QueryRow(ctx, db.sql.register, name, 2*countShards).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		// Created by another process between our insert and select: read
-		// it again.
+		// Created by another process between our insert and select: run
+		// it again, not a bare lookup, which would leave the counter rows
+		// that process did not create (a version that kept 16 made none
+		// of txShard's) missing, and a PutTx would count nothing.
+		err = db.pool.QueryRow(ctx, db.sql.register, name, 2*countShards).Scan(&id)
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
 		err = db.pool.QueryRow(ctx, db.sql.lookup, name).Scan(&id)
 	}
 	return id, err

@@ -54,7 +54,7 @@
 //	INDEX messages_ready  (queue_id, visible_at, id)      -- what Get, Peek and the sweep scan
 //	bodies(id PRIMARY KEY, body bytea, queue_id, expires_at) -- written once, by Put
 //	INDEX bodies_expiry   (queue_id, expires_at)           -- what the sweep probes
-//	counts(queue_id, shard, n)                             -- 16 rows per queue
+//	counts(queue_id, shard, n)                             -- 32 rows per queue
 //	adaptq_migrations(version, description, applied_at)
 //
 // Version 2 added bodies' queue_id and expires_at (copied from the
@@ -107,7 +107,7 @@
 //     slice.
 //   - UpdateVisibility updates only a message held with its newest
 //     receipt (and, like Get, waits for the flush).
-//   - Count sums the queue's 16 counter rows: O(1) in the depth, and
+//   - Count sums the queue's 32 counter rows: O(1) in the depth, and
 //     approximate as Azure's ApproximateMessagesCount is, since an expired
 //     message counts until it is swept. Every statement that adds or
 //     deletes messages updates the counter in the same transaction, on the

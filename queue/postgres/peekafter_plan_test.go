@@ -22,7 +22,16 @@ import (
 // page of messages and of bodies, and sort nothing. (The first page, from
 // "", walks past the work queue's 3,000 messages below it: the documented
 // cost of having no index (queue_id, id).)
-func TestPeekAfterReadsAPageNotTheQueue(t *testing.T) {
+func TestPeekAfterReadsAPageNotTheQueue(t *testing.T) { testPeekAfterReadsAPage(t, true) }
+
+// TestPeekAfterReadsAPageOfANeverAnalyzedTable: with no statistics at all
+// (a new schema whose tables autovacuum has not analyzed yet), the
+// planner took a bitmap scan of every message above the cursor and
+// sorted them (3009 rows read for a page of 10), unless PeekAfter's
+// transaction turns the sort off (peekAfterPlanner).
+func TestPeekAfterReadsAPageOfANeverAnalyzedTable(t *testing.T) { testPeekAfterReadsAPage(t, false) }
+
+func testPeekAfterReadsAPage(t *testing.T, analyze bool) {
 	ctx := context.Background()
 	db, err := Open(ctx, pgtest.URL(t), WithSchema(pgtest.Schema(t)))
 	if err != nil {
@@ -55,8 +64,10 @@ INSERT INTO `+s+`.bodies (id, body, queue_id, expires_at) SELECT id, 'x', $1, 'i
 		}
 	}
 	fill(work.st.id, 3000)
-	if _, err := db.pool.Exec(ctx, `ANALYZE `+s+`.messages; ANALYZE `+s+`.bodies`); err != nil {
-		t.Fatal(err)
+	if analyze {
+		if _, err := db.pool.Exec(ctx, `ANALYZE `+s+`.messages; ANALYZE `+s+`.bodies`); err != nil {
+			t.Fatal(err)
+		}
 	}
 	fill(pois.st.id, 3010)
 	var first int64
@@ -74,9 +85,19 @@ INSERT INTO `+s+`.bodies (id, body, queue_id, expires_at) SELECT id, 'x', $1, 'i
 			t.Fatal(err)
 		}
 		for _, cursor := range []int64{first, first + 2999} {
+			// As PeekAfter runs it: in a transaction, after peekAfterPlanner.
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, peekAfterPlanner); err != nil {
+				t.Fatal(err)
+			}
 			var plan []byte
-			if err := conn.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+db.sql.peekAfter,
-				db.nowArg(), pois.st.id, page, cursor).Scan(&plan); err != nil {
+			err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+db.sql.peekAfter,
+				db.nowArg(), pois.st.id, page, cursor).Scan(&plan)
+			_ = tx.Rollback(ctx)
+			if err != nil {
 				t.Fatal(err)
 			}
 			var doc []struct{ Plan planNode }

@@ -669,8 +669,18 @@ func (q *pgQueue) PeekAfter(ctx context.Context, after string, n int) (_ []*driv
 		}
 	}
 	q.kickSweep()
-	rows, err := q.db.pool.Query(ctx, q.db.sql.peekAfter, q.db.nowArg(), q.st.id, n, from)
-	return q.peekRows(rows, err)
+	// In a transaction of its own, for peekAfterPlanner's settings
+	// (SET LOCAL): read-only, it changes nothing.
+	var out []*driver.Message
+	err := pgx.BeginTxFunc(ctx, q.db.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, peekAfterPlanner); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, q.db.sql.peekAfter, q.db.nowArg(), q.st.id, n, from)
+		out, err = q.peekRows(rows, err)
+		return err
+	})
+	return out, err
 }
 
 // peekRows reads the rows of a peek or a PeekAfter.

@@ -29,7 +29,7 @@ var ErrSchemaOutdated = errors.New("postgres: schema is not migrated (run `adapt
 // Every Put adds 1 to one row and every delete subtracts from one, in the
 // same statement as the change it counts; a connection always uses the row
 // of its backend pid modulo countShards, so concurrent connections rarely
-// wait on the same row lock. Count sums 16 rows: O(1) at any depth.
+// wait on the same row lock. Count sums 32 rows (16 more for callers' transactions, see txShard): O(1) at any depth.
 const countShards = 16
 
 // migration is one step of the schema. Steps run in order, each once, in

@@ -46,6 +46,14 @@ func putTxBase(put string) string {
 var txShard = `coalesce((SELECT shard FROM {s}.counts WHERE queue_id = $2 AND shard >= ` + strconv.Itoa(countShards) + `
 	ORDER BY (shard - {shard}) % ` + strconv.Itoa(countShards) + ` LIMIT 1 FOR UPDATE SKIP LOCKED), ` + strconv.Itoa(countShards) + ` + {shard})`
 
+// peekAfterPlanner is run in PeekAfter's transaction before its
+// statement: with no sort (and no bitmap scan, which yields no order) the
+// only plan left walks messages_pkey up from the cursor and stops at the
+// page's end, joining each body by bodies_pkey. Without it a table the
+// planner has no statistics for (never analyzed) was read from the
+// cursor to its end and sorted, for each page.
+const peekAfterPlanner = "SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_mergejoin = off; SET LOCAL enable_hashjoin = off"
+
 // shard is the counter row a connection updates (see countShards).
 var shard = "pg_backend_pid() % " + strconv.Itoa(countShards)
 
@@ -115,9 +123,12 @@ WITH ins AS (
 ), q AS (
 	SELECT id FROM ins UNION ALL SELECT id FROM {s}.queues WHERE name = $1
 ), c AS (
+	-- Only the rows missing from the statement's snapshot: ON CONFLICT's
+	-- check on a row there waits for a transaction that updated it (an
+	-- application's open PutTx), so the open would wait for its commit.
 	INSERT INTO {s}.counts (queue_id, shard)
-	SELECT (SELECT id FROM q LIMIT 1), g FROM generate_series(0, $2::int - 1) g
-	WHERE EXISTS (SELECT 1 FROM q)
+	SELECT q1.id, g FROM (SELECT id FROM q LIMIT 1) q1, generate_series(0, $2::int - 1) g
+	WHERE NOT EXISTS (SELECT 1 FROM {s}.counts k WHERE k.queue_id = q1.id AND k.shard = g)
 	ON CONFLICT DO NOTHING
 )
 SELECT id FROM q LIMIT 1`),
@@ -204,7 +215,9 @@ LIMIT $3`),
 		// rows above its first message once, and a page of a queue whose
 		// messages are sparse among others' may read many rows. An index
 		// (queue_id, id) was tried and rejected: a WAL-logged index entry
-		// per put and per delete, for an operator's listing.
+		// per put and per delete, for an operator's listing. PeekAfter runs
+		// it after peekAfterPlanner: with no statistics at all the planner
+		// still chose to read and sort every message above the cursor.
 		peekAfter: f(`
 SELECT m.id, m.dequeue_count, m.inserted_at, nullif(m.expires_at, 'infinity'), m.visible_at, b.body, b.meta
 FROM {s}.messages m JOIN {s}.bodies b ON b.id = m.id
