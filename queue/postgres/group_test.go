@@ -238,3 +238,63 @@ func TestOneSweepAtATime(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestWithdrawnReceiptsAreNeverRead: the group holds its callers'
+// receipts, not copies (issue 34), and the listener puts its receipt
+// slices back in a pool for the next batch once DeleteBatch returns. A
+// caller that withdrew (its context ended while its request waited)
+// returns at once and may overwrite its slice with other messages'
+// receipts; the next leader must skip the request without reading them,
+// or it deletes messages nobody asked it to.
+func TestWithdrawnReceiptsAreNeverRead(t *testing.T) {
+	pq, rs := heldReceipts(t, "withdrawn", 4)
+	g := pq.st.dels
+	ctx := context.Background()
+
+	// A leads and its statement waits for gateA.
+	gateA, aSent, aDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, err := g.do(ctx, rs[:1], func(sctx context.Context, b []driver.Receipt) ([]error, error) {
+			close(aSent)
+			<-gateA
+			return pq.deleteBatch(sctx, b)
+		})
+		aDone <- err
+	}()
+	<-aSent
+
+	// W waits behind A, gives up, and reuses its slice for other receipts.
+	buf := []driver.Receipt{rs[1]}
+	wctx, cancelW := context.WithCancel(ctx)
+	wDone := make(chan error, 1)
+	go func() {
+		_, err := g.do(wctx, buf, pq.deleteBatch)
+		wDone <- err
+	}()
+	waitPending(t, g, 1)
+	cancelW()
+	if err := <-wDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the withdrawn call: %v, want context.Canceled", err)
+	}
+	buf[0] = rs[2]
+	close(gateA)
+	if err := <-aDone; err != nil {
+		t.Fatal(err)
+	}
+
+	// C leads next and finds W's request still queued.
+	var sent [][]driver.Receipt
+	res, err := g.do(ctx, rs[3:4], func(sctx context.Context, b []driver.Receipt) ([]error, error) {
+		sent = append(sent, append([]driver.Receipt(nil), b...))
+		return pq.deleteBatch(sctx, b)
+	})
+	if err != nil || res[0] != nil {
+		t.Fatalf("C's DeleteBatch: %v, %v", res, err)
+	}
+	if len(sent) != 1 || len(sent[0]) != 1 || sent[0][0] != rs[3] {
+		t.Errorf("C's statements carried %v, want C's receipt alone", sent)
+	}
+	if n, err := pq.Count(ctx); err != nil || n != 2 {
+		t.Fatalf("the queue counts %d (%v), want 2: W's message and the one its slice named after it withdrew", n, err)
+	}
+}
