@@ -14,10 +14,8 @@ import (
 	"github.com/adaptq/adaptq/queue"
 )
 
-// The listener recovers a handler's panic itself, without the Recover
-// middleware (issue 34): a panic in the run after a worker fault's pause
-// is the handler's verdict too, a *handler.PanicError, and the task
-// lives on.
+// A panic in the run after a worker fault's pause is the handler's
+// verdict too, a *handler.PanicError, and the task lives on.
 func TestPanicInTheRunAfterAWorkerFaultIsRecovered(t *testing.T) {
 	var runs atomic.Int32
 	h := func(_ context.Context, m *queue.Message) error {
