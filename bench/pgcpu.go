@@ -59,13 +59,17 @@ func isPostgres(pid int) bool {
 type cpuSpan struct {
 	client, server time.Duration
 	serverOK       bool
+	sys            time.Duration // the client's system share of client
+	vcsw, ivcsw    int64         // the client's context switches
 }
 
 func measureCPU(f func() error) (cpuSpan, error) {
 	c0, _ := cpuTime()
+	y0, v0, i0, _ := rusageDetail()
 	s0, ok0 := pgServerCPU()
 	err := f()
 	c1, _ := cpuTime()
+	y1, v1, i1, _ := rusageDetail()
 	s1, ok1 := pgServerCPU()
-	return cpuSpan{client: c1 - c0, server: s1 - s0, serverOK: ok0 && ok1}, err
+	return cpuSpan{client: c1 - c0, server: s1 - s0, serverOK: ok0 && ok1, sys: y1 - y0, vcsw: v1 - v0, ivcsw: i1 - i0}, err
 }

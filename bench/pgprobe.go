@@ -24,7 +24,9 @@ type PGProbeResult struct {
 	Client        time.Duration // this process's CPU per message
 	Server        time.Duration // the PostgreSQL server's CPU per message
 	ServerMeasure bool
-	Detail        string // adaptq's queue calls and statements per message
+	Sys           time.Duration // the client's system CPU per message (part of Client)
+	CtxSwitches   float64       // the client's context switches (voluntary + involuntary) per message
+	Detail        string        // adaptq's queue calls and statements per message
 }
 
 // PGProbeSides are the sides PGProbe knows:
@@ -39,6 +41,7 @@ type PGProbeResult struct {
 //   - driver: adaptq's driver without the listener, the hand loop's 8
 //     goroutines calling Get(32) and DeleteBatch through postgres.Open's
 //     pool;
+//   - default:P, driver:P: those sides with a pool of P connections;
 //   - fill: only the fill of the adaptq sides (for instruction counts).
 var PGProbeSides = []string{"hand", "deleteret", "default", "bench", "driver", "fill"}
 
@@ -81,6 +84,15 @@ func PGProbe(ctx context.Context, side string, n int) (PGProbeResult, error) {
 		// l:T:C:P, the listener with T tasks (MinTasks too), concurrency
 		// C and a pool of P connections (0: their defaults).
 		var t, c, p int
+		// default:P and driver:P, those sides with a pool of P.
+		if _, serr := fmt.Sscanf(side, "default:%d", &p); serr == nil {
+			d, cpu, r.Detail, err = pgListenerDrain(ctx, base, n, p, listener.Options{})
+			break
+		}
+		if _, serr := fmt.Sscanf(side, "driver:%d", &p); serr == nil {
+			d, cpu, r.Detail, err = pgDriverDrainPool(ctx, base, n, p)
+			break
+		}
 		if _, serr := fmt.Sscanf(side, "l:%d:%d:%d", &t, &c, &p); serr == nil {
 			d, cpu, r.Detail, err = pgListenerDrain(ctx, base, n, p, listener.Options{Tasks: t, MinTasks: t, Concurrency: c})
 			break
@@ -94,6 +106,8 @@ func PGProbe(ctx context.Context, side string, n int) (PGProbeResult, error) {
 	r.Client = cpu.client / time.Duration(n)
 	r.Server = cpu.server / time.Duration(n)
 	r.ServerMeasure = cpu.serverOK
+	r.Sys = cpu.sys / time.Duration(n)
+	r.CtxSwitches = float64(cpu.vcsw+cpu.ivcsw) / float64(n)
 	return r, nil
 }
 
@@ -221,7 +235,13 @@ RETURNING id, body`
 // pgDriverDrain is the hand loop's shape on adaptq's driver: 8 goroutines,
 // Get(32) then DeleteBatch of what it got, no listener.
 func pgDriverDrain(ctx context.Context, base string, n int) (time.Duration, cpuSpan, string, error) {
-	s, err := openPGSidePool(ctx, base, 0, nil)
+	return pgDriverDrainPool(ctx, base, n, 0)
+}
+
+// pgDriverDrainPool is pgDriverDrain with a pool of pool connections (0:
+// postgres.Open's default).
+func pgDriverDrainPool(ctx context.Context, base string, n, pool int) (time.Duration, cpuSpan, string, error) {
+	s, err := openPGSidePool(ctx, base, pool, nil)
 	if err != nil {
 		return 0, cpuSpan{}, "", err
 	}

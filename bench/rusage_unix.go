@@ -29,3 +29,14 @@ func cpuTime() (time.Duration, bool) {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), true
 }
+
+// rusageDetail is this process's system CPU time and its voluntary and
+// involuntary context switches so far (the kernel's share of a drain:
+// syscalls, and goroutine hand-offs that park a thread).
+func rusageDetail() (sys time.Duration, vol, invol int64, ok bool) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, 0, 0, false
+	}
+	return time.Duration(ru.Stime.Nano()), int64(ru.Nvcsw), int64(ru.Nivcsw), true
+}

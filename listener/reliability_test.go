@@ -401,10 +401,16 @@ func TestPoisonNeverPutsAnImitationOfAnEnvelopeBare(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.start()
-	eventually(t, "the message comes back after its failed poisoning", func() bool {
+	// Not poisoned, it is hidden for the rest of its life, at most a
+	// hide's longest (TestAnImitationThatCannotBePoisonedDoesNotRunForever),
+	// and stays in its queue.
+	eventually(t, "the message is hidden after its failed poisoning", func() bool {
 		c.Advance(time.Minute)
-		return runs.Load() >= 2
+		return runs.Load() >= 1 && l.Stats().Hidden >= 1
 	})
+	if n, err := q.Count(context.Background()); err != nil || n != 1 {
+		t.Fatalf("Count = %d, %v; want the message still in its queue", n, err)
+	}
 	if ms, err := pq.Peek(context.Background(), 32); err != nil || len(ms) != 0 {
 		t.Fatalf("the poison queue holds %d (%v), want nothing", len(ms), err)
 	}

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -29,7 +28,10 @@ const groupTimeout = 30 * time.Second
 // serves, so no call is held back by others' traffic. A caller whose
 // context ends while its request waits withdraws it; once a leader has
 // taken it, the caller waits for that statement, so a call that returned
-// never acts afterwards. Requests hold a copy of the caller's receipts.
+// never acts afterwards. A request holds its caller's receipts, not a
+// copy: a leader reads them only once it has taken the request, and the
+// caller then waits for the outcome, so they are read only while the
+// caller is still in its call.
 type deleteGroup struct {
 	mu      chan struct{} // a one-slot lock: held while a leader runs
 	pending chan *delReq
@@ -44,7 +46,7 @@ const (
 )
 
 type delReq struct {
-	receipts []driver.Receipt // the group's copy
+	receipts []driver.Receipt // the caller's: read only while it waits in do
 	state    atomic.Int32
 	res      []error
 	err      error
@@ -66,7 +68,7 @@ func newDeleteGroup() *deleteGroup {
 
 // do deletes receipts through run, alone or with other callers' receipts.
 func (g *deleteGroup) do(ctx context.Context, receipts []driver.Receipt, run func(context.Context, []driver.Receipt) ([]error, error)) ([]error, error) {
-	r := &delReq{receipts: slices.Clone(receipts), done: make(chan struct{})}
+	r := &delReq{receipts: receipts, done: make(chan struct{})}
 	select {
 	case g.pending <- r:
 	default:

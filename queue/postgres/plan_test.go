@@ -209,6 +209,12 @@ func TestReceiptFormat(t *testing.T) {
 		if back, ok := parseReceipt(s); !ok || back != r {
 			t.Errorf("parseReceipt(%q) = %d, %v; want %d", s, back, ok, r)
 		}
+		// A Get formats the id and the receipt together: the same strings.
+		for _, id := range []int64{1, 42, math.MaxInt64, math.MinInt64} {
+			if gi, gr := formatIDReceipt(id, r); gi != strconv.FormatInt(id, 10) || gr != s {
+				t.Errorf("formatIDReceipt(%d, %d) = %q, %q; want %q, %q", id, r, gi, gr, strconv.FormatInt(id, 10), s)
+			}
+		}
 	}
 	// parseReceipt accepts what strconv.ParseUint(s, 16, 64) did, at 16
 	// characters.

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	sqldriver "database/sql/driver"
 	"fmt"
 	"math"
 	"slices"
@@ -235,8 +236,7 @@ func (q *pgQueue) Get(ctx context.Context, n int, visibility time.Duration) (_ [
 				return nil, err
 			}
 		}
-		m.ID = strconv.FormatInt(id, 10)
-		m.PopReceipt = formatReceipt(receipt)
+		m.ID, m.PopReceipt = formatIDReceipt(id, receipt)
 		ms = append(ms, m)
 	}
 	if err := rows.Err(); err != nil {
@@ -320,14 +320,33 @@ func (q *pgQueue) sweep(ctx context.Context, batch, turn int) (int, error) {
 
 // formatReceipt writes a receipt as 16 hex digits.
 func formatReceipt(r int64) string {
-	const digits = "0123456789abcdef"
 	var b [16]byte
+	appendReceipt(b[:0], r)
+	return string(b[:])
+}
+
+// formatIDReceipt formats a message's id and receipt as one string, split
+// in two: one allocation a message where two were (ID and receipt go
+// together; either kept alone holds at most 36 bytes).
+func formatIDReceipt(id, r int64) (string, string) {
+	var buf [36]byte
+	b := strconv.AppendInt(buf[:0], id, 10)
+	n := len(b)
+	s := string(appendReceipt(b, r))
+	return s[:n], s[n:]
+}
+
+// appendReceipt appends receipt r's 16 hex digits to b.
+func appendReceipt(b []byte, r int64) []byte {
+	const digits = "0123456789abcdef"
+	b = append(b, "0000000000000000"...)
+	h := b[len(b)-16:]
 	u := uint64(r)
-	for i := len(b) - 1; i >= 0; i-- {
-		b[i] = digits[u&15]
+	for i := len(h) - 1; i >= 0; i-- {
+		h[i] = digits[u&15]
 		u >>= 4
 	}
-	return string(b[:])
+	return b
 }
 
 // parseReceipt reads a receipt (16 hex digits, either case, as
@@ -422,8 +441,7 @@ const noReceipt = math.MinInt64
 
 // deleteBatch deletes any number of messages in one statement. A receipt
 // repeated in the list is sent once: the repeat finds its message gone.
-// The arrays are plain []int64, which pgx encodes without reflection, and
-// the statement answers each receipt in order, so the common batch (every
+// The arrays go as int8Array (no allocation per element), and the statement answers each receipt in order, so the common batch (every
 // id distinct) is matched to its outcomes without a map.
 func (q *pgQueue) deleteBatch(ctx context.Context, receipts []driver.Receipt) ([]error, error) {
 	ids := make([]int64, len(receipts))
@@ -465,12 +483,49 @@ func distinct(ids []int64) bool {
 	return true
 }
 
+// int8Array is a bigint[] argument that pgx encodes without an allocation
+// per element: its elements are pointers into the slice (int8Elem), which
+// go into an interface as they are, where a []int64's int64s were each
+// boxed (an allocation for every value above 255).
+type int8Array []int64
+
+func (a int8Array) Dimensions() []pgtype.ArrayDimension {
+	return []pgtype.ArrayDimension{{Length: int32(len(a)), LowerBound: 1}}
+}
+
+func (a int8Array) Index(i int) any { return int8Elem{&a[i]} }
+
+func (a int8Array) IndexType() any { return int8Elem{} }
+
+// Value is the array's text, for a pool whose statements go without their
+// parameters' types (QueryExecModeExec, the simple protocol): pgx then
+// finds no codec for int8Array and sends this, which the statement's
+// ::bigint[] reads.
+func (a int8Array) Value() (sqldriver.Value, error) {
+	b := make([]byte, 0, 2+21*len(a))
+	b = append(b, '{')
+	for i, v := range a {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, v, 10)
+	}
+	return string(append(b, '}')), nil
+}
+
+// int8Elem is one element of an int8Array.
+type int8Elem struct{ p *int64 }
+
+func (e int8Elem) Int64Value() (pgtype.Int8, error) {
+	return pgtype.Int8{Int64: *e.p, Valid: true}, nil
+}
+
 // deleteRows runs the batch delete over the arrays and calls f with each
 // receipt's position and its row: deleted is set if it deleted its message
 // (true: unexpired), live if it did not and its message was there before
 // the statement (true: unexpired).
 func (q *pgQueue) deleteRows(ctx context.Context, ids, rs []int64, f func(i int, deleted, live pgtype.Bool)) error {
-	rows, err := q.db.pool.Query(ctx, q.db.sql.delBatch, q.db.nowArg(), q.st.id, ids, rs)
+	rows, err := q.db.pool.Query(ctx, q.db.sql.delBatch, q.db.nowArg(), q.st.id, int8Array(ids), int8Array(rs))
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"sort"
 	"strings"
@@ -25,7 +26,21 @@ func main() {
 	rounds := flag.Int("rounds", 3, "rounds")
 	sides := flag.String("sides", "hand,default,bench", "comma-separated sides: "+strings.Join(bench.PGProbeSides, ", "))
 	prof := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
+	memprof := flag.String("memprofile", "", "write an allocation profile (every allocation) of the whole run here")
 	flag.Parse()
+	if *memprof != "" {
+		runtime.MemProfileRate = 1
+		defer func() {
+			f, err := os.Create(*memprof)
+			if err == nil {
+				err = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "pgprobe:", err)
+			}
+		}()
+	}
 	if *prof != "" {
 		f, err := os.Create(*prof)
 		if err != nil {
@@ -56,7 +71,7 @@ func main() {
 				os.Exit(1)
 			}
 			load, _ := os.ReadFile("/proc/loadavg")
-			fmt.Printf("round %d %-9s %8.0f msgs/s  client %6.2f µs  server %6.2f µs  (load %s) %s\n", r+1, side, x.Rate, us(x.Client), us(x.Server), strings.Join(strings.Fields(string(load))[:3], " "), x.Detail)
+			fmt.Printf("round %d %-9s %8.0f msgs/s  client %6.2f µs (sys %5.2f, %.3f csw)  server %6.2f µs  (load %s) %s\n", r+1, side, x.Rate, us(x.Client), us(x.Sys), x.CtxSwitches, us(x.Server), strings.Join(strings.Fields(string(load))[:3], " "), x.Detail)
 			res[side] = append(res[side], x)
 		}
 	}
