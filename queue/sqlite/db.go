@@ -116,11 +116,18 @@ type DB struct {
 	sync        Sync
 	busyTimeout time.Duration
 
-	w *sql.DB // writes: exactly one connection
-	r *sql.DB // Peek and Count: read-only connections
+	w    *sql.DB // writes: exactly one connection
+	r    *sql.DB // Peek and Count: read-only connections
+	ckpt *sql.DB // the checkpoint loop's one connection (checkpoint.go)
 
 	stopVacuum context.CancelFunc // ends the vacuum loop …
 	vacuumDone chan struct{}      // … which closes this
+
+	stopCkpt context.CancelFunc             // ends the checkpoint loop …
+	ckptDone chan struct{}                  // … which closes this
+	ckptKick chan struct{}                  // wakes it (cap 1)
+	commits  atomic.Int64                   // write transactions committed
+	ckptHook func(log, done int, err error) // tests: called after each checkpoint of the loop
 
 	st   statements
 	puts putGroup // Puts waiting to share a commit
@@ -175,6 +182,9 @@ func Open(path string, opts ...Option) (*DB, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	db.stopVacuum, db.vacuumDone = cancel, make(chan struct{})
 	go db.vacuumLoop(ctx)
+	ctx, cancel = context.WithCancel(context.Background())
+	db.stopCkpt, db.ckptDone, db.ckptKick = cancel, make(chan struct{}), make(chan struct{}, 1)
+	go db.checkpointLoop(ctx, db.ckpt)
 	return db, nil
 }
 
@@ -201,6 +211,15 @@ func (db *DB) open(busyTimeout time.Duration, sync Sync) (err error) {
 	db.r.SetMaxOpenConns(n)
 	db.r.SetMaxIdleConns(n)
 	db.r.SetConnMaxIdleTime(time.Minute)
+	// The checkpoint loop's connection: it writes the database file, so
+	// it is not query-only, but it runs nothing but checkpoints.
+	if db.ckpt, err = sql.Open("sqlite", dsn(db.path, ms, sync, false)); err != nil {
+		return err
+	}
+	db.ckpt.SetMaxOpenConns(1)
+	db.ckpt.SetMaxIdleConns(1)
+	db.ckpt.SetConnMaxLifetime(0)
+	db.ckpt.SetConnMaxIdleTime(0)
 	return db.prepare()
 }
 
@@ -363,12 +382,16 @@ func (db *DB) Close() error {
 		db.stopVacuum()
 		<-db.vacuumDone
 	}
+	if db.stopCkpt != nil {
+		db.stopCkpt()
+		<-db.ckptDone
+	}
 	return db.closePools()
 }
 
 func (db *DB) closePools() error {
 	var errs []error
-	for _, p := range []*sql.DB{db.r, db.w} { // statements close with their pool
+	for _, p := range []*sql.DB{db.ckpt, db.r, db.w} { // statements close with their pool
 		if p != nil {
 			errs = append(errs, p.Close())
 		}

@@ -24,9 +24,9 @@
 // Source files: doc.go (this), db.go (Open, options, connection pools,
 // prepared statements), schema.go (the versioned schema and its migrations),
 // queue.go (the queue.Queue implementation and its SQL), group.go (Puts
-// sharing commits), tx.go (puts and deletes in the application's
-// transaction, DB.SQL), vacuum.go (giving a drained file's space back), url.go
-// (the sqlite:// scheme).
+// sharing commits), checkpoint.go (checkpoints off the writer), tx.go (puts
+// and deletes in the application's transaction, DB.SQL), vacuum.go (giving
+// a drained file's space back), url.go (the sqlite:// scheme).
 //
 // The database file is an ordinary SQLite database in WAL mode: name.db plus
 // name.db-wal and name.db-shm beside it while it is open. Its header carries
@@ -116,7 +116,8 @@
 // exactly one connection, so writers within a process queue up in Go rather
 // than spin in SQLite's busy handler, and each statement is prepared once.
 // Peek and Count read through a small pool of read-only connections, which
-// WAL lets run beside the writer. A Get reads its messages' bodies on the
+// WAL lets run beside the writer. A third pool of one connection runs
+// checkpoints (see Durability). A Get reads its messages' bodies on the
 // writer, in its transaction: a read connection drops its page cache and
 // its mapping of the file each time another connection has written, which
 // cost a Get that read there a cold cache every time (issue 34). Every
@@ -153,8 +154,12 @@
 // returned survives a crash or kill of the process (the commit is in the
 // WAL, in the operating system's hands); a power loss or OS crash may lose
 // the transactions committed since the last checkpoint, but never corrupts
-// the file. With WithSync(SyncFull) (URL: sync=full) every commit flushes
-// the WAL to the disk before it returns (synchronous=FULL), so a Put that
-// returned survives a power cut too; a commit then costs a flush, shared by
-// the Puts of a group.
+// the file. SQLite checkpoints once the WAL holds 1,000 pages, in the commit
+// that takes it there, as by default; besides, every 50 write transactions
+// the DB runs a passive checkpoint on a connection of its own, so that the
+// writer seldom waits for a checkpoint's flushes (the WAL is flushed as
+// often as before, or more). With WithSync(SyncFull) (URL: sync=full) every
+// commit flushes the WAL to the disk before it returns (synchronous=FULL),
+// so a Put that returned survives a power cut too; a commit then costs a
+// flush, shared by the Puts of a group.
 package sqlite

@@ -175,5 +175,6 @@ next:
 	if err := tx.Commit(); err != nil {
 		return nil, err
 	}
+	db.committed()
 	return ids, nil
 }

@@ -58,6 +58,8 @@ func getPages(t *testing.T, fill int) float64 {
 	defer db.Close()
 	db.stopVacuum() // its checkpoints would cut the WAL under the count
 	<-db.vacuumDone
+	db.stopCkpt() // and so would the checkpoint loop's
+	<-db.ckptDone
 	db.stopVacuum = nil
 	d, err := db.queue("qqq")
 	if err != nil {

@@ -423,6 +423,7 @@ func (db *DB) get(ctx context.Context, qid, now, visibleAt int64, n int) ([]*dri
 	if err := tx.Commit(); err != nil {
 		return nil, err
 	}
+	db.committed()
 	return msgs, nil
 }
 
@@ -702,6 +703,7 @@ func (q *driverQueue) DeleteBatch(ctx context.Context, receipts []driver.Receipt
 	if err := tx.Commit(); err != nil {
 		return nil, q.fail(err)
 	}
+	q.db.committed()
 	return results, nil
 }
 
