@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"database/sql"
 	"os"
 	"testing"
 	"time"
@@ -67,5 +68,38 @@ func TestAutomaticCheckpointKept(t *testing.T) {
 	}
 	if n != 1000 {
 		t.Errorf("the writer's wal_autocheckpoint is %d, want 1000", n)
+	}
+}
+
+// TestCheckpointConnectionTakesNoWriteLock: the checkpoint loop's
+// connection opens, and checkpoints, while another connection (another
+// process) holds the write lock. Its DSN asked for auto_vacuum, whose
+// PRAGMA is a write transaction: opening waited the busy timeout for the
+// other writer (so Close, which waits for the loop, waited too) and then
+// failed with SQLITE_BUSY; it also took the write lock from our own
+// writer once per DB.
+func TestCheckpointConnectionTakesNoWriteLock(t *testing.T) {
+	db, _, path := newDB(t, WithBusyTimeout(time.Millisecond))
+	q := mustQueue(t, db, "ckpt")
+	mustPut(t, q, "x", queue.PutOptions{})
+	other, err := sql.Open("sqlite", dsn(path, "0", SyncNormal, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	tx, err := other.Begin() // BEGIN IMMEDIATE: the write lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec("UPDATE queues SET name = name"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.ckpt.Ping(); err != nil {
+		t.Fatalf("the checkpoint connection could not open beside another writer: %v", err)
+	}
+	var busy, log, done int
+	if err := db.ckpt.QueryRow("PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &log, &done); err != nil || busy != 0 {
+		t.Fatalf("passive checkpoint beside another writer: busy %d, %v", busy, err)
 	}
 }
