@@ -103,3 +103,41 @@ func TestCheckpointConnectionTakesNoWriteLock(t *testing.T) {
 		t.Fatalf("passive checkpoint beside another writer: busy %d, %v", busy, err)
 	}
 }
+
+// TestVacuumCheckpointNotSkippedBesideTheLoop: the vacuum's TRUNCATE
+// checkpoint, which cuts the database file to what the vacuum left, runs
+// while the checkpoint loop's passive checkpoint may be under way (the
+// last commits of a drain wake it). SQLite then answers the TRUNCATE at
+// once with busy = 1 and no error, and nothing cut the file until later
+// writes woke the loop again: a drained file kept its size. Each round
+// here wakes the loop on a WAL of some hundred pages and truncates at
+// once; the WAL must be empty after every truncate.
+func TestVacuumCheckpointNotSkippedBesideTheLoop(t *testing.T) {
+	db, _, path := newDB(t)
+	db.stopVacuum() // this test runs the truncate itself
+	<-db.vacuumDone
+	ran := make(chan struct{}, 1)
+	db.ckptHook = func(int, int, error) { ran <- struct{}{} }
+	if _, err := db.w.Exec("PRAGMA wal_autocheckpoint = 0"); err != nil {
+		t.Fatal(err)
+	}
+	q := mustQueue(t, db, "ckpt")
+	body := string(make([]byte, 32<<10))
+	for round := range 20 {
+		db.commits.Store(0)
+		for range checkpointEvery { // the last Put wakes the loop
+			mustPut(t, q, body, queue.PutOptions{})
+		}
+		if err := db.truncateWAL(ctx); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(path + "-wal")
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-ran
+		if fi.Size() != 0 {
+			t.Fatalf("round %d: the WAL holds %d bytes after the vacuum's TRUNCATE checkpoint", round, fi.Size())
+		}
+	}
+}

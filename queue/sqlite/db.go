@@ -126,6 +126,7 @@ type DB struct {
 	stopCkpt context.CancelFunc             // ends the checkpoint loop …
 	ckptDone chan struct{}                  // … which closes this
 	ckptKick chan struct{}                  // wakes it (cap 1)
+	ckptMu   sync.Mutex                     // one checkpoint at a time: the loop's or the vacuum's
 	commits  atomic.Int64                   // write transactions committed
 	ckptHook func(log, done int, err error) // tests: called after each checkpoint of the loop
 
