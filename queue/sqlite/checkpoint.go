@@ -52,7 +52,9 @@ func (db *DB) checkpointLoop(ctx context.Context, c *sql.DB) {
 		case <-db.ckptKick:
 		}
 		var busy, log, done int
+		db.ckptMu.Lock() // not beside the vacuum's TRUNCATE checkpoint
 		err := c.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &log, &done)
+		db.ckptMu.Unlock()
 		if db.ckptHook != nil {
 			db.ckptHook(log, done, err)
 		}

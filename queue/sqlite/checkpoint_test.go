@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"database/sql"
 	"os"
 	"testing"
 	"time"
@@ -67,5 +68,76 @@ func TestAutomaticCheckpointKept(t *testing.T) {
 	}
 	if n != 1000 {
 		t.Errorf("the writer's wal_autocheckpoint is %d, want 1000", n)
+	}
+}
+
+// TestCheckpointConnectionTakesNoWriteLock: the checkpoint loop's
+// connection opens, and checkpoints, while another connection (another
+// process) holds the write lock. Its DSN asked for auto_vacuum, whose
+// PRAGMA is a write transaction: opening waited the busy timeout for the
+// other writer (so Close, which waits for the loop, waited too) and then
+// failed with SQLITE_BUSY; it also took the write lock from our own
+// writer once per DB.
+func TestCheckpointConnectionTakesNoWriteLock(t *testing.T) {
+	db, _, path := newDB(t, WithBusyTimeout(time.Millisecond))
+	q := mustQueue(t, db, "ckpt")
+	mustPut(t, q, "x", queue.PutOptions{})
+	other, err := sql.Open("sqlite", dsn(path, "0", SyncNormal, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	tx, err := other.Begin() // BEGIN IMMEDIATE: the write lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec("UPDATE queues SET name = name"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.ckpt.Ping(); err != nil {
+		t.Fatalf("the checkpoint connection could not open beside another writer: %v", err)
+	}
+	var busy, log, done int
+	if err := db.ckpt.QueryRow("PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &log, &done); err != nil || busy != 0 {
+		t.Fatalf("passive checkpoint beside another writer: busy %d, %v", busy, err)
+	}
+}
+
+// TestVacuumCheckpointNotSkippedBesideTheLoop: the vacuum's TRUNCATE
+// checkpoint, which cuts the database file to what the vacuum left, runs
+// while the checkpoint loop's passive checkpoint may be under way (the
+// last commits of a drain wake it). SQLite then answers the TRUNCATE at
+// once with busy = 1 and no error, and nothing cut the file until later
+// writes woke the loop again: a drained file kept its size. Each round
+// here wakes the loop on a WAL of some hundred pages and truncates at
+// once; the WAL must be empty after every truncate.
+func TestVacuumCheckpointNotSkippedBesideTheLoop(t *testing.T) {
+	db, _, path := newDB(t)
+	db.stopVacuum() // this test runs the truncate itself
+	<-db.vacuumDone
+	ran := make(chan struct{}, 1)
+	db.ckptHook = func(int, int, error) { ran <- struct{}{} }
+	if _, err := db.w.Exec("PRAGMA wal_autocheckpoint = 0"); err != nil {
+		t.Fatal(err)
+	}
+	q := mustQueue(t, db, "ckpt")
+	body := string(make([]byte, 32<<10))
+	for round := range 20 {
+		db.commits.Store(0)
+		for range checkpointEvery { // the last Put wakes the loop
+			mustPut(t, q, body, queue.PutOptions{})
+		}
+		if err := db.truncateWAL(ctx); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(path + "-wal")
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-ran
+		if fi.Size() != 0 {
+			t.Fatalf("round %d: the WAL holds %d bytes after the vacuum's TRUNCATE checkpoint", round, fi.Size())
+		}
 	}
 }

@@ -126,6 +126,7 @@ type DB struct {
 	stopCkpt context.CancelFunc             // ends the checkpoint loop …
 	ckptDone chan struct{}                  // … which closes this
 	ckptKick chan struct{}                  // wakes it (cap 1)
+	ckptMu   sync.Mutex                     // one checkpoint at a time: the loop's or the vacuum's
 	commits  atomic.Int64                   // write transactions committed
 	ckptHook func(log, done int, err error) // tests: called after each checkpoint of the loop
 
@@ -213,7 +214,7 @@ func (db *DB) open(busyTimeout time.Duration, sync Sync) (err error) {
 	db.r.SetConnMaxIdleTime(time.Minute)
 	// The checkpoint loop's connection: it writes the database file, so
 	// it is not query-only, but it runs nothing but checkpoints.
-	if db.ckpt, err = sql.Open("sqlite", dsn(db.path, ms, sync, false)); err != nil {
+	if db.ckpt, err = sql.Open("sqlite", checkpointerDSN(db.path, ms, sync)); err != nil {
 		return err
 	}
 	db.ckpt.SetMaxOpenConns(1)
@@ -258,6 +259,23 @@ func dsn(path, busyMillis string, sync Sync, readOnly bool) string {
 		p = "/" + p // file:///C:/x on Windows
 	}
 	u := url.URL{Scheme: "file", Path: p, RawQuery: q.Encode()}
+	return u.String()
+}
+
+// checkpointerDSN is dsn for the checkpoint loop's connection: the
+// writer's, without auto_vacuum, whose PRAGMA is a write transaction (it
+// stores the mode in the file's header): the loop's connection, opened at
+// its first checkpoint, would take the write lock from the writer, or wait
+// up to the busy timeout for another process's writer, and so hold up
+// Close. A checkpoint takes no write lock.
+func checkpointerDSN(path, busyMillis string, sync Sync) string {
+	u, err := url.Parse(dsn(path, busyMillis, sync, false))
+	if err != nil {
+		panic(err) // dsn built it
+	}
+	q := u.Query()
+	q.Del("_auto_vacuum")
+	u.RawQuery = q.Encode()
 	return u.String()
 }
 

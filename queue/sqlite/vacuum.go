@@ -169,7 +169,12 @@ func (db *DB) truncateWAL(ctx context.Context) error {
 	if _, err := c.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", checkpointWait.Milliseconds())); err != nil {
 		return err
 	}
+	// The checkpoint loop's passive checkpoint, if one is under way, would
+	// make SQLite answer busy at once (one checkpoint at a time, no busy
+	// handler for that) and this one would do nothing: wait for it.
+	db.ckptMu.Lock()
 	_, cerr := c.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)")
+	db.ckptMu.Unlock()
 	if _, err := c.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf("PRAGMA busy_timeout = %d", busyMillis)); err != nil {
 		return err
 	}
