@@ -585,14 +585,21 @@ func (b *batch) hideUnpoisonable(i int, fields []zap.Field, cause error) {
 		d = min(d, max(m.ExpiresAt.Sub(l.o.Clock.Now()), 0))
 	}
 	fields = append(fields, zap.NamedError("envelope_error", cause), zap.Duration("hidden_for", d))
+	if d == 0 {
+		// Expired by the listener's clock: left to its visibility timeout,
+		// as any expired message whose poisoning failed (retryLater,
+		// holdExpired). Released, a backend whose clock lags would hand it
+		// out at once, to run and be released again, in a tight loop.
+		l.failures.forget(m.ID)
+		l.log.Error("listener: the message can never be poisoned (its body imitates a poison envelope and the poison queue's limit leaves no room for one), and it has expired; left to its visibility timeout", fields...)
+		return
+	}
 	if _, err := l.q.UpdateVisibility(l.opCtx, m.ID, b.newestReceipt(i), d); err != nil {
 		l.log.Error("listener: the message can never be poisoned, and hiding it failed; it comes back at the end of its visibility timeout", append(fields, zap.NamedError("update_error", err))...)
 		return
 	}
 	l.failures.forget(m.ID)
-	if d > 0 {
-		l.stats.hidden.Add(1)
-	}
+	l.stats.hidden.Add(1)
 	l.log.Error("listener: the message can never be poisoned (its body imitates a poison envelope and the poison queue's limit leaves no room for one); hidden rather than run again", fields...)
 }
 

@@ -69,3 +69,46 @@ func TestAnImitationThatCannotBePoisonedDoesNotRunForever(t *testing.T) {
 		t.Errorf("after %s the message was got %d times (runs %d), and goes on: it cannot be poisoned and is never settled", c.Now().Sub(clock.Epoch), ms[0].DequeueCount, runs.Load())
 	}
 }
+
+// An unpoisonable message that has expired by the listener's clock is left
+// to its visibility timeout, as an expired message whose poisoning failed
+// always was (retryLater, holdExpired), not released: a backend whose
+// clock lags the listener's still hands it out, and released at once it
+// would run again, fail, and be released again, in a tight loop until the
+// backend's clock passes its expiry.
+func TestAnExpiredImitationIsNotReleasedToRunAgain(t *testing.T) {
+	sc := clock.NewFake(clock.Epoch)                    // the backend's
+	lc := clock.NewFake(clock.Epoch.Add(2 * time.Hour)) // the listener's, ahead
+	store := memory.NewStore(memory.WithClock(sc), memory.WithMaxBodySize(64))
+	q, err := store.Queue("work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pq, err := store.Queue("work-poison")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	h := func(context.Context, *queue.Message) error {
+		runs.Add(1)
+		return handler.Permanent(errors.New("bad"))
+	}
+	l, err := listener.New(q, h, listener.Options{Poison: pq, Clock: lc, MaxDequeueCount: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, clock: lc, store: store, raw: q, q: q, l: l}
+	body := []byte(poison.Magic + `{"id":"x","queue":"payments","size":1}` + "\nx")
+	if _, err := q.Put(context.Background(), body, queue.PutOptions{TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	f.start()
+	start := lc.Now()
+	eventually(t, "the message runs 3 times or the listener's clock walks 5 minutes", func() bool {
+		lc.Advance(5 * time.Second)
+		return runs.Load() >= 3 || lc.Now().Sub(start) > 5*time.Minute
+	})
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the handler ran %d times in %s of the listener's clock (the backend's stood still): an expired message that cannot be poisoned is released and runs again at once", n, lc.Now().Sub(start))
+	}
+}
