@@ -479,7 +479,9 @@ type Stats struct {
 	EmptyGets int64
 	// Released messages were handed back unstarted at shutdown; Renewed
 	// counts visibility extensions of held messages; Hidden counts failed
-	// messages hidden by RetryDelay.
+	// messages hidden by RetryDelay, and those that can never be poisoned
+	// (an imitation of a poison envelope) hidden for the longest a hide
+	// may last; they stay in the queue (not Poisoned, not Drained).
 	Released, Renewed, Hidden int64
 	// WorkDetected counts idle→busy edges.
 	WorkDetected int64
