@@ -151,8 +151,17 @@ func TestListenerEndToEnd(t *testing.T) {
 		t.Errorf("meter: %d batch deletes for %d messages: more than 10 a call", s.Calls[meter.DeleteBatch], e2eMessages)
 	case s.Calls[meter.Get] < e2eMessages/sqs.MaxBatch:
 		t.Errorf("meter: %d non-empty gets for %d messages: more than 10 a get", s.Calls[meter.Get], e2eMessages)
-	case s.TotalErrors() != 0:
-		t.Errorf("meter: %d errors without faults", s.TotalErrors())
+	case s.TotalErrors() != s.Errors[meter.GetEmpty] || s.Transient != s.TotalErrors() || st.GetErrors != s.TotalErrors() || st.TransientErrors != st.GetErrors:
+		// A get may fail on its own even on the loopback: Go's HTTP/1
+		// transport can close a connection under a response it is still
+		// reading (the SDK's "HTTP 200: use of closed network connection",
+		// aws/aws-sdk-go-v2#2737, which the SDK's default retryer retries
+		// and the driver's NopRetryer leaves to the listener). Its messages
+		// come back after their visibility timeout, which the handled-once
+		// checks above cover. Any other failed call, a get not counted as
+		// transient, or one the listener did not see is a defect.
+		t.Errorf("meter: %d errors (%d failed gets, %d transient); listener: %d get errors, %d transient: only transient get failures are expected without faults",
+			s.TotalErrors(), s.Errors[meter.GetEmpty], s.Transient, st.GetErrors, st.TransientErrors)
 	case st.Processed != e2eMessages || st.Deleted != e2eMessages:
 		t.Errorf("listener: processed %d, deleted %d", st.Processed, st.Deleted)
 	}
